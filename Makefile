@@ -1,0 +1,67 @@
+# tchseq build tooling. `make` provisions libtorch (torch==2.13.0 from PyPI) into a project-local
+# virtualenv when it is missing, then builds against it. No system-wide installs.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+
+# Use an already active virtualenv when it has torch 2.13.0; else the project-local .venv.
+ACTIVE_TORCH_OK := $(shell [ -n "$$VIRTUAL_ENV" ] && "$$VIRTUAL_ENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='2.13.0' else 1)" >/dev/null 2>&1 && echo yes)
+ifeq ($(ACTIVE_TORCH_OK),yes)
+VENV := $(VIRTUAL_ENV)
+export LIBTORCH := $(shell "$$VIRTUAL_ENV/bin/python" -c "import torch,os; print(os.path.dirname(torch.__file__))")
+else
+VENV := $(CURDIR)/.venv
+endif
+# .venv/libtorch -> the venv's torch package; .cargo/config.toml points LIBTORCH there.
+VENV_STAMP := $(CURDIR)/.venv/libtorch
+# CI machines have 2 cores; keep the C++ shim build from oversubscribing.
+CARGO ?= cargo
+
+.PHONY: all build test demo bench reference reference-venv fuzz venv clean doc
+
+all: build
+
+venv: $(VENV_STAMP)
+
+$(CURDIR)/.venv/libtorch:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python >= 3.9 with venv and pip, then run make again" >&2; exit 2; }
+	@[ -x "$(VENV)/bin/python" ] || $(PYTHON) -m venv "$(VENV)"
+	@"$(VENV)/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='2.13.0' else 1)" 2>/dev/null \
+		|| "$(VENV)/bin/python" -m pip install --quiet torch==2.13.0
+	@mkdir -p "$(CURDIR)/.venv"
+	ln -sfn "$$("$(VENV)/bin/python" -c "import torch,os; print(os.path.dirname(torch.__file__))")" $@
+
+build: $(VENV_STAMP)
+	$(CARGO) build --release
+
+test: $(VENV_STAMP)
+	$(CARGO) build --release
+	$(CARGO) test --release
+
+demo: build
+	@printf '%s\n' "A man in a blue shirt is riding a bike." "Two dogs are playing in the snow." "A little girl is eating an ice cream." \
+		| ./target/release/tchseq translate -m weights/multi30k.en-de
+
+# --- Python ground truth (fairseq 0.12.2 + the fixes in reference/sitecustomize.py) ----------
+reference-venv: $(VENV)/.reference-ok
+
+$(VENV)/.reference-ok: $(VENV_STAMP) reference/requirements.txt
+	"$(VENV)/bin/python" -m pip install --quiet -c reference/constraints.txt -r reference/requirements.txt
+	# fairseq pulls in a torchaudio built for another torch; it is not needed.
+	"$(VENV)/bin/python" -m pip uninstall --quiet -y torchaudio || true
+	touch $@
+
+reference: reference-venv
+	bash reference/make_all.sh
+
+bench: reference-venv build
+	bash bench/run.sh
+
+fuzz:
+	cd fuzz && $(CARGO) fuzz build
+
+doc:
+	$(CARGO) doc --no-deps
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,44 @@
+//! Gives every binary of this package (the CLI, tests, benches) an rpath to libtorch's lib
+//! directory, and keeps `libtorch_cuda` linked (`--no-as-needed -ltorch`) so CUDA is found on GPU
+//! machines. `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
+
+fn main() {
+    for var in ["LIBTORCH", "LIBTORCH_USE_PYTORCH", "VIRTUAL_ENV", "LIBTORCH_LIB"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    match std::env::var("DEP_TCH_LIBTORCH_LIB") {
+        Ok(lib) if !lib.is_empty() => {
+            if target_os == "linux" || target_os == "macos" {
+                println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+            }
+            println!("cargo:rustc-env=TCHSEQ_LIBTORCH_LIB={lib}");
+            let version = std::fs::read_to_string(std::path::Path::new(&lib).join("../version.py"))
+                .ok()
+                .and_then(|text| parse_version_py(&text))
+                .unwrap_or_else(|| "unknown".to_string());
+            println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION={version}");
+        }
+        _ => {
+            // torch-sys already failed the build if libtorch was missing; reaching this point
+            // means it was found some other way (e.g. /usr/lib/libtorch.so).
+            println!(
+                "cargo:warning=libtorch directory unknown: run `make` to build against the project venv"
+            );
+            println!("cargo:rustc-env=TCHSEQ_LIBTORCH_LIB=");
+            println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION=unknown");
+        }
+    }
+    if target_os == "linux" {
+        println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+        println!("cargo:rustc-link-arg=-ltorch");
+    }
+}
+
+/// `__version__ = '2.13.0+cu130'` -> `2.13.0+cu130`.
+fn parse_version_py(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("__version__"))
+        .map(|rest| rest.trim_start_matches([' ', '=']).trim().trim_matches(['\'', '"']).to_string())
+}

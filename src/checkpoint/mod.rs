@@ -1,0 +1,1 @@
+//! Reading fairseq checkpoints: pickle VM, torch containers, fairseq upgrades.

@@ -1,0 +1,322 @@
+//! Every flag of every command, kept apart from the commands' logic. Flag names and defaults
+//! follow fairseq wherever fairseq has one.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tchseq",
+    version,
+    about = "Run fairseq Transformer translation models exactly as fairseq does, without Python.",
+    long_about = None,
+    after_help = "Examples:\n  tchseq translate -m weights/multi30k.en-de \"A dog runs in the park.\"\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv\n  tchseq doctor"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command accepts.
+#[derive(Debug, Args, Clone)]
+pub struct GlobalArgs {
+    /// Intra-op threads for libtorch (default: all cores).
+    #[arg(long, global = true, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Where to run the model.
+    #[arg(long, global = true, value_enum, default_value_t = DeviceArg::Auto)]
+    pub device: DeviceArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// CUDA when libtorch sees a GPU, else CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Translate raw text with beam search or sampling, exactly as fairseq-interactive does.
+    #[command(after_help = "Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30k.en-de\n  tchseq translate -m weights/multi30k.en-de --format fairseq --beam 5 \"Two dogs play.\"")]
+    Translate(TranslateArgs),
+    /// Score (source, target) pairs from a CSV file: per-row log-probabilities.
+    #[command(after_help = "Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv")]
+    Score(ScoreArgs),
+    /// Compare weights and activations with tensors saved from PyTorch/fairseq.
+    #[command(after_help = "Example:\n  tchseq verify -m tests/fixtures/postnorm --reference tests/fixtures/postnorm/golden_left.pt")]
+    Verify(VerifyArgs),
+    /// Summarise a checkpoint: format, config, dictionaries, tensors.
+    #[command(after_help = "Example:\n  tchseq inspect -m weights/multi30k.en-de --json")]
+    Inspect(InspectArgs),
+    /// Raw text lines in, the subword tokens (or ids) fairseq would feed the model out.
+    #[command(after_help = "Example:\n  echo 'A dog runs.' | tchseq encode -m weights/multi30k.en-de")]
+    Encode(EncodeArgs),
+    /// Subword token lines (or ids) in, detokenized text out.
+    #[command(after_help = "Example:\n  echo 'ein Hund läuft .' | tchseq decode -m weights/multi30k.en-de")]
+    Decode(DecodeArgs),
+    /// Report the libtorch build, CUDA/cuDNN availability and thread settings.
+    #[command(after_help = "Example:\n  tchseq doctor")]
+    Doctor(DoctorArgs),
+}
+
+/// Where the model, its dictionaries and its BPE files are.
+#[derive(Debug, Args, Clone)]
+pub struct ModelArgs {
+    /// Model directory (model.pt or checkpoint_best.pt/checkpoint_last.pt, dict.*.txt, bpecodes)
+    /// or a checkpoint file.
+    #[arg(short = 'm', long = "model", value_name = "DIR|FILE")]
+    pub model: Option<PathBuf>,
+    /// Checkpoint file(s), colon-separated for an ensemble (fairseq's --path).
+    #[arg(long = "path", value_name = "A.pt[:B.pt]")]
+    pub path: Option<String>,
+    /// Directory with dict.{src,tgt}.txt and BPE files, if not beside the checkpoint
+    /// (fairseq's positional data directory).
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Source language (default: from the checkpoint config).
+    #[arg(short = 's', long = "source-lang", value_name = "LANG")]
+    pub source_lang: Option<String>,
+    /// Target language (default: from the checkpoint config).
+    #[arg(short = 't', long = "target-lang", value_name = "LANG")]
+    pub target_lang: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenizerArg {
+    Moses,
+    Space,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BpeArg {
+    #[value(name = "subword_nmt")]
+    SubwordNmt,
+    Fastbpe,
+    Sentencepiece,
+    None,
+}
+
+/// Text pipeline overrides (default: what the checkpoint config and model directory say).
+#[derive(Debug, Args, Clone)]
+pub struct PipelineArgs {
+    /// Tokenizer applied before BPE.
+    #[arg(long, value_enum)]
+    pub tokenizer: Option<TokenizerArg>,
+    /// Subword scheme.
+    #[arg(long, value_enum)]
+    pub bpe: Option<BpeArg>,
+    /// BPE codes file (subword_nmt / fastbpe).
+    #[arg(long = "bpe-codes", value_name = "FILE")]
+    pub bpe_codes: Option<PathBuf>,
+    /// sentencepiece model file.
+    #[arg(long = "sentencepiece-model", value_name = "FILE")]
+    pub sentencepiece_model: Option<PathBuf>,
+    /// Do not split hyphens (fairseq --moses-no-dash-splits).
+    #[arg(long = "moses-no-dash-splits")]
+    pub moses_no_dash_splits: bool,
+    /// Do not escape special characters (fairseq --moses-no-escape).
+    #[arg(long = "moses-no-escape")]
+    pub moses_no_escape: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TranslateFormat {
+    /// One detokenized best hypothesis per input line.
+    Text,
+    /// Exactly the S-/W-/H-/D-/P- (and A-) lines fairseq-interactive prints (base-2 scores).
+    Fairseq,
+    /// One JSON object per input line (natural-log scores).
+    Jsonl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    Fp32,
+    Fp16,
+    Bf16,
+}
+
+#[derive(Debug, Args)]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Sentences to translate; when none are given, lines are read from --input or stdin.
+    #[arg(value_name = "SENTENCE")]
+    pub sentences: Vec<String>,
+    /// Input file (default: stdin).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Output file (default: stdout).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Output format. Scores are base 2 in `fairseq`, natural log in `jsonl`.
+    #[arg(long, value_enum, default_value_t = TranslateFormat::Text)]
+    pub format: TranslateFormat,
+    #[arg(long, default_value_t = 5)]
+    pub beam: usize,
+    #[arg(long, default_value_t = 1)]
+    pub nbest: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub lenpen: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub unkpen: f64,
+    #[arg(long = "max-len-a", default_value_t = 0.0)]
+    pub max_len_a: f64,
+    #[arg(long = "max-len-b", default_value_t = 200)]
+    pub max_len_b: usize,
+    #[arg(long = "min-len", default_value_t = 1)]
+    pub min_len: usize,
+    /// Do not normalize scores by length.
+    #[arg(long)]
+    pub unnormalized: bool,
+    #[arg(long = "no-repeat-ngram-size", default_value_t = 0)]
+    pub no_repeat_ngram_size: usize,
+    /// Reproduce fairseq 0.12.2's CPU behaviour, where --no-repeat-ngram-size blocks nothing.
+    #[arg(long = "fairseq-compat-ngram")]
+    pub fairseq_compat_ngram: bool,
+    #[arg(long)]
+    pub sampling: bool,
+    #[arg(long = "sampling-topk", default_value_t = -1)]
+    pub sampling_topk: i64,
+    #[arg(long = "sampling-topp", default_value_t = -1.0)]
+    pub sampling_topp: f64,
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Sentences per batch.
+    #[arg(long = "batch-size", visible_alias = "max-sentences")]
+    pub batch_size: Option<usize>,
+    /// Source tokens per batch.
+    #[arg(long = "max-tokens")]
+    pub max_tokens: Option<usize>,
+    /// Lines read before translating (fairseq-interactive's --buffer-size).
+    #[arg(long = "buffer-size", default_value_t = 0)]
+    pub buffer_size: usize,
+    /// Print hard alignments (A- lines / `alignment` in jsonl).
+    #[arg(long = "print-alignment")]
+    pub print_alignment: bool,
+    #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
+    pub dtype: DtypeArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScoreFormat {
+    Csv,
+    Jsonl,
+}
+
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// CSV file with a header row.
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    /// Output file (default: stdout). Written to a temporary file and renamed at the end.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[arg(long = "source-column", default_value = "source")]
+    pub source_column: String,
+    #[arg(long = "target-column", default_value = "target")]
+    pub target_column: String,
+    /// Field delimiter (use '\t' for TSV).
+    #[arg(long, default_value = ",")]
+    pub delimiter: String,
+    #[arg(long, value_enum, default_value_t = ScoreFormat::Csv)]
+    pub format: ScoreFormat,
+    /// Add a token_logprobs column: a JSON array of [token, logprob] pairs.
+    #[arg(long = "per-token")]
+    pub per_token: bool,
+    /// Text is raw and still needs tokenization + BPE (default).
+    #[arg(long, conflicts_with = "tokenized")]
+    pub raw: bool,
+    /// Text is already tokenized and BPE'd.
+    #[arg(long)]
+    pub tokenized: bool,
+    #[arg(long = "batch-size")]
+    pub batch_size: Option<usize>,
+    #[arg(long = "max-tokens")]
+    pub max_tokens: Option<usize>,
+    /// Rows read and scored at a time; memory stays bounded by this.
+    #[arg(long = "buffer-size", default_value_t = 10000)]
+    pub buffer_size: usize,
+    /// Continue a previous interrupted run.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bar or summary.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Reference tensors (.pt or .safetensors) in the verify reference format.
+    #[arg(long, value_name = "FILE")]
+    pub reference: PathBuf,
+    #[arg(long, default_value_t = 1e-5)]
+    pub atol: f64,
+    #[arg(long, default_value_t = 1e-5)]
+    pub rtol: f64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Print exactly one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Side {
+    Source,
+    Target,
+}
+
+#[derive(Debug, Args)]
+pub struct EncodeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    #[arg(long, value_enum, default_value_t = Side::Source)]
+    pub side: Side,
+    /// Print dictionary ids (EOS appended) instead of subword tokens.
+    #[arg(long)]
+    pub ids: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    #[arg(long, value_enum, default_value_t = Side::Target)]
+    pub side: Side,
+    /// Input lines are dictionary ids.
+    #[arg(long)]
+    pub ids: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}

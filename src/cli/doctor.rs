@@ -1,0 +1,46 @@
+//! `tchseq doctor`: one screen of evidence about the libtorch we run on.
+
+use anyhow::Result;
+use serde_json::json;
+use std::io::Write;
+
+use super::args::{DoctorArgs, GlobalArgs};
+use super::Outcome;
+
+pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
+    let loaded = tchseq::libtorch::loaded_library_dir();
+    let version = tchseq::libtorch::version();
+    let cudnn = tch::Cuda::cudnn_is_available();
+    let report = json!({
+        "tchseq": env!("CARGO_PKG_VERSION"),
+        "libtorch_version": version,
+        "libtorch_dir": loaded.as_ref().map(|p| p.display().to_string()),
+        "built_against": tchseq::libtorch::BUILD_LIB_DIR,
+        "libtorch_has_cuda": tch::utils::has_cuda(),
+        "cuda_available": tch::Cuda::is_available(),
+        "cuda_device_count": tch::Cuda::device_count(),
+        "cudnn_available": cudnn,
+        "cudnn_version": if cudnn { Some(tch::utils::version_cudnn()) } else { None },
+        "intra_op_threads": tch::get_num_threads(),
+        "interop_threads": tch::get_num_interop_threads(),
+        "mkl": tch::utils::has_mkl(),
+        "mkldnn": tch::utils::has_mkldnn(),
+        "openmp": tch::utils::has_openmp(),
+    });
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        writeln!(out, "{report}")?;
+    } else {
+        let obj = report.as_object().expect("report is an object");
+        for (key, value) in obj {
+            let shown = match value {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Null => "-".to_string(),
+                other => other.to_string(),
+            };
+            writeln!(out, "{:<20} {}", key, shown)?;
+        }
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,58 @@
+//! The command-line front end: clap definitions in [`args`], one module per command.
+//!
+//! Exit codes: 0 ok, 1 a check failed (e.g. `verify` found a mismatch), 2 usage, input or
+//! environment error. Errors are one line on stderr starting with `error:`. A closed stdout pipe
+//! ends quietly with success.
+
+pub mod args;
+mod common;
+mod doctor;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+use args::{Cli, Command};
+
+/// What a command reports when it finished without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything went fine (exit 0).
+    Ok,
+    /// The command ran, but a check it performs failed (exit 1).
+    CheckFailed,
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::CheckFailed) => ExitCode::from(1),
+        Err(err) => {
+            if common::is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {}", common::one_line(&err));
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    common::apply_threads(cli.global.threads)?;
+    match cli.command {
+        Command::Doctor(a) => doctor::run(&cli.global, &a),
+        Command::Translate(_) => common::not_implemented("translate"),
+        Command::Score(_) => common::not_implemented("score"),
+        Command::Verify(_) => common::not_implemented("verify"),
+        Command::Inspect(_) => common::not_implemented("inspect"),
+        Command::Encode(_) => common::not_implemented("encode"),
+        Command::Decode(_) => common::not_implemented("decode"),
+    }
+}

@@ -1,0 +1,1 @@
+//! The typed model configuration resolved from a checkpoint's `args` or `cfg`.

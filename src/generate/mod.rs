@@ -1,0 +1,1 @@
+//! Search: beam search, sampling, and the sequence scorer.

@@ -1,0 +1,16 @@
+//! tchseq: load fairseq Transformer checkpoints and run them exactly as fairseq does, on libtorch,
+//! without Python.
+//!
+//! Layout (one module per concern, named as fairseq names things):
+//! - [`checkpoint`]: the safe pickle reader, torch zip/legacy containers, fairseq's upgrades;
+//! - [`config`]: the typed `TransformerConfig` resolved from `args`/`cfg`;
+//! - [`model`]: `TransformerModel` piece by piece;
+//! - [`generate`]: beam search, sampling and the sequence scorer;
+//! - [`text`]: dictionaries, Moses, BPE, sentencepiece.
+
+pub mod checkpoint;
+pub mod config;
+pub mod generate;
+pub mod libtorch;
+pub mod model;
+pub mod text;

@@ -1,0 +1,8 @@
+//! `tchseq`: thin entry point. Parsing lives in `cli::args`, each command in `cli/<command>.rs`.
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}

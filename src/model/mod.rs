@@ -1,0 +1,1 @@
+//! fairseq's TransformerModel, module by module.

@@ -1,0 +1,1 @@
+//! Text pipeline: dictionaries, Moses, BPE, sentencepiece.

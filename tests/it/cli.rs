@@ -1,0 +1,75 @@
+//! CLI conventions shared by every command.
+
+use crate::util::tchseq;
+
+#[test]
+fn doctor_reports_libtorch_2_13_without_ld_library_path() {
+    let out = tchseq().args(["doctor", "--json"]).output().unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = report["libtorch_version"].as_str().unwrap();
+    assert_eq!(version.split('+').next().unwrap(), "2.13.0", "report: {report}");
+    assert!(report["intra_op_threads"].as_i64().unwrap() >= 1);
+}
+
+#[test]
+fn doctor_human_form_names_the_version() {
+    let out = tchseq().arg("doctor").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("libtorch_version")).unwrap();
+    assert!(line.contains("2.13.0"), "{line}");
+}
+
+#[test]
+fn help_lists_every_subcommand_and_each_has_help() {
+    let out = tchseq().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for cmd in ["translate", "score", "verify", "inspect", "encode", "decode", "doctor"] {
+        assert!(text.contains(cmd), "--help lacks {cmd}");
+        let sub = tchseq().args([cmd, "--help"]).output().unwrap();
+        assert!(sub.status.success(), "{cmd} --help failed");
+        let help = String::from_utf8(sub.stdout).unwrap();
+        assert!(help.contains("Example"), "{cmd} --help has no example");
+    }
+}
+
+#[test]
+fn version_flag_prints_the_crate_version() {
+    let out = tchseq().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout).unwrap().contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line_error() {
+    let out = tchseq().arg("--no-such-flag").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("error:"), "{err}");
+}
+
+#[test]
+fn zero_threads_is_a_usage_error() {
+    let out = tchseq().args(["--threads", "0", "doctor"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("error:") && err.trim().lines().count() == 1, "{err}");
+}
+
+#[test]
+fn closed_stdout_pipe_is_success() {
+    use std::process::{Command, Stdio};
+    // `tchseq doctor | (exit)`: the reader is gone before we write.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tchseq"))
+        .arg("doctor")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,5 @@
+//! The one integration-test binary (every test binary links libtorch, so there is only one).
+//! One module per area.
+
+mod cli;
+mod util;
