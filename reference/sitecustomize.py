@@ -1,0 +1,55 @@
+"""Fixes that let fairseq 0.12.2 run on Python 3.11 + torch 2.13 (reference tooling only).
+
+Loaded automatically when reference/ is on PYTHONPATH (see reference/env.sh).
+
+1. Python 3.11 rejects dataclass instances as field defaults ("mutable default ... use
+   default_factory"): fairseq's and hydra-core 1.0's dataclasses do exactly that. Before the
+   check in dataclasses._get_field, give such a default's class an identity hash.
+2. (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 is set by env.sh, not here.)
+3. In eval mode, post-norm encoder layers call torch._transformer_encoder_layer_fwd with a
+   padding mask but no mask_type; torch 2.13 then fails with "Mask Type should be defined".
+   Pass mask_type=1 (a [B,S] key padding mask) when a 2-D mask is given.
+"""
+import dataclasses
+
+_orig_get_field = dataclasses._get_field
+
+
+def _patched_get_field(cls, a_name, a_type, *args, **kwargs):
+    default = getattr(cls, a_name, dataclasses.MISSING)
+    if isinstance(default, dataclasses.Field):
+        default = default.default
+    if (
+        default is not dataclasses.MISSING
+        and dataclasses.is_dataclass(type(default))
+        and type(default).__hash__ is None
+    ):
+        type(default).__hash__ = object.__hash__
+    return _orig_get_field(cls, a_name, a_type, *args, **kwargs)
+
+
+dataclasses._get_field = _patched_get_field
+
+
+def _patch_torch():
+    import torch
+
+    orig = torch._transformer_encoder_layer_fwd
+
+    def fwd(*args, **kwargs):
+        # signature: (src, embed_dim, num_heads, qkv_w, qkv_b, proj_w, proj_b, use_gelu,
+        #             norm_first, eps, n1_w, n1_b, n2_w, n2_b, l1_w, l1_b, l2_w, l2_b,
+        #             mask=None, mask_type=None)
+        mask = kwargs.get("mask", args[18] if len(args) > 18 else None)
+        has_type = "mask_type" in kwargs or len(args) > 19
+        if mask is not None and not has_type and mask.dim() == 2:
+            kwargs["mask_type"] = 1
+        return orig(*args, **kwargs)
+
+    torch._transformer_encoder_layer_fwd = fwd
+
+
+try:
+    _patch_torch()
+except Exception:  # torch missing: nothing to patch
+    pass
