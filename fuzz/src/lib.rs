@@ -2,22 +2,25 @@
 //! sources so the fuzz targets exercise exactly that code.
 #![allow(dead_code)]
 
+#[path = "../../src/checkpoint/pickle.rs"]
+pub mod pickle;
+#[path = "../../src/checkpoint/pyjson.rs"]
+pub mod pyjson;
+#[path = "../../src/checkpoint/container/mod.rs"]
+pub mod container;
+
+/// Mirrors the main crate's paths (`crate::checkpoint::pickle`) used inside the readers.
 pub mod checkpoint {
-    #[path = "../../../src/checkpoint/pickle.rs"]
-    pub mod pickle;
-    #[path = "../../../src/checkpoint/pyjson.rs"]
-    pub mod pyjson;
-    #[path = "../../../src/checkpoint/container/mod.rs"]
-    pub mod container;
+    pub use crate::{container, pickle, pyjson};
 }
 
 /// Everything a checkpoint reader does with bytes before libtorch: container, pickle, the
 /// storage byte ranges of every tensor (CRC checks included) and the config tree.
 pub fn read_all(data: &[u8]) {
-    use checkpoint::pickle::Node;
-    let Ok(raw) = checkpoint::container::read(data) else { return };
+    use pickle::Node;
+    let Ok(raw) = container::read(data) else { return };
     let p = &raw.pickle;
-    let _ = checkpoint::pyjson::to_json(p, &p.root);
+    let _ = pyjson::to_json(p, &p.root);
     for n in &p.nodes {
         if let Node::Storage(s) = n {
             let _ = raw.storage_bytes(data, s);

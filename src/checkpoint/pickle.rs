@@ -16,8 +16,8 @@ use std::rc::Rc;
 /// Largest memo index accepted (`LONG_BINPUT` takes a u32; the memo is a hash map, so this only
 /// bounds the number of entries, not an allocation).
 const MAX_MEMO_ENTRIES: usize = 1 << 24;
-/// Largest number of arena nodes per pickle, as a multiple of its length in bytes: every node
-/// needs at least one opcode byte, so this can only be hit by a bug, not by an input.
+/// Largest VM stack. Every push costs at least one opcode byte, so only a pickle of many MiB of
+/// `DUP`/`BINGET` opcodes gets here; it bounds the stack's memory.
 const MAX_STACK: usize = 1 << 24;
 
 #[derive(Debug, thiserror::Error)]
