@@ -7,6 +7,7 @@
 pub mod args;
 mod common;
 mod doctor;
+mod score;
 
 use clap::Parser;
 use std::process::ExitCode;
