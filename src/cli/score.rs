@@ -30,10 +30,9 @@ const PER_TOKEN_COLUMN: &str = "token_logprobs";
 pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     let opts = Options::new(a)?;
     let input = Input::open(&opts)?;
-    let _ = global;
-    let mut backend: Box<dyn Backend> = bail!("WIP: the model backend lands with the model and loader branches");
+    let mut backend = model_backend::ModelBackend::load(global, a)?;
     let progress = !a.quiet && std::io::stderr().is_terminal();
-    let summary = score_input(input, &opts, backend.as_mut(), progress)?;
+    let summary = score_input(input, &opts, &mut backend, progress)?;
     if !a.quiet {
         eprintln!("{}", summary.line());
     }
@@ -716,6 +715,126 @@ fn format_row(
         }
     }
     Ok(())
+}
+
+/// The real backend: fairseq checkpoints, their dictionaries and text pipeline.
+mod model_backend {
+    use anyhow::{bail, Context, Result};
+    use tch::Kind;
+
+    use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+    use tchseq::generate::scorer::{collate, SequenceScorer};
+    use tchseq::model::TransformerModel;
+    use tchseq::text::dictionary::Dictionary;
+
+    use super::{Backend, Encoded, Scored};
+    use crate::cli::args::{GlobalArgs, ScoreArgs};
+    use crate::cli::common;
+
+    pub struct ModelBackend {
+        models: Vec<TransformerModel>,
+        scorer: SequenceScorer,
+        src_dict: Dictionary,
+        tgt_dict: Dictionary,
+        left_pad_source: bool,
+        left_pad_target: bool,
+        max_source_positions: usize,
+        max_target_positions: usize,
+    }
+
+    impl ModelBackend {
+        pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
+            if !a.tokenized {
+                bail!("raw text needs the Moses+BPE pipeline, which is not in this build yet; pass --tokenized with tokenized, BPE'd text");
+            }
+            let device = common::resolve_device(global.device)?;
+            let files = ModelFiles::resolve(
+                a.model.model.as_deref(),
+                a.model.path.as_deref(),
+                a.model.data.as_deref(),
+                a.model.source_lang.as_deref(),
+                a.model.target_lang.as_deref(),
+            )?;
+            let src_dict = Dictionary::load(&files.src_dict)
+                .with_context(|| format!("cannot load {}", files.src_dict.display()))?;
+            let tgt_dict = Dictionary::load(&files.tgt_dict)
+                .with_context(|| format!("cannot load {}", files.tgt_dict.display()))?;
+            let mut models = Vec::with_capacity(files.checkpoints.len());
+            let mut pads = None;
+            for path in &files.checkpoints {
+                let ckpt = load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
+                // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
+                let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, Kind::Float)
+                    .with_context(|| format!("cannot build the model of {}", path.display()))?;
+                pads.get_or_insert((ckpt.config.left_pad_source, ckpt.config.left_pad_target));
+                models.push(model);
+            }
+            let (left_pad_source, left_pad_target) = pads.context("no checkpoint to score with")?;
+            // fairseq: utils.resolve_max_positions over the task and every model (the minimum)
+            let max_source_positions = models.iter().map(|m| m.max_source_positions()).min().unwrap_or(0);
+            let max_target_positions = models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(0);
+            let scorer = SequenceScorer::new(tgt_dict.pad(), tgt_dict.eos());
+            Ok(Self {
+                models,
+                scorer,
+                src_dict,
+                tgt_dict,
+                left_pad_source,
+                left_pad_target,
+                max_source_positions,
+                max_target_positions,
+            })
+        }
+    }
+
+    fn check_len(ids: &[i64], side: &str, max: usize, what: &str) -> std::result::Result<(), String> {
+        if ids.len() <= 1 {
+            return Err(format!("empty '{side}' after tokenization"));
+        }
+        if ids.len() > max {
+            return Err(format!(
+                "'{side}' has {} tokens (with EOS), more than the model's {what} {max}",
+                ids.len()
+            ));
+        }
+        Ok(())
+    }
+
+    impl Backend for ModelBackend {
+        fn encode(&self, source: &str, target: &str) -> std::result::Result<Encoded, String> {
+            let source_ids = self.src_dict.encode_line(source, true);
+            let target_ids = self.tgt_dict.encode_line(target, true);
+            check_len(&source_ids, "source", self.max_source_positions, "max_source_positions")?;
+            check_len(&target_ids, "target", self.max_target_positions, "max_target_positions")?;
+            Ok(Encoded { source: source_ids, target: target_ids })
+        }
+
+        fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>> {
+            let pairs: Vec<(&[i64], &[i64])> =
+                batch.iter().map(|e| (e.source.as_slice(), e.target.as_slice())).collect();
+            let sample = collate(
+                &pairs,
+                self.src_dict.pad(),
+                self.src_dict.eos(),
+                self.left_pad_source,
+                self.left_pad_target,
+            )?;
+            let hypos = self.scorer.generate(&self.models, &sample)?;
+            let mut out: Vec<Option<Scored>> = vec![None; batch.len()];
+            for (hypo, &k) in hypos.into_iter().zip(&sample.order) {
+                out[k] = Some(Scored {
+                    logprob: hypo.sum,
+                    avg_logprob: hypo.score,
+                    positional_scores: hypo.positional_scores,
+                });
+            }
+            out.into_iter().map(|s| s.context("the scorer lost a sentence of the batch")).collect()
+        }
+
+        fn target_symbol(&self, id: i64) -> String {
+            self.tgt_dict.symbol(id).to_string()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 
 use tch::{Kind, Tensor};
 
+use crate::model::{ModelError, TransformerModel};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ScorerError {
     #[error("cannot score an empty batch")]
@@ -14,6 +16,8 @@ pub enum ScorerError {
     EmptySentence { index: usize },
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
 }
 
 /// `LanguagePairDataset.ordered_indices` without shuffling: sorted by target length, then
@@ -180,6 +184,59 @@ pub struct ScoredHypo {
     pub score: f32,
     /// Log-probability of each reference token, EOS included.
     pub positional_scores: Vec<f32>,
+}
+
+/// fairseq's `SequenceScorer`: scores the reference target of every sentence of a batch with a
+/// full-sequence decoder pass (no search, no length or unk penalty).
+#[derive(Debug, Clone, Copy)]
+pub struct SequenceScorer {
+    pub pad: i64,
+    pub eos: i64,
+}
+
+impl SequenceScorer {
+    pub fn new(pad: i64, eos: i64) -> Self {
+        Self { pad, eos }
+    }
+
+    /// `SequenceScorer.generate(models, sample)`: one hypothesis per batch row, in the sample's
+    /// (sorted) row order. A single model gives `log_softmax` scores; an ensemble averages the
+    /// models' *probabilities* and takes the log of the average.
+    pub fn generate(&self, models: &[TransformerModel], sample: &Sample) -> Result<Vec<ScoredHypo>, ScorerError> {
+        let first = models.first().ok_or(ScorerError::NoModels)?;
+        let _guard = tch::no_grad_guard();
+        let device = first.device;
+        let src_tokens = sample.src_tokens.f_to_device(device)?;
+        let prev_output_tokens = sample.prev_output_tokens.f_to_device(device)?;
+        let target = sample.target.f_to_device(device)?;
+        let index = target.f_unsqueeze(-1)?;
+        let log_probs = models.len() == 1;
+        let mut avg_probs: Option<Tensor> = None;
+        for model in models {
+            let encoder_out = model.encoder.forward(&src_tokens, false)?;
+            let decoder_out = model.decoder.forward(&prev_output_tokens, &encoder_out, None, false, false)?;
+            // get_normalized_probs: utils.log_softmax / utils.softmax with dtype=float32
+            let probs = if log_probs {
+                decoder_out.logits.f_log_softmax(-1, Kind::Float)?
+            } else {
+                decoder_out.logits.f_softmax(-1, Kind::Float)?
+            };
+            let probs = probs.f_gather(2, &index, false)?.f_view(target.size().as_slice())?;
+            avg_probs = Some(match avg_probs {
+                None => probs,
+                Some(mut avg) => {
+                    avg.f_add_(&probs)?;
+                    avg
+                }
+            });
+        }
+        let mut avg_probs = avg_probs.ok_or(ScorerError::NoModels)?;
+        if !log_probs {
+            avg_probs.f_div_scalar_(models.len() as i64)?;
+            avg_probs.f_log_()?;
+        }
+        hypos_from_probs(&avg_probs.f_to_device(tch::Device::Cpu)?, &sample.target, self.pad)
+    }
 }
 
 /// Turns the `[B, T]` gathered (log-)probabilities into hypotheses, as the tail of

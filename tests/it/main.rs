@@ -2,4 +2,5 @@
 //! One module per area.
 
 mod cli;
+mod score;
 mod util;
