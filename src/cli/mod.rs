@@ -7,6 +7,7 @@
 pub mod args;
 mod common;
 mod doctor;
+mod inspect;
 mod score;
 
 use clap::Parser;
@@ -50,9 +51,9 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(_) => common::not_implemented("translate"),
-        Command::Score(_) => common::not_implemented("score"),
+        Command::Score(a) => score::run(&cli.global, &a),
         Command::Verify(_) => common::not_implemented("verify"),
-        Command::Inspect(_) => common::not_implemented("inspect"),
+        Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(_) => common::not_implemented("encode"),
         Command::Decode(_) => common::not_implemented("decode"),
     }

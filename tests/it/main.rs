@@ -4,3 +4,5 @@
 mod cli;
 mod score;
 mod util;
+mod loader;
+mod malformed;
