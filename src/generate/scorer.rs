@@ -225,15 +225,15 @@ impl SequenceScorer {
             avg_probs = Some(match avg_probs {
                 None => probs,
                 Some(mut avg) => {
-                    avg.f_add_(&probs)?;
+                    let _ = avg.f_add_(&probs)?;
                     avg
                 }
             });
         }
         let mut avg_probs = avg_probs.ok_or(ScorerError::NoModels)?;
         if !log_probs {
-            avg_probs.f_div_scalar_(models.len() as i64)?;
-            avg_probs.f_log_()?;
+            let _ = avg_probs.f_div_scalar_(models.len() as i64)?;
+            let _ = avg_probs.f_log_()?;
         }
         hypos_from_probs(&avg_probs.f_to_device(tch::Device::Cpu)?, &sample.target, self.pad)
     }
