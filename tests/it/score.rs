@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::util::{fixture, repo, tchseq};
 
@@ -36,17 +36,17 @@ fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) {
 }
 
 /// `H-{id}\t{score}\t...` and `P-{id}\t...` lines of a fairseq-generate run: id -> (base-2
-/// score, base-2 positional scores).
-fn golden_scores(path: &Path) -> BTreeMap<usize, (f64, Vec<f64>)> {
+/// score, base-2 positional scores as printed).
+fn golden_scores(path: &Path) -> BTreeMap<usize, (f64, Vec<String>)> {
     let mut h: BTreeMap<usize, f64> = BTreeMap::new();
-    let mut p: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut p: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for line in lines(path) {
         let mut parts = line.split('\t');
         let tag = parts.next().unwrap();
         if let Some(id) = tag.strip_prefix("H-") {
             h.insert(id.parse().unwrap(), parts.next().unwrap().parse().unwrap());
         } else if let Some(id) = tag.strip_prefix("P-") {
-            let vals = parts.next().unwrap_or("").split(' ').map(|x| x.parse().unwrap()).collect();
+            let vals = parts.next().unwrap_or("").split(' ').map(str::to_string).collect();
             p.insert(id.parse().unwrap(), vals);
         }
     }
@@ -71,11 +71,23 @@ struct Scored {
     stderr: String,
 }
 
-fn score(model_dir: &Path, csv_path: &Path, extra: &[&str]) -> Scored {
+/// `-m DIR -s SRC -t TGT` for a manifest fixture.
+fn model_args(fx: &serde_json::Value) -> Vec<String> {
+    vec![
+        "-m".into(),
+        repo(fx["dir"].as_str().unwrap()).to_string_lossy().into_owned(),
+        "-s".into(),
+        fx["source_lang"].as_str().unwrap().into(),
+        "-t".into(),
+        fx["target_lang"].as_str().unwrap().into(),
+    ]
+}
+
+fn score(model: &[String], csv_path: &Path, extra: &[&str]) -> Scored {
     let out_path = csv_path.with_extension("out.csv");
     let assert = tchseq()
-        .args(["--threads", "1", "--device", "cpu", "score", "-m"])
-        .arg(model_dir)
+        .args(["--threads", "1", "--device", "cpu", "score"])
+        .args(model)
         .arg("--input")
         .arg(csv_path)
         .arg("--output")
@@ -106,9 +118,9 @@ fn parity_with_fairseq_score_reference() {
             let batch_size = argv[argv.iter().position(|a| *a == "--batch-size").unwrap() + 1];
             let expected = golden_scores(&fx_dir.join(golden["file"].as_str().unwrap()));
             assert_eq!(expected.len(), pairs.len(), "{name}/{run}: fairseq scored every pair");
-            let scored = score(&fx_dir, &csv_path, &["--tokenized", "--batch-size", batch_size, "--per-token", "-q"]);
+            let scored = score(&model_args(fx), &csv_path, &["--tokenized", "--batch-size", batch_size, "--per-token", "-q"]);
             assert_eq!(scored.output.len(), pairs.len());
-            let (mut max_score, mut max_pos) = (0f64, 0f64);
+            let (mut max_score, mut max_pos, mut bit_exact) = (0f64, 0f64, 0);
             for (i, row) in scored.output.iter().enumerate() {
                 assert_eq!(row["id"], i.to_string(), "{name}/{run}: input order");
                 assert_eq!(row["error"], "", "{name}/{run} row {i}");
@@ -122,34 +134,40 @@ fn parity_with_fairseq_score_reference() {
                 max_score = max_score.max(diff);
                 assert!(diff <= 1e-4, "{name}/{run} row {i}: ours {avg}, fairseq {} (base e)", h2 * LN2);
                 assert!((logprob / tokens as f64 - avg).abs() <= 1e-5);
+                // fairseq's printed score is the f32 `score / math.log(2)`: compare bits too
+                let avg32: f32 = row["avg_logprob"].parse().unwrap();
+                if f64::from(avg32 / LN2 as f32) == *h2 {
+                    bit_exact += 1;
+                }
                 let ppl: f64 = row["ppl"].parse().unwrap();
-                assert!((ppl - (-avg).exp()).abs() <= 1e-9 * ppl.max(1.0));
+                assert!((ppl - (-f64::from(avg32)).exp()).abs() <= 1e-12 * ppl.max(1.0));
                 let per_token: Vec<(String, f64)> = serde_json::from_str(&row["token_logprobs"]).unwrap();
                 assert_eq!(per_token.len(), tokens);
                 assert_eq!(per_token.last().unwrap().0, "</s>");
                 for (k, ((_, lp), p)) in per_token.iter().zip(p2).enumerate() {
-                    // P- values are printed with 4 decimals in base 2
-                    let d = (lp / LN2 - p).abs();
-                    max_pos = max_pos.max(d);
-                    assert!(d <= 0.5e-4 + 1e-6, "{name}/{run} row {i} token {k}: {} vs {p}", lp / LN2);
+                    // P- values: '{:.4f}' of the f32 `score / math.log(2)`
+                    let ours = format!("{:.4}", f64::from(*lp as f32 / LN2 as f32));
+                    assert_eq!(&ours, p, "{name}/{run} row {i} token {k}");
+                    max_pos = max_pos.max((lp / LN2 - p.parse::<f64>().unwrap()).abs());
                 }
                 compared += 1;
             }
-            eprintln!("score parity {name}/{run}: {} rows, max |avg_logprob diff| {max_score:.3e} (base e), max |P diff| {max_pos:.3e} (base 2, 4-decimal golden)", pairs.len());
+            eprintln!("score parity {name}/{run}: {} rows, {bit_exact} H scores bit-identical, max |avg_logprob diff| {max_score:.3e} (base e), every P value identical as printed (max |diff| to the 4-decimal golden {max_pos:.1e})", pairs.len());
+            assert_eq!(bit_exact, pairs.len(), "{name}/{run}: every score bit-identical to fairseq's");
         }
     }
     assert!(compared >= 2 * 72, "compared {compared} rows");
 }
 
-fn first_fixture_dir(m: &serde_json::Value) -> PathBuf {
-    repo(m["fixtures"][0]["dir"].as_str().unwrap())
+fn first_fixture(m: &serde_json::Value) -> Vec<String> {
+    model_args(&m["fixtures"][0])
 }
 
 #[test]
 fn order_is_kept_with_shuffled_lengths_and_small_batches() {
     let m = manifest();
     let pairs = fixture_pairs(&m);
-    let fx_dir = first_fixture_dir(&m);
+    let fx = first_fixture(&m);
     let dir = tempfile::tempdir().unwrap();
     // a fixed shuffle: rows far from fairseq's length order
     let mut order: Vec<usize> = (0..pairs.len()).collect();
@@ -158,9 +176,9 @@ fn order_is_kept_with_shuffled_lengths_and_small_batches() {
         order.iter().map(|&i| vec![pairs[i].1.clone(), i.to_string(), pairs[i].0.clone()]).collect();
     let csv_path = dir.path().join("shuffled.csv");
     write_csv(&csv_path, &["target", "id", "source"], &rows);
-    let alone = score(&fx_dir, &csv_path, &["--tokenized", "--batch-size", "1", "-q"]).output;
+    let alone = score(&fx, &csv_path, &["--tokenized", "--batch-size", "1", "-q"]).output;
     for (bs, buffer) in [("3", "5"), ("2", "1000"), ("7", "3")] {
-        let batched = score(&fx_dir, &csv_path, &["--tokenized", "--batch-size", bs, "--buffer-size", buffer, "-q"]).output;
+        let batched = score(&fx, &csv_path, &["--tokenized", "--batch-size", bs, "--buffer-size", buffer, "-q"]).output;
         assert_eq!(batched.len(), rows.len());
         for (k, (a, b)) in alone.iter().zip(&batched).enumerate() {
             assert_eq!(b["id"], order[k].to_string(), "row {k} stays in place");
@@ -172,7 +190,7 @@ fn order_is_kept_with_shuffled_lengths_and_small_batches() {
         }
     }
     // --max-tokens batching too
-    let by_tokens = score(&fx_dir, &csv_path, &["--tokenized", "--max-tokens", "20", "--buffer-size", "11", "-q"]).output;
+    let by_tokens = score(&fx, &csv_path, &["--tokenized", "--max-tokens", "20", "--buffer-size", "11", "-q"]).output;
     for (a, b) in alone.iter().zip(&by_tokens) {
         assert_eq!(a["id"], b["id"]);
         let (x, y): (f64, f64) = (a["avg_logprob"].parse().unwrap(), b["avg_logprob"].parse().unwrap());
@@ -184,7 +202,7 @@ fn order_is_kept_with_shuffled_lengths_and_small_batches() {
 fn malformed_rows_keep_their_place_with_a_reason() {
     let m = manifest();
     let pairs = fixture_pairs(&m);
-    let fx_dir = first_fixture_dir(&m);
+    let fx = first_fixture(&m);
     let dir = tempfile::tempdir().unwrap();
     let (s0, t0) = &pairs[0];
     let (s1, t1) = &pairs[1];
@@ -201,7 +219,7 @@ fn malformed_rows_keep_their_place_with_a_reason() {
     let csv_path = dir.path().join("bad.csv");
     fs::write(&csv_path, &data).unwrap();
 
-    let scored = score(&fx_dir, &csv_path, &["--tokenized", "--batch-size", "4"]);
+    let scored = score(&fx, &csv_path, &["--tokenized", "--batch-size", "4"]);
     let out = scored.output;
     assert_eq!(out.len(), 8, "one output row per input row");
     for (i, row) in out.iter().enumerate() {
@@ -229,14 +247,14 @@ fn malformed_rows_keep_their_place_with_a_reason() {
 #[test]
 fn missing_column_is_a_usage_error_naming_the_columns() {
     let m = manifest();
-    let fx_dir = first_fixture_dir(&m);
+    let fx = first_fixture(&m);
     let dir = tempfile::tempdir().unwrap();
     let csv_path = dir.path().join("in.csv");
     fs::write(&csv_path, "src,tgt\na,b\n").unwrap();
     let out_path = dir.path().join("out.csv");
     let out = tchseq()
-        .args(["score", "-m"])
-        .arg(&fx_dir)
+        .arg("score")
+        .args(&fx)
         .arg("--input")
         .arg(&csv_path)
         .arg("--output")
@@ -255,7 +273,7 @@ fn missing_column_is_a_usage_error_naming_the_columns() {
 fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
     let m = manifest();
     let pairs = fixture_pairs(&m);
-    let fx_dir = first_fixture_dir(&m);
+    let fx = first_fixture(&m);
     let dir = tempfile::tempdir().unwrap();
     let csv_path = dir.path().join("in.csv");
     let rows: Vec<Vec<String>> = pairs[..5].iter().map(|(s, t)| vec![s.clone(), t.clone()]).collect();
@@ -264,8 +282,8 @@ fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
     fs::create_dir(&out_dir).unwrap();
     let out_path = out_dir.join("scored.jsonl");
     tchseq()
-        .args(["--threads", "1", "score", "-m"])
-        .arg(&fx_dir)
+        .args(["--threads", "1", "score"])
+        .args(&fx)
         .arg("--input")
         .arg(&csv_path)
         .arg("--output")
@@ -287,8 +305,8 @@ fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
     // every row bad: output still written (with reasons), exit code 1
     fs::write(&csv_path, "source,target\na,\nb,\n").unwrap();
     let out = tchseq()
-        .args(["score", "-m"])
-        .arg(&fx_dir)
+        .arg("score")
+        .args(&fx)
         .arg("--input")
         .arg(&csv_path)
         .args(["--tokenized", "-q"])
@@ -300,6 +318,6 @@ fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("none of the 2 rows"));
 
     // --resume needs --output
-    let out = tchseq().args(["score", "-m"]).arg(&fx_dir).arg("--input").arg(&csv_path).arg("--resume").output().unwrap();
+    let out = tchseq().arg("score").args(&fx).arg("--input").arg(&csv_path).arg("--resume").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
