@@ -214,6 +214,18 @@ pub enum ScoreFormat {
 }
 
 #[derive(Debug, Args)]
+#[command(after_long_help = "Output: every input column, then logprob (sum of the natural-log probabilities of the \
+target tokens, EOS included), tokens (target tokens after BPE, EOS included), avg_logprob (logprob / tokens: \
+fairseq-generate --score-reference's score, in base e where fairseq prints base 2), ppl (exp(-avg_logprob)) and \
+error; --per-token adds token_logprobs. Exactly one output row per input row, in input order; a row that cannot \
+be scored (ragged, missing/empty field, invalid UTF-8, longer than the model's max positions) keeps its place \
+with empty scores and the reason in `error`.\n\n\
+--output is written as <output>.partial (plus <output>.partial.progress) and renamed to <output> when complete. \
+After an interruption, --resume continues from the last completed --buffer-size chunk.\n\n\
+Exit status: 0 when at least one row was scored (or the input has no rows); 1 when no row could be scored \
+(the output is still written); 2 for usage, input or model errors (e.g. a missing column).\n\n\
+Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv\n  \
+tchseq score -m model_dir --tokenized --delimiter '\\t' --input pairs.tsv --format jsonl --per-token")]
 pub struct ScoreArgs {
     #[command(flatten)]
     pub model: ModelArgs,

@@ -8,6 +8,7 @@ pub mod args;
 mod common;
 mod doctor;
 mod inspect;
+mod score;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -50,7 +51,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(_) => common::not_implemented("translate"),
-        Command::Score(_) => common::not_implemented("score"),
+        Command::Score(a) => score::run(&cli.global, &a),
         Command::Verify(_) => common::not_implemented("verify"),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(_) => common::not_implemented("encode"),

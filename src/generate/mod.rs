@@ -1,1 +1,2 @@
 //! Search: beam search, sampling, and the sequence scorer.
+pub mod scorer;

@@ -1,0 +1,323 @@
+//! `tchseq score`: parity with `fairseq-generate --score-reference`, and the row guarantees
+//! (one output row per input row, in input order, bad rows kept with a reason).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use crate::util::{fixture, repo, tchseq};
+
+const LN2: f64 = std::f64::consts::LN_2;
+
+fn manifest() -> serde_json::Value {
+    let text = fs::read_to_string(fixture("models/manifest.json")).expect("tests/fixtures/models/manifest.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path).unwrap().lines().map(str::to_string).collect()
+}
+
+/// The fixtures' test sentences (already tokenized + BPE'd) as (source, target) pairs.
+fn fixture_pairs(m: &serde_json::Value) -> Vec<(String, String)> {
+    let src = lines(&repo(m["inputs"]["src"].as_str().unwrap()));
+    let tgt = lines(&repo(m["inputs"]["tgt"].as_str().unwrap()));
+    assert_eq!(src.len(), tgt.len());
+    src.into_iter().zip(tgt).collect()
+}
+
+fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) {
+    let mut w = csv::Writer::from_path(path).unwrap();
+    w.write_record(header).unwrap();
+    for r in rows {
+        w.write_record(r).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// `H-{id}\t{score}\t...` and `P-{id}\t...` lines of a fairseq-generate run: id -> (base-2
+/// score, base-2 positional scores as printed).
+fn golden_scores(path: &Path) -> BTreeMap<usize, (f64, Vec<String>)> {
+    let mut h: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut p: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for line in lines(path) {
+        let mut parts = line.split('\t');
+        let tag = parts.next().unwrap();
+        if let Some(id) = tag.strip_prefix("H-") {
+            h.insert(id.parse().unwrap(), parts.next().unwrap().parse().unwrap());
+        } else if let Some(id) = tag.strip_prefix("P-") {
+            let vals = parts.next().unwrap_or("").split(' ').map(str::to_string).collect();
+            p.insert(id.parse().unwrap(), vals);
+        }
+    }
+    assert_eq!(h.len(), p.len());
+    h.into_iter().map(|(id, s)| (id, (s, p.remove(&id).unwrap()))).collect()
+}
+
+fn read_output(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let mut r = csv::ReaderBuilder::new().flexible(true).from_path(path).unwrap();
+    let header: Vec<String> = r.headers().unwrap().iter().map(str::to_string).collect();
+    r.byte_records()
+        .map(|rec| {
+            let rec = csv::StringRecord::from_byte_record_lossy(rec.unwrap());
+            assert_eq!(rec.len(), header.len(), "every output row has the header's width");
+            header.iter().cloned().zip(rec.iter().map(str::to_string)).collect()
+        })
+        .collect()
+}
+
+struct Scored {
+    output: Vec<BTreeMap<String, String>>,
+    stderr: String,
+}
+
+/// `-m DIR -s SRC -t TGT` for a manifest fixture.
+fn model_args(fx: &serde_json::Value) -> Vec<String> {
+    vec![
+        "-m".into(),
+        repo(fx["dir"].as_str().unwrap()).to_string_lossy().into_owned(),
+        "-s".into(),
+        fx["source_lang"].as_str().unwrap().into(),
+        "-t".into(),
+        fx["target_lang"].as_str().unwrap().into(),
+    ]
+}
+
+fn score(model: &[String], csv_path: &Path, extra: &[&str]) -> Scored {
+    let out_path = csv_path.with_extension("out.csv");
+    let assert = tchseq()
+        .args(["--threads", "1", "--device", "cpu", "score"])
+        .args(model)
+        .arg("--input")
+        .arg(csv_path)
+        .arg("--output")
+        .arg(&out_path)
+        .args(extra)
+        .assert();
+    let out = assert.get_output();
+    assert!(out.status.success(), "tchseq score failed: {}", String::from_utf8_lossy(&out.stderr));
+    Scored { output: read_output(&out_path), stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+}
+
+#[test]
+fn parity_with_fairseq_score_reference() {
+    let m = manifest();
+    let pairs = fixture_pairs(&m);
+    let dir = tempfile::tempdir().unwrap();
+    let csv_path = dir.path().join("pairs.csv");
+    let rows: Vec<Vec<String>> =
+        pairs.iter().enumerate().map(|(i, (s, t))| vec![i.to_string(), s.clone(), t.clone()]).collect();
+    write_csv(&csv_path, &["id", "source", "target"], &rows);
+
+    let mut compared = 0;
+    for fx in m["fixtures"].as_array().unwrap() {
+        let name = fx["name"].as_str().unwrap();
+        let fx_dir = repo(fx["dir"].as_str().unwrap());
+        for (run, golden) in fx["goldens"]["score_reference"].as_object().unwrap() {
+            let argv: Vec<&str> = golden["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+            let batch_size = argv[argv.iter().position(|a| *a == "--batch-size").unwrap() + 1];
+            let expected = golden_scores(&fx_dir.join(golden["file"].as_str().unwrap()));
+            assert_eq!(expected.len(), pairs.len(), "{name}/{run}: fairseq scored every pair");
+            let scored = score(&model_args(fx), &csv_path, &["--tokenized", "--batch-size", batch_size, "--per-token", "-q"]);
+            assert_eq!(scored.output.len(), pairs.len());
+            let (mut max_score, mut max_pos, mut bit_exact) = (0f64, 0f64, 0);
+            for (i, row) in scored.output.iter().enumerate() {
+                assert_eq!(row["id"], i.to_string(), "{name}/{run}: input order");
+                assert_eq!(row["error"], "", "{name}/{run} row {i}");
+                let (h2, p2) = &expected[&i];
+                let avg: f64 = row["avg_logprob"].parse().unwrap();
+                let logprob: f64 = row["logprob"].parse().unwrap();
+                let tokens: usize = row["tokens"].parse().unwrap();
+                assert_eq!(tokens, p2.len(), "{name}/{run} row {i}: token count incl. EOS");
+                // fairseq prints score / ln 2 in f32
+                let diff = (avg - h2 * LN2).abs();
+                max_score = max_score.max(diff);
+                assert!(diff <= 1e-4, "{name}/{run} row {i}: ours {avg}, fairseq {} (base e)", h2 * LN2);
+                assert!((logprob / tokens as f64 - avg).abs() <= 1e-5);
+                // fairseq's printed score is the f32 `score / math.log(2)`: compare bits too
+                let avg32: f32 = row["avg_logprob"].parse().unwrap();
+                if f64::from(avg32 / LN2 as f32) == *h2 {
+                    bit_exact += 1;
+                }
+                let ppl: f64 = row["ppl"].parse().unwrap();
+                assert!((ppl - (-f64::from(avg32)).exp()).abs() <= 1e-12 * ppl.max(1.0));
+                let per_token: Vec<(String, f64)> = serde_json::from_str(&row["token_logprobs"]).unwrap();
+                assert_eq!(per_token.len(), tokens);
+                assert_eq!(per_token.last().unwrap().0, "</s>");
+                for (k, ((_, lp), p)) in per_token.iter().zip(p2).enumerate() {
+                    // P- values: '{:.4f}' of the f32 `score / math.log(2)`
+                    let ours = format!("{:.4}", f64::from(*lp as f32 / LN2 as f32));
+                    assert_eq!(&ours, p, "{name}/{run} row {i} token {k}");
+                    max_pos = max_pos.max((lp / LN2 - p.parse::<f64>().unwrap()).abs());
+                }
+                compared += 1;
+            }
+            eprintln!("score parity {name}/{run}: {} rows, {bit_exact} H scores bit-identical, max |avg_logprob diff| {max_score:.3e} (base e), every P value identical as printed (max |diff| to the 4-decimal golden {max_pos:.1e})", pairs.len());
+            assert_eq!(bit_exact, pairs.len(), "{name}/{run}: every score bit-identical to fairseq's");
+        }
+    }
+    assert!(compared >= 2 * 72, "compared {compared} rows");
+}
+
+fn first_fixture(m: &serde_json::Value) -> Vec<String> {
+    model_args(&m["fixtures"][0])
+}
+
+#[test]
+fn order_is_kept_with_shuffled_lengths_and_small_batches() {
+    let m = manifest();
+    let pairs = fixture_pairs(&m);
+    let fx = first_fixture(&m);
+    let dir = tempfile::tempdir().unwrap();
+    // a fixed shuffle: rows far from fairseq's length order
+    let mut order: Vec<usize> = (0..pairs.len()).collect();
+    order.sort_by_key(|&i| (i * 37) % pairs.len());
+    let rows: Vec<Vec<String>> =
+        order.iter().map(|&i| vec![pairs[i].1.clone(), i.to_string(), pairs[i].0.clone()]).collect();
+    let csv_path = dir.path().join("shuffled.csv");
+    write_csv(&csv_path, &["target", "id", "source"], &rows);
+    let alone = score(&fx, &csv_path, &["--tokenized", "--batch-size", "1", "-q"]).output;
+    for (bs, buffer) in [("3", "5"), ("2", "1000"), ("7", "3")] {
+        let batched = score(&fx, &csv_path, &["--tokenized", "--batch-size", bs, "--buffer-size", buffer, "-q"]).output;
+        assert_eq!(batched.len(), rows.len());
+        for (k, (a, b)) in alone.iter().zip(&batched).enumerate() {
+            assert_eq!(b["id"], order[k].to_string(), "row {k} stays in place");
+            assert_eq!(b["target"], a["target"]);
+            assert_eq!(a["tokens"], b["tokens"]);
+            let (x, y): (f64, f64) = (a["avg_logprob"].parse().unwrap(), b["avg_logprob"].parse().unwrap());
+            // batch composition only moves low bits
+            assert!((x - y).abs() <= 1e-5, "row {k}: {x} vs {y} (batch {bs})");
+        }
+    }
+    // --max-tokens batching too
+    let by_tokens = score(&fx, &csv_path, &["--tokenized", "--max-tokens", "20", "--buffer-size", "11", "-q"]).output;
+    for (a, b) in alone.iter().zip(&by_tokens) {
+        assert_eq!(a["id"], b["id"]);
+        let (x, y): (f64, f64) = (a["avg_logprob"].parse().unwrap(), b["avg_logprob"].parse().unwrap());
+        assert!((x - y).abs() <= 1e-5);
+    }
+}
+
+#[test]
+fn malformed_rows_keep_their_place_with_a_reason() {
+    let m = manifest();
+    let pairs = fixture_pairs(&m);
+    let fx = first_fixture(&m);
+    let dir = tempfile::tempdir().unwrap();
+    let (s0, t0) = &pairs[0];
+    let (s1, t1) = &pairs[1];
+    let long_target = vec![t0.split(' ').next().unwrap(); 10_000].join(" ");
+    let mut data: Vec<u8> = b"id,source,target\n".to_vec();
+    data.extend(format!("0,{s0},{t0}\n").as_bytes());
+    data.extend(format!("1,{s0}\n").as_bytes()); // ragged: a field short
+    data.extend(format!("2,{s0},{t0},extra\n").as_bytes()); // ragged: a field too many
+    data.extend(format!("3,{s0},\n").as_bytes()); // empty target
+    data.extend(b"4,\xff\xfe,x\n"); // invalid UTF-8
+    data.extend(format!("5,{s0},{long_target}\n").as_bytes()); // longer than max positions
+    data.extend(format!("6,\"{s1}\n{s1}\",\"{t1}\"\n").as_bytes()); // a quoted newline
+    data.extend(format!("7,{s1},{t1}\n").as_bytes());
+    let csv_path = dir.path().join("bad.csv");
+    fs::write(&csv_path, &data).unwrap();
+
+    let scored = score(&fx, &csv_path, &["--tokenized", "--batch-size", "4"]);
+    let out = scored.output;
+    assert_eq!(out.len(), 8, "one output row per input row");
+    for (i, row) in out.iter().enumerate() {
+        assert_eq!(row["id"], i.to_string());
+    }
+    let err = |i: usize| out[i]["error"].as_str();
+    assert_eq!(err(0), "");
+    assert!(err(1).starts_with("ragged row: 2 fields"), "{}", err(1));
+    assert!(err(2).starts_with("ragged row: 4 fields"), "{}", err(2));
+    assert_eq!(err(3), "empty 'target'");
+    assert!(err(4).starts_with("invalid UTF-8 in 'source'"), "{}", err(4));
+    assert!(err(5).contains("10001 tokens") && err(5).contains("max"), "{}", err(5));
+    assert_eq!(err(6), "");
+    assert_eq!(out[6]["source"], format!("{s1}\n{s1}"));
+    assert_eq!(err(7), "");
+    for i in [1, 2, 3, 4, 5] {
+        assert_eq!(out[i]["logprob"], "", "row {i} has no score");
+    }
+    // the quoted newline is just whitespace to the tokenizer
+    let (a, b): (f64, f64) = (out[7]["tokens"].parse().unwrap(), out[6]["tokens"].parse().unwrap());
+    assert_eq!(a, b);
+    assert!(scored.stderr.contains("8 rows (5 errors)"), "summary: {}", scored.stderr);
+}
+
+#[test]
+fn missing_column_is_a_usage_error_naming_the_columns() {
+    let m = manifest();
+    let fx = first_fixture(&m);
+    let dir = tempfile::tempdir().unwrap();
+    let csv_path = dir.path().join("in.csv");
+    fs::write(&csv_path, "src,tgt\na,b\n").unwrap();
+    let out_path = dir.path().join("out.csv");
+    let out = tchseq()
+        .arg("score")
+        .args(&fx)
+        .arg("--input")
+        .arg(&csv_path)
+        .arg("--output")
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: ") && stderr.contains("'src', 'tgt'"), "{stderr}");
+    assert!(!out_path.exists());
+    assert!(fs::read_dir(dir.path()).unwrap().count() == 1, "no temporary files left");
+}
+
+#[test]
+fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
+    let m = manifest();
+    let pairs = fixture_pairs(&m);
+    let fx = first_fixture(&m);
+    let dir = tempfile::tempdir().unwrap();
+    let csv_path = dir.path().join("in.csv");
+    let rows: Vec<Vec<String>> = pairs[..5].iter().map(|(s, t)| vec![s.clone(), t.clone()]).collect();
+    write_csv(&csv_path, &["source", "target"], &rows);
+    let out_dir = dir.path().join("sub");
+    fs::create_dir(&out_dir).unwrap();
+    let out_path = out_dir.join("scored.jsonl");
+    tchseq()
+        .args(["--threads", "1", "score"])
+        .args(&fx)
+        .arg("--input")
+        .arg(&csv_path)
+        .arg("--output")
+        .arg(&out_path)
+        .args(["--tokenized", "--format", "jsonl", "-q"])
+        .assert()
+        .success();
+    let names: Vec<String> =
+        fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["scored.jsonl"], "only the final file remains");
+    let text = fs::read_to_string(&out_path).unwrap();
+    assert_eq!(text.lines().count(), 5);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["avg_logprob"].as_f64().unwrap() < 0.0);
+        assert!(v["error"].is_null());
+    }
+
+    // every row bad: output still written (with reasons), exit code 1
+    fs::write(&csv_path, "source,target\na,\nb,\n").unwrap();
+    let out = tchseq()
+        .arg("score")
+        .args(&fx)
+        .arg("--input")
+        .arg(&csv_path)
+        .args(["--tokenized", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 3);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("none of the 2 rows"));
+
+    // --resume needs --output
+    let out = tchseq().arg("score").args(&fx).arg("--input").arg(&csv_path).arg("--resume").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
