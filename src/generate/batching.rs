@@ -175,6 +175,19 @@ mod tests {
     }
 
     #[test]
+    fn ordered_indices_match_language_pair_dataset() {
+        // LanguagePairDataset(...).ordered_indices() under numpy_seed(1), then
+        // batch_by_size(max_sentences=4), computed by fairseq 0.12.2 for these sizes
+        let sizes = [3, 5, 1, 4, 4, 2, 7, 3, 5, 1, 1, 6, 4, 3, 2, 2, 8, 5];
+        let idx = ordered_indices(&sizes);
+        assert_eq!(idx, vec![2, 10, 9, 14, 15, 5, 13, 7, 0, 3, 4, 12, 1, 17, 8, 11, 6, 16]);
+        assert_eq!(
+            batch_by_size(&idx, &sizes, None, Some(4)),
+            vec![vec![2, 10, 9, 14], vec![15, 5, 13, 7], vec![0, 3, 4, 12], vec![1, 17, 8, 11], vec![6, 16]]
+        );
+    }
+
+    #[test]
     fn batch_by_size_matches_fairseq_cython() {
         // fairseq.data.data_utils_fast.batch_by_size_vec on these inputs
         let idx: Vec<usize> = (0..10).collect();

@@ -34,15 +34,15 @@ impl StepModel for EnsembleModel<'_> {
         self.state.clear();
         for model in self.models {
             let enc = model.encoder.forward(src_tokens, false).map_err(model_err)?;
-            self.state.push((enc.reorder(new_order).map_err(model_err)?, IncrementalState::new()));
+            self.state.push((enc.reorder(new_order), IncrementalState::new()));
         }
         Ok(())
     }
 
     fn reorder(&mut self, new_order: &Tensor) -> Result<(), GenerateError> {
         for (enc, inc) in self.state.iter_mut() {
-            inc.reorder(new_order).map_err(model_err)?;
-            *enc = enc.reorder(new_order).map_err(model_err)?;
+            inc.reorder(new_order);
+            *enc = enc.reorder(new_order);
         }
         Ok(())
     }
@@ -68,7 +68,7 @@ impl StepModel for EnsembleModel<'_> {
             let t = out.logits.size()[1];
             let mut last = out.logits.f_narrow(1, t - 1, 1)?;
             let last = last.f_div_scalar_(temperature)?;
-            let probs = get_normalized_probs(&last, true).map_err(model_err)?;
+            let probs = get_normalized_probs(&last, true);
             let probs = probs.f_select(1, -1)?;
             if n == 1 {
                 return Ok((probs, attn));

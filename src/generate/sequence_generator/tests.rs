@@ -20,7 +20,7 @@ fn src_class(src: &[i64]) -> i64 {
 impl Markov {
     fn new(seed: i64) -> Self {
         tch::manual_seed(seed);
-        let mut logits = Tensor::randn([N_SRC * V, V], (Kind::Float, Device::Cpu)).g_mul_scalar(2.0);
+        let logits = Tensor::randn([N_SRC * V, V], (Kind::Float, Device::Cpu)).g_mul_scalar(2.0);
         // make EOS likely enough that sentences finish at different steps
         let _ = logits.select(1, 2).g_add_scalar_(2.5);
         Markov { table: logits.log_softmax(-1, Kind::Float), rows: None }
