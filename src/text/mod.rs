@@ -1,1 +1,2 @@
 //! Text pipeline: dictionaries, Moses, BPE, sentencepiece.
+pub mod dictionary;

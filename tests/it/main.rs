@@ -3,3 +3,5 @@
 
 mod cli;
 mod util;
+mod loader;
+mod malformed;
