@@ -13,8 +13,13 @@ pub fn python_float_repr(x: f64) -> String {
     if x == 0.0 {
         return if x.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
     }
-    // Rust's `{:e}` gives the same shortest round-trip digits as Python's repr.
-    let sci = format!("{:e}", x);
+    // Rust's `{:e}` finds the shortest round-trip length; when two strings of that length
+    // round-trip, Python takes the one nearest the exact value (ties to even), which Rust's
+    // exact `{:.Ne}` formatting gives.
+    let shortest = format!("{:e}", x);
+    let digits = shortest.split('e').next().unwrap_or("").chars().filter(char::is_ascii_digit).count();
+    let nearest = format!("{:.*e}", digits.saturating_sub(1), x);
+    let sci = if nearest.parse::<f64>().ok() == Some(x) { nearest } else { shortest };
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
@@ -78,6 +83,9 @@ mod tests {
             (f64::NEG_INFINITY, "-inf"),
             (f64::NAN, "nan"),
             (f32::MIN_POSITIVE as f64, "1.1754943508222875e-38"),
+            // two 17-digit strings round-trip; Python takes the nearest (tie: even)
+            (-1.58295440673828125, "-1.5829544067382812"),
+            (-0.0049665700644254684, "-0.0049665700644254684"),
         ];
         for &(x, want) in cases {
             assert_eq!(python_float_repr(x), want, "{x:e}");

@@ -16,7 +16,7 @@ use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
 use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
 use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
-use tchseq::generate::rng_replay::replay_model_init;
+use tchseq::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
 use tchseq::generate::sequence_generator::Specials;
 use tchseq::generate::{
     EnsembleModel, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator,
@@ -86,7 +86,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             ckpt.config.share_all_embeddings,
             ckpt.config.share_decoder_input_output_embed,
         )?;
-        as_parameters(&mut ckpt.state_dict)?;
+        as_parameters(&mut ckpt.state_dict, device, kind)?;
         let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
             .with_context(|| format!("building the model of {}", path.display()))?;
         if tokenizer_cfg.is_none() {
@@ -199,14 +199,16 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 /// `requires_grad=True` under `no_grad`. libtorch's `matmul` picks its kernel from that flag
 /// (`should_fold`: a 3-d input times a weight that requires grad is folded into one `mm`,
 /// otherwise it is broadcast to `bmm`, with other low bits), e.g. in the bias-less output
-/// projection once the beam has more than one row. The model keeps tensors of its own dtype
-/// and device as they are, so the flag reaches its weights.
-fn as_parameters(state_dict: &mut indexmap::IndexMap<String, Tensor>) -> Result<()> {
+/// projection once the beam has more than one row. Weights are cast to the run dtype and device
+/// here, which the model then keeps as they are, so the flag reaches its weights.
+fn as_parameters(state_dict: &mut indexmap::IndexMap<String, Tensor>, device: Device, kind: Kind) -> Result<()> {
     let _guard = tch::no_grad_guard();
     for t in state_dict.values_mut() {
         if t.is_floating_point() {
-            let mut owned = t.f_empty_like()?;
-            owned.f_copy_(t)?;
+            // fairseq copies the stored values into parameters of the model's dtype
+            let cast = t.f_to_device(device)?.f_to_kind(kind)?;
+            let mut owned = cast.f_empty_like()?;
+            owned.f_copy_(&cast)?;
             *t = owned.set_requires_grad(true);
         }
     }
@@ -299,6 +301,8 @@ fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> 
         })
         .collect();
     let batches = batch_by_size(&order, &sizes, ctx.max_tokens, ctx.batch_size);
+    // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
+    replay_dataloader_iter()?;
     let mut ensemble = EnsembleModel::new(&ctx.models)?;
     for batch in batches {
         let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens[i].as_slice())).collect();

@@ -131,6 +131,15 @@ pub fn replay_model_init(
     Ok(())
 }
 
+/// What creating a `torch.utils.data.DataLoader` iterator draws: fairseq-interactive builds a
+/// new `EpochBatchIterator` for every buffer of lines, and `_BaseDataLoaderIter.__init__` takes
+/// `torch.empty((), dtype=torch.int64).random_()` from the default generator for its base seed.
+pub fn replay_dataloader_iter() -> Result<(), GenerateError> {
+    let mut seed = Tensor::f_empty([], (Kind::Int64, Device::Cpu))?;
+    let _ = seed.f_random_()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
