@@ -212,6 +212,14 @@ def build_entry(fx):
           f"{entry['encoder_attention_path']}; ngram no-op {ngram_noop}", flush=True)
 
 
+def stores_langs(path):
+    import torch
+
+    st = torch.load(os.path.join(ROOT, path), map_location="cpu", weights_only=False)
+    src = getattr(st["args"], "source_lang", None) if st.get("args") is not None else st["cfg"]["task"].get("source_lang")
+    return src is not None
+
+
 def write_manifest():
     entries = []
     for fx in FIXTURES:
@@ -219,6 +227,7 @@ def write_manifest():
         if os.path.exists(p):
             e = json.load(open(p))
             e["sha256"] = {f: sha256(f"{e['dir']}/{f}") for f in e["sha256"]}
+            e["checkpoint_stores_langs"] = stores_langs(f"{e['dir']}/model.pt")
             entries.append(e)
     manifest = {
         "fairseq_version": "0.12.2",
@@ -236,6 +245,13 @@ def write_manifest():
         "stdout_filter": "fairseq log lines (^YYYY-MM-DD HH:MM:SS | ) dropped; all other stdout lines kept verbatim",
         "nondeterministic_fields": ["W- lines (decoding time)"],
         "verify_format": "torch.save dict of tensors; see reference/README.md",
+        "encoder_attention_path_values": {
+            "fast_bt": "every encoder layer = torch._transformer_encoder_layer_fwd on a dense batch-first tensor "
+                       "(mask = [B,S] key padding mask, or None when the batch has no padding)",
+            "fast_bt_nested": "same, on a nested tensor from torch._nested_tensor_from_mask (right-padded batch); "
+                              "encoder_out = to_padded_tensor(0.0)",
+            "fairseq_mha": "fairseq's per-op layer (MultiheadAttention -> F.multi_head_attention_forward / SDPA)",
+        },
         "sha256_note": "sha256 of the committed files (integrity only: torch.save output is not "
                        "byte-reproducible; reference/compare_fixture.py compares rebuilds by tensors)",
         "fixtures": entries,
