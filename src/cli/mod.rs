@@ -8,6 +8,7 @@ pub mod args;
 mod common;
 mod doctor;
 mod inspect;
+mod verify;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -51,7 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(_) => common::not_implemented("translate"),
         Command::Score(_) => common::not_implemented("score"),
-        Command::Verify(_) => common::not_implemented("verify"),
+        Command::Verify(a) => verify::run(&cli.global, &a),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(_) => common::not_implemented("encode"),
         Command::Decode(_) => common::not_implemented("decode"),

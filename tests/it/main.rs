@@ -4,4 +4,6 @@
 mod cli;
 mod util;
 mod loader;
+mod model;
 mod malformed;
+mod verify;
