@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Regenerates all ground truth with fairseq 0.12.2 (`make reference`). One script per part, so
+# each part can be rerun alone:
+#   reference/fixtures.sh       tiny synthetic models + goldens, wild checkpoint goldens
+#   reference/text_goldens.sh   text-pipeline goldens (if present)
+#   reference/train_multi30k.sh the bundled Multi30k model (if present)
+set -euo pipefail
+REF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+for part in fixtures text_goldens train_multi30k; do
+    script="$REF/$part.sh"
+    if [ -f "$script" ]; then
+        echo "== reference/$part.sh"
+        bash "$script"
+    fi
+done
