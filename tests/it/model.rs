@@ -5,7 +5,7 @@ use tch::{Device, Kind, Tensor};
 use tchseq::checkpoint::{load_checkpoint, load_tensor_dict};
 use tchseq::model::{EncoderPath, IncrementalState, ModelError, TransformerModel};
 
-use crate::verify::fixtures;
+use crate::verify::{fixtures, Fixture};
 
 fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
     if a.numel() == 0 {
@@ -14,12 +14,12 @@ fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
     (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
 }
 
-fn golden(dir: &std::path::Path, entry: &serde_json::Value, side: &str) -> IndexMap<String, Tensor> {
-    load_tensor_dict(&dir.join(entry["goldens"]["verify"][side].as_str().unwrap())).unwrap()
+fn golden(f: &Fixture, side: &str) -> IndexMap<String, Tensor> {
+    load_tensor_dict(&f.golden(side)).unwrap()
 }
 
-fn load(dir: &std::path::Path, entry: &serde_json::Value, kind: Kind) -> TransformerModel {
-    let ckpt = load_checkpoint(&dir.join(entry["checkpoint"].as_str().unwrap())).unwrap();
+fn load(f: &Fixture, kind: Kind) -> TransformerModel {
+    let ckpt = load_checkpoint(&f.checkpoint).unwrap();
     TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, Device::Cpu, kind).unwrap().0
 }
 
@@ -40,10 +40,11 @@ fn step_by_step(model: &TransformerModel, tokens: &Tensor, enc: &tchseq::model::
 #[test]
 fn incremental_decoding_matches_full_sequence_logits() {
     tch::set_num_threads(1);
-    for (name, dir, entry) in fixtures() {
-        let mut model = load(&dir, &entry, Kind::Float);
+    for f in fixtures() {
+        let name = &f.name;
+        let mut model = load(&f, Kind::Float);
         for side in ["left", "right"] {
-            let g = golden(&dir, &entry, side);
+            let g = golden(&f, side);
             let prev = &g["prev_output_tokens"];
             let keep = prev.ne(1).unsqueeze(-1);
             let enc = model.encoder.forward(&g["src_tokens"], false).unwrap();
@@ -66,9 +67,10 @@ fn incremental_decoding_matches_full_sequence_logits() {
 #[test]
 fn reordering_the_incremental_state_follows_the_rows() {
     tch::set_num_threads(1);
-    for (name, dir, entry) in fixtures() {
-        let model = load(&dir, &entry, Kind::Float);
-        let g = golden(&dir, &entry, "left");
+    for f in fixtures() {
+        let name = &f.name;
+        let model = load(&f, Kind::Float);
+        let g = golden(&f, "left");
         let (src, prev) = (&g["src_tokens"], &g["prev_output_tokens"]);
         let (bsz, tgt_len) = prev.size2().unwrap();
         let options = (Kind::Int64, Device::Cpu);
@@ -110,8 +112,8 @@ fn reordering_the_incremental_state_follows_the_rows() {
 
 #[test]
 fn loading_reports_unused_and_rejects_missing_or_misshapen_keys() {
-    let (_, dir, entry) = fixtures().into_iter().next().unwrap();
-    let ckpt = load_checkpoint(&dir.join(entry["checkpoint"].as_str().unwrap())).unwrap();
+    let f = fixtures().into_iter().next().unwrap();
+    let ckpt = load_checkpoint(&f.checkpoint).unwrap();
     let (cfg, sd) = (&ckpt.config, &ckpt.state_dict);
     let (_, report) = TransformerModel::from_state_dict(cfg, sd, Device::Cpu, Kind::Float).unwrap();
     assert!(report.unused_keys.is_empty(), "{report:?}");
@@ -137,8 +139,8 @@ fn loading_reports_unused_and_rejects_missing_or_misshapen_keys() {
 
 #[test]
 fn out_of_vocabulary_tokens_are_an_error_not_a_panic() {
-    let (_, dir, entry) = fixtures().into_iter().next().unwrap();
-    let model = load(&dir, &entry, Kind::Float);
+    let f = fixtures().into_iter().next().unwrap();
+    let model = load(&f, Kind::Float);
     let src = Tensor::from_slice(&[5i64, 100_000, 2]).view([1, 3]);
     let err = model.encoder.forward(&src, false).unwrap_err();
     assert!(matches!(err, ModelError::Input(_)), "{err}");
@@ -151,12 +153,13 @@ fn out_of_vocabulary_tokens_are_an_error_not_a_panic() {
 #[test]
 fn encoder_fast_path_is_mirrored_and_its_effect_measured() {
     tch::set_num_threads(1);
-    let Some((name, dir, entry)) = fixtures().into_iter().find(|(_, _, e)| e["encoder_attention_path"]["left"] == "fast_bt") else {
+    let Some(f) = fixtures().into_iter().find(|f| f.entry["encoder_attention_path"]["left"] == "fast_bt") else {
         panic!("no fixture takes the encoder fast path");
     };
-    let mut model = load(&dir, &entry, Kind::Float);
+    let name = &f.name;
+    let mut model = load(&f, Kind::Float);
     for side in ["left", "right"] {
-        let g = golden(&dir, &entry, side);
+        let g = golden(&f, side);
         let keep = g["src_tokens"].ne(1).transpose(0, 1).unsqueeze(-1);
         let (fast, path) = model.encoder.forward_with_path(&g["src_tokens"], false).unwrap();
         assert_ne!(path, EncoderPath::Regular);
@@ -173,12 +176,13 @@ fn encoder_fast_path_is_mirrored_and_its_effect_measured() {
 
 #[test]
 fn half_and_bfloat16_models_run_close_to_f32() {
-    let (name, dir, entry) = fixtures().into_iter().next().unwrap();
-    let g = golden(&dir, &entry, "right");
+    let f = fixtures().into_iter().next().unwrap();
+    let name = &f.name;
+    let g = golden(&f, "right");
     let real = g["prev_output_tokens"].ne(1);
     let golden_best = g["lprobs"].argmax(-1, false).masked_select(&real);
     for (kind, tolerance) in [(Kind::Half, 0.25), (Kind::BFloat16, 2.0)] {
-        let model = load(&dir, &entry, kind);
+        let model = load(&f, kind);
         let enc = model.encoder.forward(&g["src_tokens"], false).unwrap();
         assert_eq!(enc.encoder_out.kind(), kind);
         let dec = model.decoder.forward(&g["prev_output_tokens"], &enc, None, true, false).unwrap();

@@ -1,24 +1,55 @@
 //! `tchseq verify` against the goldens fairseq 0.12.2 wrote (tests/fixtures/models).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tch::Tensor;
 
 use crate::util::{fixture, repo, tchseq};
 
-/// (name, fixture dir, manifest entry) for every fixture in the manifest.
-pub fn fixtures() -> Vec<(String, PathBuf, Value)> {
-    let text = std::fs::read_to_string(fixture("models/manifest.json")).expect("manifest.json");
-    let manifest: Value = serde_json::from_str(&text).unwrap();
-    let list = manifest["fixtures"].as_array().expect("fixtures list");
-    assert!(!list.is_empty());
-    list.iter()
-        .map(|f| (f["name"].as_str().unwrap().to_string(), repo(f["dir"].as_str().unwrap()), f.clone()))
-        .collect()
+/// A fairseq checkpoint with goldens fairseq 0.12.2 wrote for it.
+pub struct Fixture {
+    pub name: String,
+    pub checkpoint: PathBuf,
+    pub goldens: PathBuf,
+    pub entry: Value,
 }
 
-fn verify_json(model: &PathBuf, reference: &PathBuf, threads: Option<&str>) -> (Option<i32>, Value, String) {
+impl Fixture {
+    pub fn golden(&self, kind: &str) -> PathBuf {
+        match kind {
+            "weights" => self.goldens.join(self.entry["goldens"]["weights"].as_str().unwrap()),
+            side => self.goldens.join(self.entry["goldens"]["verify"][side].as_str().unwrap()),
+        }
+    }
+}
+
+/// Every fixture of tests/fixtures/models/manifest.json and tests/fixtures/wild/manifest.json.
+pub fn fixtures() -> Vec<Fixture> {
+    let mut all = Vec::new();
+    for (manifest, list) in [("models/manifest.json", "fixtures"), ("wild/manifest.json", "models")] {
+        let text = std::fs::read_to_string(fixture(manifest)).expect("manifest");
+        let manifest: Value = serde_json::from_str(&text).unwrap();
+        let entries = manifest[list].as_array().expect("fixture list");
+        assert!(!entries.is_empty());
+        for e in entries {
+            let dir = repo(e["dir"].as_str().unwrap());
+            let goldens = match e["goldens"]["dir"].as_str() {
+                Some(sub) => dir.join(sub),
+                None => dir.clone(),
+            };
+            all.push(Fixture {
+                name: e["name"].as_str().unwrap().to_string(),
+                checkpoint: dir.join(e["checkpoint"].as_str().unwrap()),
+                goldens,
+                entry: e.clone(),
+            });
+        }
+    }
+    all
+}
+
+fn verify_json(model: &Path, reference: &Path, threads: Option<&str>) -> (Option<i32>, Value, String) {
     let mut cmd = tchseq();
     if let Some(n) = threads {
         cmd.args(["--threads", n]);
@@ -45,10 +76,10 @@ const ACTIVATIONS: [&str; 7] =
 
 #[test]
 fn every_fixture_golden_passes_verify_on_one_thread() {
-    for (name, dir, entry) in fixtures() {
+    for f in fixtures() {
+        let (name, entry) = (&f.name, &f.entry);
         for side in ["left", "right"] {
-            let reference = dir.join(entry["goldens"]["verify"][side].as_str().unwrap());
-            let (code, report, stderr) = verify_json(&dir, &reference, Some("1"));
+            let (code, report, stderr) = verify_json(&f.checkpoint, &f.golden(side), Some("1"));
             assert_eq!(code, Some(0), "{name} {side}: {stderr}\n{report}");
             assert_eq!(report["failed"], 0, "{name} {side}: {report}");
             assert_eq!(report["skipped"], 0, "{name} {side}: {report}");
@@ -76,19 +107,19 @@ fn every_fixture_golden_passes_verify_on_one_thread() {
 
 #[test]
 fn goldens_pass_with_the_default_thread_count() {
-    let (name, dir, entry) = fixtures().into_iter().next().unwrap();
-    let reference = dir.join(entry["goldens"]["verify"]["right"].as_str().unwrap());
-    let (code, report, stderr) = verify_json(&dir, &reference, None);
+    let f = fixtures().into_iter().next().unwrap();
+    let name = &f.name;
+    let (code, report, stderr) = verify_json(&f.checkpoint, &f.golden("right"), None);
     assert_eq!(code, Some(0), "{name}: {stderr}\n{report}");
     eprintln!("{name} right, {} threads: max abs diff {:e}", report["threads"], max_abs(&report));
 }
 
 #[test]
 fn every_fixture_weights_match_fairseq_state_dict() {
-    for (name, dir, entry) in fixtures() {
-        let reference = dir.join(entry["goldens"]["weights"].as_str().unwrap());
+    for f in fixtures() {
+        let (name, reference) = (&f.name, f.golden("weights"));
         let expected = tchseq::checkpoint::load_tensor_dict(&reference).unwrap();
-        let (code, report, stderr) = verify_json(&dir, &reference, Some("1"));
+        let (code, report, stderr) = verify_json(&f.checkpoint, &reference, Some("1"));
         assert_eq!(code, Some(0), "{name}: {stderr}\n{report}");
         let rows = report["tensors"].as_array().unwrap();
         assert_eq!(rows.len(), expected.len(), "{name}: every state-dict entry gets a row");
@@ -104,21 +135,20 @@ fn every_fixture_weights_match_fairseq_state_dict() {
     }
 }
 
-fn perturbed_copy(name: &str, dir: &std::path::Path, entry: &Value, edit: impl Fn(&str, &Tensor) -> Option<Tensor>) -> (tempfile::TempDir, PathBuf) {
-    let source = dir.join(entry["goldens"]["verify"]["left"].as_str().unwrap());
-    let golden = tchseq::checkpoint::load_tensor_dict(&source).unwrap();
+fn perturbed_copy(f: &Fixture, edit: impl Fn(&str, &Tensor) -> Option<Tensor>) -> (tempfile::TempDir, PathBuf) {
+    let golden = tchseq::checkpoint::load_tensor_dict(&f.golden("left")).unwrap();
     let tensors: Vec<(String, Tensor)> =
         golden.iter().filter_map(|(k, t)| edit(k, t).map(|t| (k.clone(), t))).collect();
     let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join(format!("{name}.safetensors"));
+    let path = tmp.path().join(format!("{}.safetensors", f.name));
     Tensor::write_safetensors(&tensors, &path).unwrap();
     (tmp, path)
 }
 
 #[test]
 fn a_golden_perturbed_by_1e_3_fails_and_names_the_tensor() {
-    let (name, dir, entry) = fixtures().into_iter().next().unwrap();
-    let (_tmp, path) = perturbed_copy(&name, &dir, &entry, |k, t| {
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| {
         let t = t.copy();
         if k == "logits" {
             // position (0, 0) is a real target token in every golden (EOS first)
@@ -126,7 +156,7 @@ fn a_golden_perturbed_by_1e_3_fails_and_names_the_tensor() {
         }
         Some(t)
     });
-    let out = tchseq().args(["--threads", "1", "--device", "cpu", "verify", "-m"]).arg(&dir).arg("--reference").arg(&path).output().unwrap();
+    let out = tchseq().args(["--threads", "1", "--device", "cpu", "verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let failing: Vec<&str> = text.lines().filter(|l| l.ends_with("FAIL")).collect();
@@ -134,16 +164,17 @@ fn a_golden_perturbed_by_1e_3_fails_and_names_the_tensor() {
     assert!(failing[0].starts_with("logits "), "{text}");
     let diff: f64 = failing[0].split_whitespace().rev().nth(2).unwrap().parse().unwrap();
     assert!((9e-4..1.1e-3).contains(&diff), "{text}");
-    assert_eq!(text.lines().last().unwrap(), "11 passed, 1 failed", "{text}");
+    let compared = tchseq::checkpoint::load_tensor_dict(&f.golden("left")).unwrap().len() - 3;
+    assert_eq!(text.lines().last().unwrap(), format!("{} passed, 1 failed", compared - 1), "{text}");
 }
 
 #[test]
 fn a_wrong_shaped_reference_tensor_fails() {
-    let (name, dir, entry) = fixtures().into_iter().next().unwrap();
-    let (_tmp, path) = perturbed_copy(&name, &dir, &entry, |k, t| {
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| {
         Some(if k == "encoder_out" { t.narrow(2, 0, 4).copy() } else { t.copy() })
     });
-    let (code, report, stderr) = verify_json(&dir, &path, Some("1"));
+    let (code, report, stderr) = verify_json(&f.checkpoint, &path, Some("1"));
     assert_eq!(code, Some(1), "{stderr}");
     let failed: Vec<&Value> = report["tensors"].as_array().unwrap().iter().filter(|t| t["status"] == "fail").collect();
     assert_eq!(failed.len(), 1, "{report}");
@@ -152,10 +183,9 @@ fn a_wrong_shaped_reference_tensor_fails() {
 
 #[test]
 fn activations_without_their_inputs_are_an_input_error() {
-    let (name, dir, entry) = fixtures().into_iter().next().unwrap();
-    let (_tmp, path) =
-        perturbed_copy(&name, &dir, &entry, |k, t| (k != "prev_output_tokens").then(|| t.copy()));
-    let out = tchseq().args(["--device", "cpu", "verify", "-m"]).arg(&dir).arg("--reference").arg(&path).output().unwrap();
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| (k != "prev_output_tokens").then(|| t.copy()));
+    let out = tchseq().args(["--device", "cpu", "verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
@@ -164,11 +194,11 @@ fn activations_without_their_inputs_are_an_input_error() {
 
 #[test]
 fn an_unreadable_reference_is_exit_2() {
-    let (_, dir, _) = fixtures().into_iter().next().unwrap();
+    let f = fixtures().into_iter().next().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let bogus = tmp.path().join("bogus.pt");
     std::fs::write(&bogus, b"not a torch file").unwrap();
-    let out = tchseq().args(["verify", "-m"]).arg(&dir).arg("--reference").arg(&bogus).output().unwrap();
+    let out = tchseq().args(["verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&bogus).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("error:"));
 }
