@@ -139,8 +139,8 @@ impl ModelFiles {
 }
 
 /// Languages the checkpoint does not record (knn-seq stores None): the two `dict.*.txt` of the
-/// dictionary directory; which one is the source is read from the embedding sizes, else from an
-/// `{src}-{tgt}` pair in the file or directory names.
+/// dictionary directory; which one is the source is read from the names (`src`/`tgt`), the
+/// embedding sizes, else from an `{src}-{tgt}` pair in the file or directory names.
 fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summary: &super::CheckpointSummary, model: &Path) -> Result<(String, String), CheckpointError> {
     let ask = |why: String| err(format!("{why}; pass the languages with -s SRC -t TGT"));
     let Some(dir) = dirs.iter().find(|d| !dict_langs(d).is_empty()) else {
@@ -162,6 +162,12 @@ fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summa
         return Err(ask(format!("the checkpoint does not record its languages and {} holds {} dictionaries ({})", dir.display(), langs.len(), langs.join(", "))));
     }
     let (a, b) = (langs[0].clone(), langs[1].clone());
+    // The generic names say it themselves.
+    for (s, t) in [("src", "tgt"), ("source", "target")] {
+        if a == s && b == t || a == t && b == s {
+            return Ok((s.to_string(), t.to_string()));
+        }
+    }
     // Embedding rows = dictionary sizes.
     let size = |l: &str| crate::text::dictionary::Dictionary::load(&dir.join(format!("dict.{l}.txt"))).ok().map(|d| d.len() as i64);
     if let (Some(sr), Some(tr), Some(sa), Some(sb)) = (summary.src_embed_rows, summary.tgt_embed_rows, size(&a), size(&b)) {

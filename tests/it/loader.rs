@@ -135,7 +135,6 @@ fn config_matches_what_fairseq_used() {
             checked += 1;
         }
         assert!(checked >= 10, "{}: only {checked} config facts", case.name);
-        assert_eq!(ckpt.config.source_lang.as_deref(), Some(case.source_lang.as_str()), "{}", case.name);
     }
 }
 
@@ -179,7 +178,7 @@ fn model_dir_layouts() {
     assert_eq!(f.src_dict, knn.dir.join("data-bin/dict.en.txt"));
     // --model pointing at the checkpoints/ folder finds ../data-bin.
     let f2 = ModelFiles::resolve(Some(&knn.dir.join("checkpoints")), None, None, None, None).unwrap();
-    assert_eq!(f2.tgt_dict, knn.dir.join("checkpoints/../data-bin/dict.ja.txt"));
+    assert_eq!(f2.tgt_dict, knn.dir.join("data-bin/dict.ja.txt"));
     // -s/-t win over inference; --path lists an ensemble.
     let last = knn.dir.join("checkpoints/checkpoint_last.pt");
     let best = knn.dir.join("checkpoints/checkpoint_best.pt");

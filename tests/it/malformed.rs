@@ -203,7 +203,18 @@ fn hostile_pickles_are_never_executed() {
     let m = expect_clean_error("os.system args", &torch_zip(&pkl, &[]));
     assert!(m.contains("os.system"), "{m}");
     // builtins.eval as a model tensor.
-    let pkl = P::new().raw(b"}(").s("model").raw(b"}(").s("w").global("builtins", "eval").s("__import__('os').system('x')").raw(b"\x85Ru").raw(b"u").stop();
+    let pkl = P::new()
+        .raw(b"}(")
+        .s("args")
+        .global("argparse", "Namespace")
+        .raw(b")\x81}(")
+        .s("arch")
+        .s("transformer_tiny")
+        .raw(b"ub")
+        .s("model")
+        .raw(b"}(")
+        .s("w")
+        .global("builtins", "eval").s("__import__('os').system('x')").raw(b"\x85Ru").raw(b"u").stop();
     let m = expect_clean_error("builtins.eval tensor", &torch_zip(&pkl, &[]));
     assert!(m.contains("builtins.eval") && m.contains("not a tensor"), "{m}");
     assert!(!marker.exists(), "a pickle was executed");
