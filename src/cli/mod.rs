@@ -10,6 +10,7 @@ mod doctor;
 mod output;
 mod translate;
 mod inspect;
+mod verify;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -53,7 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(_) => common::not_implemented("score"),
-        Command::Verify(_) => common::not_implemented("verify"),
+        Command::Verify(a) => verify::run(&cli.global, &a),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(_) => common::not_implemented("encode"),
         Command::Decode(_) => common::not_implemented("decode"),

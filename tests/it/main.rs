@@ -5,4 +5,6 @@ mod cli;
 mod translate;
 mod util;
 mod loader;
+mod model;
 mod malformed;
+mod verify;
