@@ -6,7 +6,9 @@
 
 pub mod args;
 mod common;
+mod decode;
 mod doctor;
+mod encode;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -52,7 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Score(_) => common::not_implemented("score"),
         Command::Verify(_) => common::not_implemented("verify"),
         Command::Inspect(_) => common::not_implemented("inspect"),
-        Command::Encode(_) => common::not_implemented("encode"),
-        Command::Decode(_) => common::not_implemented("decode"),
+        Command::Encode(a) => encode::run(&cli.global, &a),
+        Command::Decode(a) => decode::run(&cli.global, &a),
     }
 }

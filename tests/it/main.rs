@@ -2,4 +2,5 @@
 //! One module per area.
 
 mod cli;
+mod text;
 mod util;
