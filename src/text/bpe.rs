@@ -262,9 +262,9 @@ mod tests {
     #[test]
     fn subword_nmt_v02_merges_and_markers() {
         let bpe = Bpe::subword_nmt_from_str(CODES).unwrap();
-        assert_eq!(bpe.encode("low lower newer"), "low lo@@ w@@ e@@ r new@@ er");
+        assert_eq!(bpe.encode("low lower newer"), "low lo@@ w@@ er new@@ er");
         assert_eq!(bpe.encode("  low \n"), "  low \n");
-        assert_eq!(remove_bpe("lo@@ w@@ e@@ r new@@ er"), "lower newer");
+        assert_eq!(remove_bpe("lo@@ w@@ er new@@ er"), "lower newer");
     }
 
     #[test]
@@ -280,7 +280,8 @@ mod tests {
     #[test]
     fn fastbpe_matches_v02_segmentation() {
         let fast = Bpe::fastbpe_from_str("l o 10\nlo w</w> 9\ne r</w> 8\nn e 7\nne w 6\n").unwrap();
-        assert_eq!(fast.encode("  low lower\tx newer "), "low lo@@ w@@ e@@ r\tx new@@ er");
+        // A tab is part of a word (fastBPE splits on spaces only).
+        assert_eq!(fast.encode("  low lower\tx newer "), "low lo@@ w@@ e@@ r@@ \t@@ x new@@ er");
         assert!(matches!(Bpe::fastbpe_from_str("a b\n"), Err(BpeError::InvalidLine { .. })));
         assert!(matches!(Bpe::fastbpe_from_str("a b 1\na b 2\n"), Err(BpeError::Duplicate { .. })));
     }

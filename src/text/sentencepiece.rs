@@ -460,21 +460,26 @@ impl SentencePieceModel {
             ModelType::Unigram => self.encode_unigram(&normalized),
             ModelType::Bpe => self.encode_bpe(&normalized),
         };
-        let mut out = Vec::with_capacity(segments.len());
+        let mut out: Vec<(String, usize)> = Vec::with_capacity(segments.len());
+        let mut prev_is_unk = false;
         for (piece, id) in segments {
-            let is_unk = id.is_some() && id == self.unk_id;
-            match id {
-                Some(id) if !(is_unk && self.byte_fallback) => out.push((piece.to_string(), id)),
-                _ if self.byte_fallback => {
-                    for b in piece.bytes() {
-                        let byte_piece = format!("<0x{b:02X}>");
-                        let id = self.piece_to_id(&byte_piece).unwrap_or(0);
-                        out.push((byte_piece, id));
-                    }
+            let is_unk = id.is_none() || id == self.unk_id;
+            let unk_id = self.unk_id.unwrap_or(0);
+            if is_unk && self.byte_fallback {
+                for b in piece.bytes() {
+                    let byte_piece = format!("<0x{b:02X}>");
+                    let id = self.piece_to_id(&byte_piece).unwrap_or(unk_id);
+                    out.push((byte_piece, id));
                 }
-                // A model without <unk> cannot be loaded by sentencepiece; report id 0.
-                _ => out.push((piece.to_string(), self.unk_id.unwrap_or(0))),
+            } else if is_unk && prev_is_unk && !out.is_empty() {
+                // sentencepiece merges a run of unknown pieces into one.
+                if let Some(last) = out.last_mut() {
+                    last.0.push_str(piece);
+                }
+            } else {
+                out.push((piece.to_string(), id.unwrap_or(unk_id)));
             }
+            prev_is_unk = is_unk;
         }
         out
     }

@@ -182,7 +182,8 @@ mod properties {
         }
 
         #[test]
-        fn bpe_removal_inverts_bpe(words in proptest::collection::vec("[^\\s@]{1,12}", 0..12)) {
+        fn bpe_removal_inverts_bpe(words in proptest::collection::vec("[^\\s@\\x1c-\\x1f]{1,12}", 0..12)) {
+            // (Python's rstrip() in the removal also strips U+001C..U+001F, hence their exclusion.)
             let line = words.join(" ");
             let encoded = bpe().encode(&line);
             prop_assert_eq!(remove_bpe(&encoded), line);
