@@ -1,1 +1,293 @@
 //! Reading fairseq checkpoints: pickle VM, torch containers, fairseq upgrades.
+//!
+//! Layers, each usable on its own: [`pickle`] (bytes -> value tree, never executes anything),
+//! [`container`] (zip / legacy / safetensors -> pickle + storage locations, CRC-checked),
+//! [`pyjson`] (pickled `args`/`cfg` -> JSON), then here: tensors are materialised with libtorch
+//! only for entries under `model` (optimizer state is never read), the config is resolved with
+//! fairseq's precedence (`args` if present and not None, else `cfg.model`) and [`upgrade`] applies
+//! fairseq's state-dict upgrades so names and order equal fairseq's `model.state_dict()`.
+
+pub mod container;
+pub mod model_dir;
+pub mod pickle;
+pub mod pyjson;
+pub mod upgrade;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde_json::{Map, Value as Json};
+use tch::{Kind, Tensor};
+
+pub use container::ContainerFormat;
+pub use model_dir::ModelFiles;
+
+use crate::config::{ConfigError, TransformerConfig};
+use container::{ContainerError, RawFile};
+use pickle::{Node, NodeId, Pickle, StorageDtype, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigSource {
+    Args,
+    Cfg,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Container { path: PathBuf, source: ContainerError },
+    #[error("{path}: {source}")]
+    Config { path: PathBuf, source: ConfigError },
+    #[error("{path}: {msg}")]
+    Invalid { path: PathBuf, msg: String },
+    #[error("{path}: tensor {name}: {msg}")]
+    Tensor { path: PathBuf, name: String, msg: String },
+    #[error("{0}")]
+    ModelDir(String),
+    #[error("{path}: {source}")]
+    Dictionary { path: PathBuf, source: crate::text::dictionary::DictionaryError },
+}
+
+/// A loaded checkpoint: config plus fairseq's post-upgrade state dict.
+#[derive(Debug)]
+pub struct Checkpoint {
+    pub path: PathBuf,
+    pub format: ContainerFormat,
+    pub config_source: ConfigSource,
+    pub config: TransformerConfig,
+    /// fairseq's post-upgrade state-dict names -> tensors in the stored dtype, on CPU,
+    /// in the order fairseq's model.state_dict() lists them.
+    pub state_dict: IndexMap<String, Tensor>,
+}
+
+/// The file's bytes: memory-mapped (read-only) or, for tiny files, read.
+struct FileBytes {
+    map: memmap2::Mmap,
+}
+
+fn open(path: &Path) -> Result<FileBytes, CheckpointError> {
+    let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(CheckpointError::Invalid { path: path.to_path_buf(), msg: "is a directory, not a checkpoint file".into() });
+    }
+    // SAFETY: the map is read-only and private to this process; a checkpoint modified while it
+    // is being loaded is outside what any loader can defend against (torch.load included).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    Ok(FileBytes { map })
+}
+
+fn read_container(path: &Path, bytes: &[u8]) -> Result<RawFile, CheckpointError> {
+    container::read(bytes).map_err(|source| CheckpointError::Container { path: path.to_path_buf(), source })
+}
+
+fn kind_of(d: StorageDtype) -> Kind {
+    match d {
+        StorageDtype::Float32 => Kind::Float,
+        StorageDtype::Float16 => Kind::Half,
+        StorageDtype::BFloat16 => Kind::BFloat16,
+        StorageDtype::Float64 => Kind::Double,
+        StorageDtype::Int64 => Kind::Int64,
+        StorageDtype::Int32 => Kind::Int,
+        StorageDtype::Int16 => Kind::Int16,
+        StorageDtype::Int8 => Kind::Int8,
+        StorageDtype::UInt8 => Kind::Uint8,
+        StorageDtype::Bool => Kind::Bool,
+    }
+}
+
+/// The torch dtype name of a tch kind (`float32`, `float16`, ...).
+pub fn dtype_name(k: Kind) -> String {
+    match k {
+        Kind::Float => "float32".into(),
+        Kind::Half => "float16".into(),
+        Kind::BFloat16 => "bfloat16".into(),
+        Kind::Double => "float64".into(),
+        Kind::Int64 => "int64".into(),
+        Kind::Int => "int32".into(),
+        Kind::Int16 => "int16".into(),
+        Kind::Int8 => "int8".into(),
+        Kind::Uint8 => "uint8".into(),
+        Kind::Bool => "bool".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// Turns pickled tensor references into tch tensors; storages are built once and shared, so
+/// tensors viewing one storage (tied embeddings) alias like they do after `torch.load`.
+struct Materializer<'a> {
+    path: &'a Path,
+    raw: &'a RawFile,
+    bytes: &'a [u8],
+    storages: HashMap<NodeId, Tensor>,
+}
+
+impl Materializer<'_> {
+    fn tensor(&mut self, name: &str, v: &Value) -> Result<Tensor, CheckpointError> {
+        let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
+        let p = &self.raw.pickle;
+        let t = match p.node(v) {
+            Some(Node::Tensor(t)) => t.clone(),
+            _ => return Err(err(format!("is a {}, not a tensor", p.type_name(v)))),
+        };
+        let Some(Node::Storage(s)) = p.nodes.get(t.storage) else {
+            return Err(err("refers to no storage".into()));
+        };
+        // The view must stay inside the storage.
+        if t.storage_offset < 0 || t.size.iter().any(|&d| d < 0) || t.stride.iter().any(|&d| d < 0) {
+            return Err(err(format!("negative size/stride/offset (size {:?}, stride {:?}, offset {})", t.size, t.stride, t.storage_offset)));
+        }
+        let empty = t.size.iter().any(|&d| d == 0);
+        if !empty {
+            let last = t.size.iter().zip(&t.stride).try_fold(i128::from(t.storage_offset), |acc, (&d, &st)| acc.checked_add(i128::from(d - 1) * i128::from(st)));
+            if last.is_none_or(|l| l >= i128::from(s.numel)) {
+                return Err(err(format!("view (size {:?}, stride {:?}, offset {}) exceeds its storage of {} elements", t.size, t.stride, t.storage_offset, s.numel)));
+            }
+        }
+        let kind = kind_of(s.dtype);
+        if !self.storages.contains_key(&t.storage) {
+            let data = self.raw.storage_bytes(self.bytes, s).map_err(|e| err(e.to_string()))?;
+            let numel = i64::try_from(s.numel).map_err(|_| err("storage too large".into()))?;
+            let st = if self.raw.big_endian {
+                let es = s.dtype.element_size();
+                let swapped: Vec<u8> = data.chunks_exact(es).flat_map(|c| c.iter().rev().copied()).collect();
+                Tensor::f_from_data_size(&swapped, &[numel], kind)
+            } else {
+                Tensor::f_from_data_size(&data, &[numel], kind)
+            }
+            .map_err(|e| err(e.to_string()))?;
+            self.storages.insert(t.storage, st);
+        }
+        let st = &self.storages[&t.storage];
+        st.f_as_strided(&t.size, &t.stride, t.storage_offset).map_err(|e| err(e.to_string()))
+    }
+}
+
+fn invalid(path: &Path, msg: impl Into<String>) -> CheckpointError {
+    CheckpointError::Invalid { path: path.to_path_buf(), msg: msg.into() }
+}
+
+/// Any torch.save'd dict of tensors (zip or legacy) or a .safetensors file; used by `verify`.
+/// Entries that are not tensors are skipped; a nested `model`/`state_dict` is not unwrapped.
+pub fn load_tensor_dict(path: &Path) -> Result<IndexMap<String, Tensor>, CheckpointError> {
+    let file = open(path)?;
+    let raw = read_container(path, &file.map)?;
+    let root = raw.pickle.dict(&raw.pickle.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a dict of tensors", raw.pickle.type_name(&raw.pickle.root))))?;
+    let mut m = Materializer { path, raw: &raw, bytes: &file.map, storages: HashMap::new() };
+    let mut out = IndexMap::new();
+    for (k, v) in &root.entries {
+        let Value::Str(name) = k else { continue };
+        if matches!(raw.pickle.node(v), Some(Node::Tensor(_))) {
+            out.insert(name.to_string(), m.tensor(name, v)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The model config, by fairseq's precedence: `args` if present and not None, else `cfg`.
+fn resolve_config(path: &Path, p: &Pickle, root: &pickle::Dict) -> Result<(TransformerConfig, ConfigSource), CheckpointError> {
+    let json = |v: &Value| pyjson::to_json(p, v).map_err(|e| invalid(path, e.to_string()));
+    let cfg_err = |source| CheckpointError::Config { path: path.to_path_buf(), source };
+    if let Some(args) = root.get("args").filter(|v| **v != Value::None) {
+        let Json::Object(ns) = json(args)? else {
+            return Err(invalid(path, format!("`args` is a {}, not an argparse.Namespace", p.type_name(args))));
+        };
+        let cfg = TransformerConfig::from_namespace(&ns, None, None, None).map_err(cfg_err)?;
+        return Ok((cfg, ConfigSource::Args));
+    }
+    let cfg_v = root.get("cfg").filter(|v| **v != Value::None).ok_or_else(|| invalid(path, "has neither `args` nor `cfg`: not a fairseq checkpoint"))?;
+    let mut cfg = json(cfg_v)?;
+    crate::config::resolve_interpolations(&mut cfg).map_err(cfg_err)?;
+    let Json::Object(cfg) = cfg else {
+        return Err(invalid(path, format!("`cfg` is a {}, not a dict", p.type_name(cfg_v))));
+    };
+    let model = match cfg.get("model") {
+        Some(Json::Object(m)) => m.clone(),
+        _ => return Err(invalid(path, "`cfg` has no `model` section")),
+    };
+    let task: Option<Map<String, Json>> = cfg.get("task").and_then(|t| t.as_object()).cloned();
+    let config = TransformerConfig::from_namespace(&model, task.as_ref(), Some(cfg.get("tokenizer").unwrap_or(&Json::Null)), Some(cfg.get("bpe").unwrap_or(&Json::Null))).map_err(cfg_err)?;
+    Ok((config, ConfigSource::Cfg))
+}
+
+fn model_dict<'a>(path: &Path, p: &'a Pickle, root: &'a pickle::Dict) -> Result<&'a pickle::Dict, CheckpointError> {
+    let model_v = root.get("model").ok_or_else(|| invalid(path, "no `model` entry: not a fairseq checkpoint"))?;
+    p.dict(model_v).ok_or_else(|| invalid(path, format!("`model` is a {}, not a state dict", p.type_name(model_v))))
+}
+
+pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let file = open(path)?;
+    let raw = read_container(path, &file.map)?;
+    let p = &raw.pickle;
+    let root = p.dict(&p.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a fairseq checkpoint dict", p.type_name(&p.root))))?;
+    let model = model_dict(path, p, root)?;
+    let (config, config_source) = resolve_config(path, p, root)?;
+    let mut m = Materializer { path, raw: &raw, bytes: &file.map, storages: HashMap::new() };
+    let mut sd = IndexMap::with_capacity(model.len());
+    for (k, v) in &model.entries {
+        let Value::Str(name) = k else {
+            return Err(invalid(path, format!("`model` has a {} key", p.type_name(k))));
+        };
+        sd.insert(name.to_string(), m.tensor(name, v)?);
+    }
+    let state_dict = upgrade::upgrade_state_dict(&config, sd).map_err(|e| invalid(path, e.to_string()))?;
+    Ok(Checkpoint { path: path.to_path_buf(), format: raw.format, config_source, config, state_dict })
+}
+
+/// What can be known about a checkpoint without materialising any tensor.
+#[derive(Debug, Clone)]
+pub struct CheckpointSummary {
+    pub format: ContainerFormat,
+    pub config_source: ConfigSource,
+    pub config: TransformerConfig,
+    /// Rows of `encoder.embed_tokens.weight` / `decoder.embed_tokens.weight` as stored.
+    pub src_embed_rows: Option<i64>,
+    pub tgt_embed_rows: Option<i64>,
+}
+
+/// Parses the container and the config only (storages are not read).
+pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
+    let file = open(path)?;
+    let raw = read_container(path, &file.map)?;
+    let p = &raw.pickle;
+    let root = p.dict(&p.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a fairseq checkpoint dict", p.type_name(&p.root))))?;
+    model_dict(path, p, root)?;
+    let (config, config_source) = resolve_config(path, p, root)?;
+    let rows = |name: &str| -> Option<i64> {
+        let model = p.dict(root.get("model")?)?;
+        match p.node(model.get(name)?)? {
+            Node::Tensor(t) => t.size.first().copied(),
+            _ => None,
+        }
+    };
+    Ok(CheckpointSummary {
+        format: raw.format,
+        config_source,
+        config,
+        src_embed_rows: rows("encoder.embed_tokens.weight"),
+        tgt_embed_rows: rows("decoder.embed_tokens.weight"),
+    })
+}
+
+/// fairseq sizes the embeddings from the dictionaries; a dictionary that disagrees with the
+/// stored embedding matrix is the wrong dictionary.
+pub fn check_dictionaries(ckpt: &Checkpoint, src: &crate::text::dictionary::Dictionary, tgt: &crate::text::dictionary::Dictionary) -> Result<(), CheckpointError> {
+    for (side, name, d) in [("source", "encoder.embed_tokens.weight", src), ("target", "decoder.embed_tokens.weight", tgt)] {
+        if let Some(t) = ckpt.state_dict.get(name) {
+            let rows = t.size().first().copied().unwrap_or(0);
+            if rows != d.len() as i64 {
+                return Err(invalid(&ckpt.path, format!("{side} dictionary has {} symbols but {name} has {rows} rows (wrong dictionary?)", d.len())));
+            }
+        }
+    }
+    if ckpt.config.share_all_embeddings && src != tgt {
+        return Err(invalid(&ckpt.path, "--share-all-embeddings requires a joined dictionary, but the source and target dictionaries differ"));
+    }
+    Ok(())
+}

@@ -9,6 +9,7 @@ mod common;
 mod decode;
 mod doctor;
 mod encode;
+mod inspect;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -53,7 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Translate(_) => common::not_implemented("translate"),
         Command::Score(_) => common::not_implemented("score"),
         Command::Verify(_) => common::not_implemented("verify"),
-        Command::Inspect(_) => common::not_implemented("inspect"),
+        Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(a) => encode::run(&cli.global, &a),
         Command::Decode(a) => decode::run(&cli.global, &a),
     }

@@ -2,5 +2,7 @@
 //! One module per area.
 
 mod cli;
+mod loader;
+mod malformed;
 mod text;
 mod util;

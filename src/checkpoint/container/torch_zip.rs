@@ -1,0 +1,125 @@
+//! torch >= 1.6 zip checkpoints: `<prefix>/data.pkl`, `<prefix>/data/<key>`, `<prefix>/byteorder`.
+//! torch writes entries STORED (uncompressed), so their bytes are sliced straight out of the
+//! file (an mmap); every entry read is checked against the CRC32 in the central directory.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::{Cursor, Read};
+
+use ::zip::{CompressionMethod, ZipArchive};
+
+use super::{ContainerError, ContainerFormat, RawFile, StorageSource, MAX_PICKLE_BYTES};
+use crate::checkpoint::pickle;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    name: String,
+    index: usize,
+    data_start: u64,
+    compressed_size: u64,
+    size: u64,
+    crc32: u32,
+    stored: bool,
+}
+
+/// The storage entries of a zip checkpoint, by storage key.
+#[derive(Debug)]
+pub struct ZipStorages {
+    entries: HashMap<String, Entry>,
+}
+
+impl ZipStorages {
+    pub(super) fn read<'a>(&self, data: &'a [u8], key: &str, needed: u64) -> Result<Cow<'a, [u8]>, ContainerError> {
+        let e = self.entries.get(key).ok_or_else(|| ContainerError::MissingStorage { key: key.to_string() })?;
+        if e.size < needed {
+            return Err(ContainerError::Zip(format!("entry {} holds {} bytes, the storage needs {needed}", e.name, e.size)));
+        }
+        read_entry(data, e)
+    }
+}
+
+fn zip_err(e: ::zip::result::ZipError) -> ContainerError {
+    ContainerError::Zip(e.to_string())
+}
+
+fn read_entry<'a>(data: &'a [u8], e: &Entry) -> Result<Cow<'a, [u8]>, ContainerError> {
+    let bytes: Cow<'a, [u8]> = if e.stored {
+        if e.size != e.compressed_size {
+            return Err(ContainerError::Zip(format!("stored entry {} has different sizes", e.name)));
+        }
+        let start = usize::try_from(e.data_start).map_err(|_| ContainerError::Zip(format!("entry {} beyond the file", e.name)))?;
+        let end = start
+            .checked_add(usize::try_from(e.size).unwrap_or(usize::MAX))
+            .filter(|&end| end <= data.len())
+            .ok_or_else(|| ContainerError::Zip(format!("entry {} runs past the end of the file (truncated?)", e.name)))?;
+        Cow::Borrowed(&data[start..end])
+    } else {
+        // Compressed entries: torch never writes them, but a re-zipped file may have them.
+        if e.size > data.len() as u64 * 1032 {
+            return Err(ContainerError::Zip(format!("entry {} declares an impossible size {}", e.name, e.size)));
+        }
+        let mut archive = ZipArchive::new(Cursor::new(data)).map_err(zip_err)?;
+        let mut f = archive.by_index(e.index).map_err(zip_err)?;
+        let mut out = Vec::with_capacity(usize::try_from(e.size).unwrap_or(0).min(1 << 30));
+        (&mut f).take(e.size).read_to_end(&mut out).map_err(|err| ContainerError::Zip(format!("entry {}: {err}", e.name)))?;
+        Cow::Owned(out)
+    };
+    let computed = crc32fast::hash(&bytes);
+    if computed != e.crc32 {
+        return Err(ContainerError::Crc { name: e.name.clone(), stored: e.crc32, computed });
+    }
+    Ok(bytes)
+}
+
+pub fn read(data: &[u8]) -> Result<RawFile, ContainerError> {
+    let mut archive = ZipArchive::new(Cursor::new(data)).map_err(zip_err)?;
+    let mut entries = Vec::with_capacity(archive.len());
+    for index in 0..archive.len() {
+        let f = archive.by_index_raw(index).map_err(zip_err)?;
+        let name = f.name().map_err(zip_err)?.to_string();
+        let data_start = f.data_start().ok_or_else(|| ContainerError::Zip(format!("entry {name} has no data offset")))?;
+        let stored = match f.compression() {
+            CompressionMethod::Stored => true,
+            CompressionMethod::Deflated => false,
+            other => return Err(ContainerError::Zip(format!("entry {name} uses unsupported compression {other}"))),
+        };
+        entries.push(Entry {
+            name,
+            index,
+            data_start,
+            compressed_size: f.compressed_size(),
+            size: f.size(),
+            crc32: f.crc32(),
+            stored,
+        });
+    }
+    let pkl = entries
+        .iter()
+        .filter(|e| e.name.ends_with("data.pkl") && (e.name == "data.pkl" || e.name.ends_with("/data.pkl")))
+        .min_by_key(|e| e.name.len())
+        .ok_or_else(|| ContainerError::Zip("no data.pkl entry: not a torch.save zip file".into()))?
+        .clone();
+    let prefix = pkl.name[..pkl.name.len() - "data.pkl".len()].to_string();
+    if pkl.size > MAX_PICKLE_BYTES {
+        return Err(ContainerError::Zip(format!("{} is {} bytes, more than the {MAX_PICKLE_BYTES} accepted", pkl.name, pkl.size)));
+    }
+    let big_endian = match entries.iter().find(|e| e.name == format!("{prefix}byteorder")) {
+        Some(e) => {
+            let b = read_entry(data, e)?;
+            match b.trim_ascii() {
+                b"little" => false,
+                b"big" => true,
+                other => return Err(ContainerError::Zip(format!("byteorder entry says {:?}", String::from_utf8_lossy(other)))),
+            }
+        }
+        None => false,
+    };
+    let pkl_bytes = read_entry(data, &pkl)?;
+    let (pickle, _) = pickle::parse(&pkl_bytes, 0)?;
+    let data_prefix = format!("{prefix}data/");
+    let storages = entries
+        .into_iter()
+        .filter_map(|e| e.name.strip_prefix(&data_prefix).map(|k| (k.to_string(), e.clone())))
+        .collect();
+    Ok(RawFile { format: ContainerFormat::Zip, pickle, storages: StorageSource::Zip(ZipStorages { entries: storages }), big_endian })
+}

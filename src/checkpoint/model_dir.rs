@@ -1,0 +1,199 @@
+//! The fairseq-hub model-directory convention (`hub_utils.from_pretrained`): a directory with
+//! `model.pt` (or a training run's `checkpoint_best.pt`/`checkpoint_last.pt`), `dict.<lang>.txt`
+//! and `bpecodes`/`code` or `sentencepiece.bpe.model`; also the training layout where the
+//! checkpoints sit in `checkpoints/` beside `data-bin/`.
+
+use std::path::{Path, PathBuf};
+
+use super::{read_summary, CheckpointError};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFiles {
+    /// One, or several for an ensemble (`--path a.pt:b.pt`).
+    pub checkpoints: Vec<PathBuf>,
+    pub source_lang: String,
+    pub target_lang: String,
+    pub src_dict: PathBuf,
+    pub tgt_dict: PathBuf,
+    pub bpe_codes: Option<PathBuf>,
+    pub sentencepiece_model: Option<PathBuf>,
+}
+
+fn err(msg: impl Into<String>) -> CheckpointError {
+    CheckpointError::ModelDir(msg.into())
+}
+
+const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoint_last.pt"];
+
+/// The checkpoint of a model directory: `model.pt`, else `checkpoint_best.pt`, else
+/// `checkpoint_last.pt`; in `DIR` and then in `DIR/checkpoints`.
+fn find_checkpoint(dir: &Path) -> Option<PathBuf> {
+    [dir.to_path_buf(), dir.join("checkpoints")].iter().find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()))
+}
+
+/// `dict.<lang>.txt` languages present in `dir`, sorted.
+fn dict_langs(dir: &Path) -> Vec<String> {
+    let mut langs: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("dict.")).and_then(|n| n.strip_suffix(".txt")).map(str::to_string))
+        .filter(|l| !l.is_empty())
+        .collect();
+    langs.sort();
+    langs
+}
+
+fn push_unique(v: &mut Vec<PathBuf>, p: PathBuf) {
+    if !v.contains(&p) {
+        v.push(p);
+    }
+}
+
+impl ModelFiles {
+    pub fn resolve(model: Option<&Path>, path: Option<&str>, data: Option<&Path>, source_lang: Option<&str>, target_lang: Option<&str>) -> Result<Self, CheckpointError> {
+        let model_dir = match model {
+            Some(m) if m.is_dir() => Some(m.to_path_buf()),
+            Some(m) if m.is_file() => None,
+            Some(m) => return Err(err(format!("--model {}: no such file or directory", m.display()))),
+            None => None,
+        };
+        let checkpoints: Vec<PathBuf> = match (path, model) {
+            (Some(list), _) => list
+                .split(':')
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    let p = PathBuf::from(s);
+                    match &model_dir {
+                        Some(d) if p.is_relative() && !p.exists() && d.join(&p).exists() => d.join(p),
+                        _ => p,
+                    }
+                })
+                .collect(),
+            (None, Some(m)) if m.is_file() => vec![m.to_path_buf()],
+            (None, Some(m)) => vec![find_checkpoint(m).ok_or_else(|| {
+                err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display()))
+            })?],
+            (None, None) => return Err(err("no model given: use --model DIR|FILE or --path FILE.pt")),
+        };
+        if checkpoints.is_empty() {
+            return Err(err("--path names no checkpoint"));
+        }
+        for c in &checkpoints {
+            if !c.is_file() {
+                return Err(err(format!("checkpoint {} does not exist", c.display())));
+            }
+        }
+        let ckpt_dir = checkpoints[0].parent().map(Path::to_path_buf).unwrap_or_default();
+
+        // Where dictionaries may be: --data only, else beside the checkpoint, the model
+        // directory, and their data-bin folders (training layout).
+        let mut dirs = Vec::new();
+        match data {
+            Some(d) => {
+                if !d.is_dir() {
+                    return Err(err(format!("--data {}: not a directory", d.display())));
+                }
+                dirs.push(d.to_path_buf());
+            }
+            None => {
+                for base in model_dir.iter().chain(std::iter::once(&ckpt_dir)) {
+                    push_unique(&mut dirs, base.clone());
+                    push_unique(&mut dirs, base.join("data-bin"));
+                    if let Some(parent) = base.parent() {
+                        push_unique(&mut dirs, parent.join("data-bin"));
+                    }
+                }
+            }
+        }
+        let summary = read_summary(&checkpoints[0])?;
+        let cfg = &summary.config;
+        let (src, tgt) = match (source_lang.map(str::to_string).or_else(|| cfg.source_lang.clone()), target_lang.map(str::to_string).or_else(|| cfg.target_lang.clone())) {
+            (Some(s), Some(t)) => (s, t),
+            (s, t) => infer_langs(&dirs, s, t, &summary, model.unwrap_or(&checkpoints[0]))?,
+        };
+        let dict_dir = dirs
+            .iter()
+            .find(|d| d.join(format!("dict.{src}.txt")).is_file() && d.join(format!("dict.{tgt}.txt")).is_file())
+            .ok_or_else(|| {
+                let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                err(format!("dictionaries dict.{src}.txt and dict.{tgt}.txt not found (searched {}); pass --data DIR", searched.join(", ")))
+            })?
+            .clone();
+        let find = |names: &[&str]| -> Option<PathBuf> {
+            let mut places = vec![dict_dir.clone()];
+            places.extend(model_dir.iter().cloned());
+            places.push(ckpt_dir.clone());
+            places.iter().flat_map(|d| names.iter().map(move |n| d.join(n))).find(|p| p.is_file())
+        };
+        Ok(ModelFiles {
+            checkpoints,
+            src_dict: dict_dir.join(format!("dict.{src}.txt")),
+            tgt_dict: dict_dir.join(format!("dict.{tgt}.txt")),
+            source_lang: src,
+            target_lang: tgt,
+            bpe_codes: find(&["bpecodes", "code"]),
+            sentencepiece_model: find(&["sentencepiece.bpe.model"]),
+        })
+    }
+}
+
+/// Languages the checkpoint does not record (knn-seq stores None): the two `dict.*.txt` of the
+/// dictionary directory; which one is the source is read from the names (`src`/`tgt`), the
+/// embedding sizes, else from an `{src}-{tgt}` pair in the file or directory names.
+fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summary: &super::CheckpointSummary, model: &Path) -> Result<(String, String), CheckpointError> {
+    let ask = |why: String| err(format!("{why}; pass the languages with -s SRC -t TGT"));
+    let Some(dir) = dirs.iter().find(|d| !dict_langs(d).is_empty()) else {
+        return Err(ask("the checkpoint does not record its languages and no dict.*.txt was found".into()));
+    };
+    let langs = dict_langs(dir);
+    match (src, tgt) {
+        (Some(s), None) if langs.len() == 2 && langs.contains(&s) => {
+            let t = langs.iter().find(|l| **l != s).cloned().unwrap_or_default();
+            return Ok((s, t));
+        }
+        (None, Some(t)) if langs.len() == 2 && langs.contains(&t) => {
+            let s = langs.iter().find(|l| **l != t).cloned().unwrap_or_default();
+            return Ok((s, t));
+        }
+        _ => {}
+    }
+    if langs.len() != 2 {
+        return Err(ask(format!("the checkpoint does not record its languages and {} holds {} dictionaries ({})", dir.display(), langs.len(), langs.join(", "))));
+    }
+    let (a, b) = (langs[0].clone(), langs[1].clone());
+    // The generic names say it themselves.
+    for (s, t) in [("src", "tgt"), ("source", "target")] {
+        if a == s && b == t || a == t && b == s {
+            return Ok((s.to_string(), t.to_string()));
+        }
+    }
+    // Embedding rows = dictionary sizes.
+    let size = |l: &str| crate::text::dictionary::Dictionary::load(&dir.join(format!("dict.{l}.txt"))).ok().map(|d| d.len() as i64);
+    if let (Some(sr), Some(tr), Some(sa), Some(sb)) = (summary.src_embed_rows, summary.tgt_embed_rows, size(&a), size(&b)) {
+        if sa != sb {
+            if (sr, tr) == (sa, sb) {
+                return Ok((a, b));
+            }
+            if (sr, tr) == (sb, sa) {
+                return Ok((b, a));
+            }
+        }
+    }
+    // `{src}-{tgt}` in data file names (fairseq-preprocess writes train.{src}-{tgt}.*) or paths.
+    let mut names: Vec<String> = std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.file_name().to_str().map(str::to_string)).collect();
+    for p in [dir, model] {
+        if let Ok(abs) = std::fs::canonicalize(p) {
+            names.extend(abs.components().filter_map(|c| c.as_os_str().to_str().map(str::to_string)));
+        }
+    }
+    let has_pair = |x: &str, y: &str| {
+        let pat = format!("{x}-{y}");
+        names.iter().any(|n| n.split(['.', '_', '/']).any(|part| part == pat || part.ends_with(&format!("-{pat}")) || part.starts_with(&format!("{pat}-"))))
+    };
+    match (has_pair(&a, &b), has_pair(&b, &a)) {
+        (true, false) => Ok((a, b)),
+        (false, true) => Ok((b, a)),
+        _ => Err(ask(format!("the checkpoint does not record its languages and dict.{a}.txt / dict.{b}.txt do not say which is the source"))),
+    }
+}

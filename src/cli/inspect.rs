@@ -1,0 +1,69 @@
+//! `tchseq inspect`: what a checkpoint holds, after fairseq's upgrades.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::args::{GlobalArgs, InspectArgs};
+use super::Outcome;
+use tchseq::checkpoint::{self, dtype_name, ModelFiles};
+use tchseq::text::dictionary::Dictionary;
+
+pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
+    let m = &a.model;
+    let files = ModelFiles::resolve(m.model.as_deref(), m.path.as_deref(), m.data.as_deref(), m.source_lang.as_deref(), m.target_lang.as_deref())?;
+    let src_dict = Dictionary::load(&files.src_dict).with_context(|| files.src_dict.display().to_string())?;
+    let tgt_dict = Dictionary::load(&files.tgt_dict).with_context(|| files.tgt_dict.display().to_string())?;
+    let mut out = std::io::stdout().lock();
+    let mut objects = Vec::new();
+    for path in &files.checkpoints {
+        let ckpt = checkpoint::load_checkpoint(path)?;
+        checkpoint::check_dictionaries(&ckpt, &src_dict, &tgt_dict)?;
+        let parameters: i64 = ckpt.state_dict.values().map(|t| t.numel() as i64).sum();
+        let tensors: Vec<_> = ckpt.state_dict.iter().map(|(name, t)| json!({"name": name, "shape": t.size(), "dtype": dtype_name(t.kind())})).collect();
+        if a.json {
+            objects.push(json!({
+                "path": path,
+                "format": ckpt.format,
+                "config_source": ckpt.config_source,
+                "arch": ckpt.config.arch,
+                "config": ckpt.config,
+                "source_lang": files.source_lang,
+                "target_lang": files.target_lang,
+                "dictionaries": {
+                    "source": {"path": files.src_dict, "size": src_dict.len()},
+                    "target": {"path": files.tgt_dict, "size": tgt_dict.len()},
+                },
+                "bpe_codes": files.bpe_codes,
+                "sentencepiece_model": files.sentencepiece_model,
+                "parameters": parameters,
+                "tensors": tensors,
+            }));
+            continue;
+        }
+        let c = &ckpt.config;
+        writeln!(out, "checkpoint     {}", path.display())?;
+        writeln!(out, "format         {} (config from {})", ckpt.format.as_str(), if matches!(ckpt.config_source, checkpoint::ConfigSource::Args) { "args" } else { "cfg" })?;
+        writeln!(out, "arch           {}", c.arch)?;
+        writeln!(out, "encoder        {} layers, dim {}, ffn {}, {} heads, {}{}", c.encoder_layers, c.encoder_embed_dim, c.encoder_ffn_embed_dim, c.encoder_attention_heads, if c.encoder_normalize_before { "pre-norm" } else { "post-norm" }, if c.encoder_learned_pos { ", learned positions" } else { "" })?;
+        writeln!(out, "decoder        {} layers, dim {}, ffn {}, {} heads, {}{}", c.decoder_layers, c.decoder_embed_dim, c.decoder_ffn_embed_dim, c.decoder_attention_heads, if c.decoder_normalize_before { "pre-norm" } else { "post-norm" }, if c.decoder_learned_pos { ", learned positions" } else { "" })?;
+        writeln!(out, "embeddings     share_all={} share_decoder_input_output={} activation={}", c.share_all_embeddings, c.share_decoder_input_output_embed, c.activation_fn)?;
+        writeln!(out, "languages      {} -> {}", files.source_lang, files.target_lang)?;
+        writeln!(out, "dictionaries   {} ({}), {} ({})", files.src_dict.display(), src_dict.len(), files.tgt_dict.display(), tgt_dict.len())?;
+        writeln!(out, "text pipeline  tokenizer={} bpe={}", c.tokenizer.as_deref().unwrap_or("none"), c.bpe.as_deref().unwrap_or("none"))?;
+        writeln!(out, "parameters     {parameters} numbers in {} tensors", ckpt.state_dict.len())?;
+        writeln!(out)?;
+        let width = ckpt.state_dict.keys().map(String::len).max().unwrap_or(4);
+        writeln!(out, "{:width$}  {:8}  shape", "name", "dtype")?;
+        for (name, t) in &ckpt.state_dict {
+            writeln!(out, "{name:width$}  {:8}  {:?}", dtype_name(t.kind()), t.size())?;
+        }
+    }
+    if a.json {
+        let v = if objects.len() == 1 { objects.remove(0) } else { json!({"ensemble": objects}) };
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    }
+    out.flush()?;
+    Ok(Outcome::Ok)
+}

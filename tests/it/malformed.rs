@@ -1,0 +1,275 @@
+//! Broken and hostile checkpoints, generated here from the fixtures or from hand-built pickles:
+//! every one must end in a one-line `error:` and exit code 2 through the CLI, never a panic,
+//! and nothing in a pickle is ever executed.
+
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+
+use crate::util::{repo, tchseq};
+
+fn fixture_dir(name: &str) -> PathBuf {
+    repo("tests/fixtures/models").join(name)
+}
+
+fn postnorm_bytes() -> Vec<u8> {
+    std::fs::read(fixture_dir("postnorm").join("model.pt")).expect("tests/fixtures/models/postnorm/model.pt")
+}
+
+fn legacy_bytes() -> Vec<u8> {
+    std::fs::read(fixture_dir("postnorm-legacy").join("model.pt")).expect("tests/fixtures/models/postnorm-legacy/model.pt")
+}
+
+/// Runs `inspect` on `bytes` written as a checkpoint beside the postnorm dictionaries; asserts a
+/// clean failure and returns the message.
+fn expect_clean_error(case: &str, bytes: &[u8]) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("model.pt");
+    std::fs::write(&path, bytes).unwrap();
+    inspect_error(case, &path, &fixture_dir("postnorm"))
+}
+
+fn inspect_error(case: &str, model: &Path, data: &Path) -> String {
+    let out = tchseq()
+        .args(["inspect", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "-s", "src", "-t", "tgt", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{case}: exit {:?}, stderr {stderr}", out.status.code());
+    assert!(stderr.starts_with("error:") && stderr.trim_end().lines().count() == 1, "{case}: stderr {stderr:?}");
+    assert!(!stderr.contains("panicked"), "{case}: {stderr}");
+    assert!(out.stdout.is_empty(), "{case}: printed to stdout");
+    stderr
+}
+
+/// A minimal pickle writer for hand-built cases.
+struct P(Vec<u8>);
+
+impl P {
+    fn new() -> Self {
+        P(vec![0x80, 2])
+    }
+    fn raw(mut self, b: &[u8]) -> Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+    fn s(mut self, text: &str) -> Self {
+        self.0.push(b'X');
+        self.0.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(text.as_bytes());
+        self
+    }
+    fn global(mut self, module: &str, name: &str) -> Self {
+        self.0.extend_from_slice(format!("c{module}\n{name}\n").as_bytes());
+        self
+    }
+    fn int(mut self, v: i32) -> Self {
+        self.0.push(b'J');
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn stop(mut self) -> Vec<u8> {
+        self.0.push(b'.');
+        self.0
+    }
+}
+
+/// A torch-style zip: `archive/data.pkl` plus storage entries.
+fn torch_zip(pickle: &[u8], storages: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    w.start_file("archive/data.pkl", opts).unwrap();
+    w.write_all(pickle).unwrap();
+    for (key, data) in storages {
+        w.start_file(format!("archive/data/{key}"), opts).unwrap();
+        w.write_all(data).unwrap();
+    }
+    w.start_file("archive/version", opts).unwrap();
+    w.write_all(b"3\n").unwrap();
+    w.finish().unwrap().into_inner()
+}
+
+/// `{'model': {'w': <tensor of `storage_class` with `numel` elements, size `size`>}}`.
+fn tensor_checkpoint(storage_class: &str, numel: i32, size: i32) -> Vec<u8> {
+    P::new()
+        .raw(b"}(")
+        .s("args")
+        .global("argparse", "Namespace")
+        .raw(b")\x81}(")
+        .s("arch")
+        .s("transformer_tiny")
+        .raw(b"ub")
+        .s("model")
+        .raw(b"}(")
+        .s("w")
+        .global("torch._utils", "_rebuild_tensor_v2")
+        .raw(b"((")
+        .s("storage")
+        .global("torch", storage_class)
+        .s("0")
+        .s("cpu")
+        .int(numel)
+        .raw(b"tQ")
+        .int(0)
+        .int(size)
+        .raw(b"\x85")
+        .int(1)
+        .raw(b"\x85\x89")
+        .global("collections", "OrderedDict")
+        .raw(b")RtRu")
+        .raw(b"u")
+        .stop()
+}
+
+/// Byte offset of the data of zip entry `name`.
+fn entry_range(bytes: &[u8], suffix: &str) -> (usize, usize) {
+    let mut a = zip::ZipArchive::new(Cursor::new(bytes)).unwrap();
+    for i in 0..a.len() {
+        let f = a.by_index_raw(i).unwrap();
+        if f.name().unwrap().ends_with(suffix) {
+            let start = f.data_start().unwrap() as usize;
+            return (start, start + f.compressed_size() as usize);
+        }
+    }
+    panic!("no zip entry *{suffix}");
+}
+
+#[test]
+fn truncated_and_corrupted_zip_checkpoints() {
+    let good = postnorm_bytes();
+    let mut msgs = Vec::new();
+    msgs.push(expect_clean_error("empty file", &[]));
+    for cut in [4, 100, good.len() / 2, good.len() - 30, good.len() - 1] {
+        msgs.push(expect_clean_error(&format!("zip truncated at {cut}"), &good[..cut]));
+    }
+    let mut bad_magic = good.clone();
+    bad_magic[..4].copy_from_slice(b"XXXX");
+    msgs.push(expect_clean_error("bad magic", &bad_magic));
+
+    let (start, end) = entry_range(&good, "data/0");
+    let mut flipped = good.clone();
+    flipped[(start + end) / 2] ^= 0x55;
+    let m = expect_clean_error("flipped storage byte", &flipped);
+    assert!(m.contains("CRC32"), "{m}");
+
+    let (start, _) = entry_range(&good, "data.pkl");
+    let mut flipped_pkl = good.clone();
+    flipped_pkl[start + 20] ^= 0x01;
+    let m = expect_clean_error("flipped data.pkl byte", &flipped_pkl);
+    assert!(m.contains("CRC32") && m.contains("data.pkl"), "{m}");
+
+    msgs.push(expect_clean_error("text file", b"hello, this is not a checkpoint\n"));
+    let mut tar = vec![0u8; 1024];
+    tar[257..262].copy_from_slice(b"ustar");
+    tar[0] = b'x';
+    let m = expect_clean_error("tar", &tar);
+    assert!(m.contains("tar"), "{m}");
+    for m in msgs {
+        assert!(m.contains("model.pt"), "error does not name the file: {m}");
+    }
+}
+
+#[test]
+fn corrupted_legacy_checkpoints() {
+    let good = legacy_bytes();
+    // The storage table starts after the five pickles; its first entry is the u64 element
+    // count of the first storage. Find it by parsing up to there with the library's reader.
+    let raw = tchseq::checkpoint::container::read(&good).unwrap();
+    let tchseq::checkpoint::container::StorageSource::Ranges { ranges } = &raw.storages else { panic!("not legacy") };
+    let first = ranges.values().map(|r| r.0).min().unwrap() - 8;
+    let mut table = good.clone();
+    table[first + 3] ^= 0x40;
+    let m = expect_clean_error("flipped legacy storage count", &table);
+    assert!(m.contains("legacy storage table"), "{m}");
+    let m = expect_clean_error("legacy truncated in the storages", &good[..good.len() - 100]);
+    assert!(m.contains("storage"), "{m}");
+    expect_clean_error("legacy truncated in the pickle", &good[..first / 2]);
+    // Junk opcode at the start of the main object (after magic, protocol version, sys_info).
+    let mut main_start = 0;
+    for _ in 0..3 {
+        main_start += tchseq::checkpoint::pickle::parse(&good[main_start..], main_start).unwrap().1;
+    }
+    let mut junk = good.clone();
+    junk[main_start + 2] = 0xfe;
+    let m = expect_clean_error("legacy pickle with a junk opcode", &junk);
+    assert!(m.contains(&format!("unknown pickle opcode 0xfe at byte {}", main_start + 2)), "{m}");
+}
+
+#[test]
+fn hostile_pickles_are_never_executed() {
+    let marker = std::env::temp_dir().join(format!("tchseq-pwned-{}", std::process::id()));
+    let cmd = format!("touch {}", marker.display());
+    // os.system as `args`: the config needs it, so it is an error naming the class.
+    let pkl = P::new().raw(b"}(").s("args").global("os", "system").s(&cmd).raw(b"\x85R").s("model").raw(b"}u").stop();
+    let m = expect_clean_error("os.system args", &torch_zip(&pkl, &[]));
+    assert!(m.contains("os.system"), "{m}");
+    // builtins.eval as a model tensor.
+    let pkl = P::new()
+        .raw(b"}(")
+        .s("args")
+        .global("argparse", "Namespace")
+        .raw(b")\x81}(")
+        .s("arch")
+        .s("transformer_tiny")
+        .raw(b"ub")
+        .s("model")
+        .raw(b"}(")
+        .s("w")
+        .global("builtins", "eval").s("__import__('os').system('x')").raw(b"\x85Ru").raw(b"u").stop();
+    let m = expect_clean_error("builtins.eval tensor", &torch_zip(&pkl, &[]));
+    assert!(m.contains("builtins.eval") && m.contains("not a tensor"), "{m}");
+    assert!(!marker.exists(), "a pickle was executed");
+
+    // An opaque object the caller does not need is no error.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("d.pt");
+    let pkl = P::new().raw(b"}(").s("junk").global("os", "system").s(&cmd).raw(b"\x85R").raw(b"u").stop();
+    std::fs::write(&path, torch_zip(&pkl, &[])).unwrap();
+    assert!(tchseq::checkpoint::load_tensor_dict(&path).unwrap().is_empty());
+    assert!(!marker.exists(), "a pickle was executed");
+}
+
+#[test]
+fn malformed_pickles_and_declarations() {
+    let m = expect_clean_error("unknown opcode", &torch_zip(&P::new().raw(b"}\xfe").stop(), &[]));
+    assert!(m.contains("unknown pickle opcode 0xfe at byte 3"), "{m}");
+    let deep = P::new().raw(b"}(").s("args").raw(&[b']'; 200_000]).raw(&[b'a'; 199_999]).s("model").raw(b"}u").stop();
+    let m = expect_clean_error("deep nesting", &torch_zip(&deep, &[]));
+    assert!(m.contains("deeper"), "{m}");
+    let m = expect_clean_error("memo get of a missing key", &torch_zip(&P::new().raw(b"j\xff\xff\xff\x7f").stop(), &[]));
+    assert!(m.contains("memo"), "{m}");
+    let m = expect_clean_error("missing model", &torch_zip(&P::new().raw(b"}(").s("args").raw(b"N").s("cfg").raw(b"Nu").stop(), &[]));
+    assert!(m.contains("no `model` entry"), "{m}");
+    let m = expect_clean_error("model is a list", &torch_zip(&P::new().raw(b"}(").s("model").raw(b"]u").stop(), &[]));
+    assert!(m.contains("`model` is a list"), "{m}");
+    let m = expect_clean_error("wrong dtype", &torch_zip(&tensor_checkpoint("ComplexFloatStorage", 4, 4), &[("0", &[0u8; 32])]));
+    assert!(m.contains("ComplexFloatStorage"), "{m}");
+    let m = expect_clean_error("huge declared storage", &torch_zip(&tensor_checkpoint("FloatStorage", i32::MAX, 4), &[("0", &[0u8; 16])]));
+    assert!(m.contains("storage"), "{m}");
+    let m = expect_clean_error("view beyond storage", &torch_zip(&tensor_checkpoint("FloatStorage", 4, 40), &[("0", &[0u8; 16])]));
+    assert!(m.contains("exceeds its storage"), "{m}");
+    let mut st = 1_000_000u64.to_le_bytes().to_vec();
+    st.extend_from_slice(b"{\"x\":1}");
+    let m = expect_clean_error("safetensors header beyond the file", &st);
+    assert!(m.contains("header"), "{m}");
+    let unsupported = P::new().raw(b"}(").s("args").global("argparse", "Namespace").raw(b")\x81}(").s("arch").s("lstm").raw(b"ub").s("model").raw(b"}u").stop();
+    let m = expect_clean_error("unsupported arch", &torch_zip(&unsupported, &[]));
+    assert!(m.contains("lstm"), "{m}");
+}
+
+#[test]
+fn dictionaries_that_do_not_fit() {
+    let model = fixture_dir("postnorm").join("model.pt");
+    let tmp = tempfile::tempdir().unwrap();
+    let m = inspect_error("missing dictionary", &model, tmp.path());
+    assert!(m.contains("dict.src.txt"), "{m}");
+    let src = std::fs::read_to_string(fixture_dir("postnorm").join("dict.src.txt")).unwrap();
+    std::fs::write(tmp.path().join("dict.src.txt"), format!("{src}extra 1\n")).unwrap();
+    std::fs::write(tmp.path().join("dict.tgt.txt"), &src).unwrap();
+    let m = inspect_error("dictionary larger than the embeddings", &model, tmp.path());
+    assert!(m.contains("rows"), "{m}");
+    std::fs::write(tmp.path().join("dict.src.txt"), "a 1\nbroken-line\n").unwrap();
+    let m = inspect_error("bad dictionary line", &model, tmp.path());
+    assert!(m.contains("line 2"), "{m}");
+    let m = inspect_error("directory without a checkpoint", tmp.path(), tmp.path());
+    assert!(m.contains("model.pt"), "{m}");
+}
