@@ -13,6 +13,7 @@ tests/fixtures/text/:
   spm/knnseq-{en,ja}.model      copies of /work/shared/wild/knnseq-toy-en-ja/spm/*.model
   spm.json                      sentencepiece 0.2.1 Encode(out_type=str) + fairseq decode
   pipeline.json                 fairseq's encoders chained as the hub does: encode, decode
+  dict.knnseq.en.txt, ids.json  fairseq Dictionary.encode_line / string on spm-encoded text
 
 Every string goes through fairseq's own encoder classes where fairseq has one.
 """
@@ -29,6 +30,7 @@ from argparse import Namespace
 
 import sacremoses
 import sentencepiece as spm
+import torch
 import subword_nmt
 from subword_nmt import learn_bpe
 from fairseq.data.encoders.moses_tokenizer import MosesTokenizer as FairseqMoses
@@ -309,6 +311,22 @@ def pipeline_goldens(out):
     dump(os.path.join(out, "pipeline.json"), result)
 
 
+def ids_goldens(out):
+    """fairseq Dictionary.encode_line on encoded text and Dictionary.string back (knn-seq en)."""
+    from fairseq.data import Dictionary
+    shutil.copyfile("/work/shared/wild/knnseq-toy-en-ja/data-bin/dict.en.txt", os.path.join(out, "dict.knnseq.en.txt"))
+    d = Dictionary.load(os.path.join(out, "dict.knnseq.en.txt"))
+    bpe = SentencepieceBPE(Namespace(sentencepiece_model=os.path.join(out, "spm/knnseq-en.model"),
+                                     sentencepiece_enable_sampling=False, sentencepiece_alpha=None))
+    inputs = [x.strip() for x in read_gz(f"{MULTI30K}/val.en.gz", 50)]
+    encoded = [bpe.encode(x) for x in inputs]
+    ids = [d.encode_line(x, add_if_not_exist=False, append_eos=True).tolist() for x in encoded]
+    strings_back = [d.string(torch.tensor(i)) for i in ids]
+    dump(os.path.join(out, "ids.json"), {"dict": "dict.knnseq.en.txt", "model": "spm/knnseq-en.model",
+                                         "inputs": inputs, "encoded": encoded, "ids": ids,
+                                         "decoded": [bpe.decode(x) for x in strings_back]})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests/fixtures/text"))
@@ -322,6 +340,7 @@ def main():
     bpe_goldens(out)
     spm_goldens(out)
     pipeline_goldens(out)
+    ids_goldens(out)
 
 
 if __name__ == "__main__":

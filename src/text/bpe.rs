@@ -40,6 +40,8 @@ pub struct Bpe {
     symbols: HashMap<String, u32>,
     /// (left, right) -> (rank, merged symbol)
     merges: HashMap<(u32, u32), (u32, u32)>,
+    /// Merged symbols seen so far (fastBPE refuses a codes file that repeats one).
+    merged: std::collections::HashSet<u32>,
     separator: String,
 }
 
@@ -108,7 +110,7 @@ impl Bpe {
     }
 
     fn empty(flavor: BpeFlavor) -> Self {
-        Bpe { flavor, symbols: HashMap::new(), merges: HashMap::new(), separator: "@@".to_string() }
+        Bpe { flavor, symbols: HashMap::new(), merges: HashMap::new(), merged: Default::default(), separator: "@@".to_string() }
     }
 
     fn intern(&mut self, s: &str) -> u32 {
@@ -118,10 +120,10 @@ impl Bpe {
 
     fn add(&mut self, a: &str, b: &str, strict: bool, line: usize) -> Result<(), BpeError> {
         let merged = format!("{a}{b}");
-        if strict && self.symbols.get(&merged).is_some_and(|id| self.merges.values().any(|&(_, m)| m == *id)) {
+        let (ia, ib, im) = (self.intern(a), self.intern(b), self.intern(&merged));
+        if strict && !self.merged.insert(im) {
             return Err(BpeError::Duplicate { line, text: merged });
         }
-        let (ia, ib, im) = (self.intern(a), self.intern(b), self.intern(&merged));
         let rank = self.merges.len() as u32;
         if self.merges.contains_key(&(ia, ib)) {
             if strict {

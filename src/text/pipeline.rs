@@ -62,6 +62,24 @@ impl Default for PipelineOptions {
 }
 
 impl PipelineOptions {
+    /// The checkpoint's `tokenizer`, `bpe` and moses options. Moses languages are the
+    /// tokenizer's own (`moses_source_lang`/`moses_target_lang`), else the task's, else `en`.
+    pub fn from_config(cfg: &crate::config::TransformerConfig) -> Self {
+        let lang = |moses: &Option<String>, task: &Option<String>| {
+            moses.clone().or_else(|| task.clone()).unwrap_or_else(|| "en".to_string())
+        };
+        PipelineOptions {
+            tokenizer: cfg.tokenizer.clone(),
+            bpe: cfg.bpe.clone(),
+            bpe_codes: None,
+            sentencepiece_model: None,
+            source_lang: lang(&cfg.moses_source_lang, &cfg.source_lang),
+            target_lang: lang(&cfg.moses_target_lang, &cfg.target_lang),
+            moses_no_dash_splits: cfg.moses_no_dash_splits,
+            moses_no_escape: cfg.moses_no_escape,
+        }
+    }
+
     /// Fills `bpe_codes` / `sentencepiece_model` from the fairseq-hub model-directory files
     /// (`bpecodes`, `sentencepiece.bpe.model`) when they are not set.
     pub fn with_model_dir(mut self, dir: &Path) -> Self {

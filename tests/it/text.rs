@@ -225,11 +225,11 @@ fn cli_encode_and_decode_stream_like_the_python_pipeline() {
     let encoded: Vec<String> = String::from_utf8(out).expect("UTF-8").lines().map(str::to_string).collect();
     assert_same("cli encode", &inputs, &strings(&case["encoded"]), &encoded);
 
-    // decode reads the model directory's `bpecodes`.
+    // decode finds `bpecodes` in the data directory.
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::copy(codes_path(), dir.path().join("bpecodes")).expect("copy");
     let out = tchseq()
-        .args(["decode", "--tokenizer", "moses", "--bpe", "subword_nmt", "-t", "en", "--model"])
+        .args(["decode", "--tokenizer", "moses", "--bpe", "subword_nmt", "-t", "en", "--data"])
         .arg(dir.path())
         .write_stdin(encoded.join("\n") + "\n")
         .assert()
@@ -263,4 +263,50 @@ fn cli_warns_once_for_languages_without_moses_data() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert_eq!(stderr.matches("warning:").count(), 1, "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.get_output().stdout), "It &apos; s a test .\nOne more .\n");
+}
+
+#[test]
+fn cli_ids_match_fairseq_dictionary() {
+    let g = golden("ids.json");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(fixture("text/dict.knnseq.en.txt"), dir.path().join("dict.en.txt")).expect("copy dict");
+    let spm = fixture("text/spm/knnseq-en.model");
+    let inputs = strings(&g["inputs"]);
+    let out = tchseq()
+        .args(["encode", "--ids", "-s", "en", "--bpe", "sentencepiece", "--data"])
+        .arg(dir.path())
+        .arg("--sentencepiece-model")
+        .arg(&spm)
+        .write_stdin(inputs.join("\n") + "\n")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let ids: Vec<String> = String::from_utf8(out).expect("UTF-8").lines().map(str::to_string).collect();
+    let expected: Vec<String> = g["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|row| row.as_array().expect("row").iter().map(|v| v.as_i64().expect("id").to_string()).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(expected.iter().all(|l| l.ends_with(" 2")), "EOS appended");
+    assert_same("cli encode --ids", &inputs, &expected, &ids);
+
+    let out = tchseq()
+        .args(["decode", "--ids", "-t", "en", "--bpe", "sentencepiece", "--data"])
+        .arg(dir.path())
+        .arg("--sentencepiece-model")
+        .arg(&spm)
+        .write_stdin(ids.join("\n") + "\n")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let decoded: Vec<String> = String::from_utf8(out).expect("UTF-8").lines().map(str::to_string).collect();
+    assert_same("cli decode --ids", &ids, &strings(&g["decoded"]), &decoded);
+
+    let bad = tchseq().args(["decode", "--ids", "-t", "en", "--data"]).arg(dir.path()).write_stdin("4 x 2\n").assert().code(2);
+    assert!(String::from_utf8_lossy(&bad.get_output().stderr).contains("\"x\" is not a dictionary id"));
 }

@@ -69,7 +69,7 @@ impl MosesTokenizer {
         let is_alpha = class_alpha.union(&cjk);
 
         let nonbreaking_prefixes: HashSet<&'static str> = nonbreaking_prefixes(lang).collect();
-        let numeric_only = Regex::new(&format!("[{PY_SPACE_CLASS}]+#NUMERIC_ONLY#")).unwrap_or_else(|e| unreachable!("{e}"));
+        let numeric_only = compile(&format!("[{PY_SPACE_CLASS}]+#NUMERIC_ONLY#"));
         let numeric_only_prefixes = nonbreaking_prefixes
             .iter()
             .filter(|w| numeric_only.is_match(w))
