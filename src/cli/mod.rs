@@ -6,7 +6,9 @@
 
 pub mod args;
 mod common;
+mod decode;
 mod doctor;
+mod encode;
 mod output;
 mod translate;
 mod inspect;
@@ -56,7 +58,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Score(_) => common::not_implemented("score"),
         Command::Verify(a) => verify::run(&cli.global, &a),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
-        Command::Encode(_) => common::not_implemented("encode"),
-        Command::Decode(_) => common::not_implemented("decode"),
+        Command::Encode(a) => encode::run(&cli.global, &a),
+        Command::Decode(a) => decode::run(&cli.global, &a),
     }
 }

@@ -3,8 +3,9 @@
 
 mod cli;
 mod translate;
-mod util;
 mod loader;
 mod model;
 mod malformed;
+mod text;
+mod util;
 mod verify;
