@@ -15,14 +15,14 @@ use super::common;
 use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
 use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+use tchseq::config::TransformerConfig;
 use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
 use tchseq::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
 use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{
-    EnsembleModel, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator,
-};
+use tchseq::generate::{EnsembleModel, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
 use tchseq::text::dictionary::{is_py_space, Dictionary};
+use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
 
 /// fairseq-interactive's task default `--max-source-positions` (the model's own limit may be
 /// lower).
@@ -35,6 +35,7 @@ enum LineResult {
 }
 
 struct Session {
+    pipeline: TextPipeline,
     src_dict: Dictionary,
     tgt_dict: Dictionary,
     models: Vec<TransformerModel>,
@@ -70,14 +71,13 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         a.model.source_lang.as_deref(),
         a.model.target_lang.as_deref(),
     )?;
-    let src_dict = Dictionary::load(&files.src_dict)
-        .with_context(|| format!("loading {}", files.src_dict.display()))?;
-    let tgt_dict = Dictionary::load(&files.tgt_dict)
-        .with_context(|| format!("loading {}", files.tgt_dict.display()))?;
+    let src_dict =
+        Dictionary::load(&files.src_dict).with_context(|| format!("loading {}", files.src_dict.display()))?;
+    let tgt_dict =
+        Dictionary::load(&files.tgt_dict).with_context(|| format!("loading {}", files.tgt_dict.display()))?;
 
     let mut models = Vec::new();
-    let mut tokenizer_cfg: Option<String> = None;
-    let mut bpe_cfg: Option<String> = None;
+    let mut first_config: Option<TransformerConfig> = None;
     for path in &files.checkpoints {
         let mut ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
         // fairseq builds (randomly initializes) each model before loading its weights
@@ -89,13 +89,13 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         as_parameters(&mut ckpt.state_dict, device, kind)?;
         let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
             .with_context(|| format!("building the model of {}", path.display()))?;
-        if tokenizer_cfg.is_none() {
-            tokenizer_cfg = ckpt.config.tokenizer.clone();
-            bpe_cfg = ckpt.config.bpe.clone();
+        if first_config.is_none() {
+            first_config = Some(ckpt.config.clone());
         }
         models.push(model);
     }
-    check_pipeline(a, tokenizer_cfg.as_deref(), bpe_cfg.as_deref())?;
+    let config = first_config.context("no checkpoint to load")?;
+    let pipeline = build_pipeline(a, &files, &config)?;
 
     let max_source_positions = models
         .iter()
@@ -128,6 +128,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     let (batch_size, buffer_size) = batching_sizes(a)?;
     let ctx = Session {
+        pipeline,
         src_dict,
         tgt_dict,
         models,
@@ -260,24 +261,53 @@ fn batching_sizes(a: &TranslateArgs) -> Result<(Option<usize>, usize)> {
     Ok((batch_size, buffer_size))
 }
 
-fn check_pipeline(a: &TranslateArgs, tokenizer_cfg: Option<&str>, bpe_cfg: Option<&str>) -> Result<()> {
-    let tokenizer_none = match a.pipeline.tokenizer {
-        Some(TokenizerArg::None) => true,
-        Some(_) => false,
-        None => tokenizer_cfg.is_none_or(|t| t == "none"),
-    };
-    let bpe_none = match a.pipeline.bpe {
-        Some(BpeArg::None) => true,
-        Some(_) => false,
-        None => bpe_cfg.is_none_or(|b| b == "none"),
-    };
-    if !(tokenizer_none && bpe_none) {
-        bail!(
-            "the raw-text pipeline (tokenizer/BPE) is not available in this build yet; \
-             pass pre-tokenized subword input with --tokenizer none --bpe none"
-        );
+/// The tokenizer + BPE of the checkpoint config and model directory, with the command line's
+/// overrides; source text is tokenized in the source language, hypotheses detokenized in the
+/// target language.
+fn build_pipeline(a: &TranslateArgs, files: &ModelFiles, config: &TransformerConfig) -> Result<TextPipeline> {
+    let p = &a.pipeline;
+    let mut opts = PipelineOptions::from_config(config);
+    opts.bpe_codes = files.bpe_codes.clone();
+    opts.sentencepiece_model = files.sentencepiece_model.clone();
+    if let Some(t) = p.tokenizer {
+        let name = match t {
+            TokenizerArg::Moses => "moses",
+            TokenizerArg::Space => "space",
+            TokenizerArg::None => "none",
+        };
+        opts.tokenizer = Some(name.to_string());
     }
-    Ok(())
+    if let Some(b) = p.bpe {
+        let name = match b {
+            BpeArg::SubwordNmt => "subword_nmt",
+            BpeArg::Fastbpe => "fastbpe",
+            BpeArg::Sentencepiece => "sentencepiece",
+            BpeArg::None => "none",
+        };
+        opts.bpe = Some(name.to_string());
+    }
+    if p.bpe_codes.is_some() {
+        opts.bpe_codes = p.bpe_codes.clone();
+    }
+    if p.sentencepiece_model.is_some() {
+        opts.sentencepiece_model = p.sentencepiece_model.clone();
+    }
+    if let Some(dir) = &a.model.data {
+        opts = opts.with_model_dir(dir);
+    }
+    if let Some(l) = &a.model.source_lang {
+        opts.source_lang = l.clone();
+    }
+    if let Some(l) = &a.model.target_lang {
+        opts.target_lang = l.clone();
+    }
+    opts.moses_no_dash_splits |= p.moses_no_dash_splits;
+    opts.moses_no_escape |= p.moses_no_escape;
+    let pipeline = TextPipeline::new(&opts)?;
+    for lang in pipeline.fallback_languages() {
+        eprintln!("warning: Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
+    }
+    Ok(pipeline)
 }
 
 fn py_strip(s: &str) -> &str {
@@ -286,7 +316,7 @@ fn py_strip(s: &str) -> &str {
 
 /// Encodes, orders, batches and translates one buffer of lines; results in input order.
 fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> {
-    let tokens: Vec<Vec<i64>> = lines.iter().map(|l| ctx.src_dict.encode_line(l, true)).collect();
+    let tokens: Vec<Vec<i64>> = lines.iter().map(|l| ctx.src_dict.encode_line(&ctx.pipeline.encode(l), true)).collect();
     let sizes: Vec<usize> = tokens.iter().map(Vec::len).collect();
     let mut results: Vec<Option<LineResult>> = (0..lines.len()).map(|_| None).collect();
     // fairseq orders the whole buffer first and filters afterwards
@@ -336,9 +366,8 @@ fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, 
     let Some(attn) = h.attention.as_ref() else { return Vec::new() };
     let src_valid: Vec<usize> = (0..src.len()).filter(|&j| src[j] != pad && src[j] != eos).collect();
     // token index -> word index (fairseq's get_token_to_word_mapping: 1-based over non-special tokens)
-    let word_of = |toks: &[i64], idx: usize| -> i64 {
-        toks[..=idx].iter().filter(|&&t| t != pad && t != eos).count() as i64
-    };
+    let word_of =
+        |toks: &[i64], idx: usize| -> i64 { toks[..=idx].iter().filter(|&&t| t != pad && t != eos).count() as i64 };
     let mut out = Vec::new();
     if src_valid.is_empty() {
         return out;
@@ -371,7 +400,9 @@ fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
 fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: &str, result: &LineResult) -> Result<()> {
     match result {
         LineResult::TooLong { len, max } => {
-            let msg = format!("input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated");
+            let msg = format!(
+                "input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated"
+            );
             match ctx.format {
                 TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
                 TranslateFormat::Jsonl => {
@@ -396,42 +427,38 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: &str, 
                         let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
                         let score = base2(&[h.score], ctx.device)?[0];
                         let score = python_float_repr(f64::from(score));
+                        let detok = ctx.pipeline.decode(&hypo_str)?;
                         writeln!(out, "H-{id}\t{score}\t{hypo_str}")?;
-                        writeln!(out, "D-{id}\t{score}\t{hypo_str}")?;
+                        writeln!(out, "D-{id}\t{score}\t{detok}")?;
                         let pos: Vec<String> = base2(&h.positional_scores, ctx.device)?
                             .into_iter()
                             .map(|p| python_fixed4(f64::from(p)))
                             .collect();
                         writeln!(out, "P-{id}\t{}", pos.join(" "))?;
                         if ctx.print_alignment {
-                            let a: Vec<String> = h
-                                .alignment
-                                .iter()
-                                .flatten()
-                                .map(|(s, t)| format!("{s}-{t}"))
-                                .collect();
+                            let a: Vec<String> =
+                                h.alignment.iter().flatten().map(|(s, t)| format!("{s}-{t}")).collect();
                             writeln!(out, "A-{id}\t{}", a.join(" "))?;
                         }
                     }
                 }
                 TranslateFormat::Jsonl => {
-                    let hyps: Vec<serde_json::Value> = top
-                        .iter()
-                        .map(|h| {
-                            let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
-                            let toks: Vec<&str> = hypo_str.split(' ').filter(|s| !s.is_empty()).collect();
-                            let mut v = serde_json::json!({
-                                "text": hypo_str,
-                                "tokens": toks,
-                                "score": h.score,
-                                "positional_scores": h.positional_scores,
-                            });
-                            if ctx.print_alignment {
-                                v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
-                            }
-                            v
-                        })
-                        .collect();
+                    let mut hyps: Vec<serde_json::Value> = Vec::with_capacity(top.len());
+                    for h in top {
+                        let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
+                        let detok = ctx.pipeline.decode(&hypo_str)?;
+                        let toks: Vec<&str> = hypo_str.split(' ').filter(|s| !s.is_empty()).collect();
+                        let mut v = serde_json::json!({
+                            "text": detok,
+                            "tokens": toks,
+                            "score": h.score,
+                            "positional_scores": h.positional_scores,
+                        });
+                        if ctx.print_alignment {
+                            v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
+                        }
+                        hyps.push(v);
+                    }
                     let src_toks: Vec<&str> = src_str.split(' ').filter(|s| !s.is_empty()).collect();
                     let v = serde_json::json!({
                         "id": id,
@@ -442,7 +469,10 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: &str, 
                     writeln!(out, "{v}")?;
                 }
                 TranslateFormat::Text => {
-                    let best = top.first().map(|h| ctx.tgt_dict.string(&h.tokens, None, false, &eos)).unwrap_or_default();
+                    let best = match top.first() {
+                        Some(h) => ctx.pipeline.decode(&ctx.tgt_dict.string(&h.tokens, None, false, &eos))?,
+                        None => String::new(),
+                    };
                     writeln!(out, "{best}")?;
                 }
             }

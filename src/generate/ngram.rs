@@ -67,10 +67,7 @@ fn banned_for_row(toks: &[i64], n: usize) -> Vec<(usize, i64)> {
     }
     let check_start_pos = len + 1 - n;
     let suffix = &toks[check_start_pos..];
-    (0..check_start_pos)
-        .filter(|&i| &toks[i..i + n - 1] == suffix)
-        .map(|i| (i, toks[i + n - 1]))
-        .collect()
+    (0..check_start_pos).filter(|&i| &toks[i..i + n - 1] == suffix).map(|i| (i, toks[i + n - 1])).collect()
 }
 
 #[cfg(test)]

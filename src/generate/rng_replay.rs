@@ -48,14 +48,16 @@ fn mha(ops: &mut Vec<(Init, Vec<i64>)>, sd: &IndexMap<String, Tensor>, prefix: &
 }
 
 fn count_layers(sd: &IndexMap<String, Tensor>, prefix: &str) -> usize {
-    (0..)
-        .take_while(|i| sd.contains_key(&format!("{prefix}.layers.{i}.fc1.weight")))
-        .count()
+    (0..).take_while(|i| sd.contains_key(&format!("{prefix}.layers.{i}.fc1.weight"))).count()
 }
 
 /// The random initializations `TransformerModelBase.build_model` performs, in order, as
 /// (op, shape). `sd` is the model's state dict (post-upgrade names).
-fn init_ops(sd: &IndexMap<String, Tensor>, share_all_embeddings: bool, share_decoder_input_output_embed: bool) -> Result<Vec<(Init, Vec<i64>)>, GenerateError> {
+fn init_ops(
+    sd: &IndexMap<String, Tensor>,
+    share_all_embeddings: bool,
+    share_decoder_input_output_embed: bool,
+) -> Result<Vec<(Init, Vec<i64>)>, GenerateError> {
     let mut ops = Vec::new();
     let need = |key: &str| shape(sd, key).ok_or_else(|| GenerateError::Model(format!("missing {key}")));
     // Embedding(): nn.Embedding's normal_ then fairseq's normal_

@@ -97,11 +97,8 @@ fn sampling_step(
 ) -> Result<Candidates, GenerateError> {
     let (bsz, beam_size, _vocab_size) = size3(lprobs)?;
     // `lprobs` at step > 0 is the generator's own buffer, which fairseq exponentiates in place.
-    let mut lprobs = if step == 0 {
-        lprobs.f_slice(1, 0, None, beam_size)?.f_contiguous()?
-    } else {
-        lprobs.shallow_clone()
-    };
+    let mut lprobs =
+        if step == 0 { lprobs.f_slice(1, 0, None, beam_size)?.f_contiguous()? } else { lprobs.shallow_clone() };
     let (probs, top_indices) = if topp > 0.0 {
         let (p, i) = sample_topp(&mut lprobs, topp)?;
         (p, Some(i))
@@ -129,8 +126,7 @@ fn sampling_step(
     let beams_buf = if step == 0 {
         Tensor::f_zeros([bsz, beam_size], (indices_buf.kind(), indices_buf.device()))?
     } else {
-        let beams = Tensor::f_arange(beam_size, (indices_buf.kind(), indices_buf.device()))?
-            .f_repeat([bsz, 1])?;
+        let beams = Tensor::f_arange(beam_size, (indices_buf.kind(), indices_buf.device()))?.f_repeat([bsz, 1])?;
         // make scores cumulative
         let prev = scores.f_select(2, step - 1)?.f_gather(1, &beams, false)?;
         let _ = scores_buf.f_add_(&prev)?;

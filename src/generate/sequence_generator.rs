@@ -129,10 +129,7 @@ impl SequenceGenerator {
         }
         let i64opts = (Kind::Int64, device);
 
-        let new_order = Tensor::f_arange(bsz, i64opts)?
-            .f_view([-1, 1])?
-            .f_repeat([1, beam_size])?
-            .f_view([-1])?;
+        let new_order = Tensor::f_arange(bsz, i64opts)?.f_view([-1, 1])?.f_repeat([1, beam_size])?.f_view([-1])?;
         model.begin(src_tokens, &new_order)?;
 
         let mut scores = Tensor::f_zeros([bsz * beam_size, max_len + 1], (Kind::Float, device))?;
@@ -160,8 +157,7 @@ impl SequenceGenerator {
                 model.reorder(rs)?;
             }
             let prefix = tokens.f_narrow(1, 0, step + 1)?;
-            let (mut lprobs, avg_attn) =
-                model.forward_decoder(&prefix, self.cfg.temperature, self.cfg.need_attn)?;
+            let (mut lprobs, avg_attn) = model.forward_decoder(&prefix, self.cfg.temperature, self.cfg.need_attn)?;
 
             let nan = lprobs.f_ne_tensor(&lprobs)?;
             let _ = lprobs.f_masked_fill_(&nan, f64::NEG_INFINITY)?;

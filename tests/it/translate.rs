@@ -35,7 +35,13 @@ fn parse_fairseq(text: &str) -> BTreeMap<usize, Entry> {
             "E" => e.error = Some(rest.to_string()),
             "H" => {
                 let (score, s) = rest.split_once('\t').unwrap_or((rest, ""));
-                e.hyps.push(Hyp { h_score: score.parse().unwrap(), h_str: s.into(), d_score: f64::NAN, d_str: String::new(), p: vec![] });
+                e.hyps.push(Hyp {
+                    h_score: score.parse().unwrap(),
+                    h_str: s.into(),
+                    d_score: f64::NAN,
+                    d_str: String::new(),
+                    p: vec![],
+                });
             }
             "D" => {
                 let (score, s) = rest.split_once('\t').unwrap_or((rest, ""));
@@ -225,7 +231,8 @@ fn hypotheses_do_not_depend_on_the_batch_size() {
     let (m, fx) = first_fixture();
     let want = golden_beam5_bs1(&fx);
     for bs in ["1", "7", "64"] {
-        let out = translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--batch-size", bs, "--buffer-size", "1024"]);
+        let out =
+            translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--batch-size", bs, "--buffer-size", "1024"]);
         let c = compare(&want, &parse_fairseq(&stdout_ok(&out)));
         assert!(c.problems.is_empty(), "--batch-size {bs}: {:?}", &c.problems[..c.problems.len().min(5)]);
         assert!(c.sentences > 0 && c.sentences == want.len());
@@ -236,10 +243,12 @@ fn hypotheses_do_not_depend_on_the_batch_size() {
 fn max_tokens_puts_a_long_sentence_in_its_own_batch_and_drops_nothing() {
     let (m, fx) = first_fixture();
     let want = golden_beam5_bs1(&fx);
-    let longest = std::fs::read_to_string(inputs(&m)).unwrap().lines().map(|l| l.split_whitespace().count()).max().unwrap();
+    let longest =
+        std::fs::read_to_string(inputs(&m)).unwrap().lines().map(|l| l.split_whitespace().count()).max().unwrap();
     // budget smaller than the longest sentence (tokens + EOS)
     let budget = (longest / 2).max(1).to_string();
-    let out = translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--max-tokens", &budget, "--buffer-size", "1024"]);
+    let out =
+        translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--max-tokens", &budget, "--buffer-size", "1024"]);
     let got = parse_fairseq(&stdout_ok(&out));
     assert_eq!(got.len(), want.len());
     let c = compare(&want, &got);
@@ -255,7 +264,8 @@ fn text_jsonl_and_fairseq_formats_agree() {
     let jsonl = stdout_ok(&translate(&fx.dir, &inputs(&m), "jsonl", &args));
     let text_lines: Vec<&str> = text.lines().collect();
     let json_lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let source_lines: Vec<String> = std::fs::read_to_string(inputs(&m)).unwrap().lines().map(|l| l.trim().to_string()).collect();
+    let source_lines: Vec<String> =
+        std::fs::read_to_string(inputs(&m)).unwrap().lines().map(|l| l.trim().to_string()).collect();
     assert_eq!(text_lines.len(), source_lines.len());
     assert_eq!(json_lines.len(), source_lines.len());
     for (id, e) in &fair {
@@ -266,13 +276,15 @@ fn text_jsonl_and_fairseq_formats_agree() {
         let hyps = j["hypotheses"].as_array().unwrap();
         assert_eq!(hyps.len(), e.hyps.len());
         for (h, fh) in hyps.iter().zip(&e.hyps) {
-            assert_eq!(h["text"].as_str().unwrap(), fh.h_str);
+            // detokenized text as in D- lines, subword tokens as in H- lines
+            assert_eq!(h["text"].as_str().unwrap(), fh.d_str);
             let toks: Vec<&str> = h["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
             assert_eq!(toks.join(" "), fh.h_str);
             // natural log in jsonl, base 2 in the fairseq format
             let score = h["score"].as_f64().unwrap();
             assert!((score / std::f64::consts::LN_2 - fh.h_score).abs() < 1e-5, "{score} vs {}", fh.h_score);
-            let pos: Vec<f64> = h["positional_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let pos: Vec<f64> =
+                h["positional_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             assert_eq!(pos.len(), fh.p.len());
             for (a, b) in pos.iter().zip(&fh.p) {
                 assert!((a / std::f64::consts::LN_2 - b).abs() <= 5e-5 + 1e-9);
@@ -307,7 +319,8 @@ fn a_line_longer_than_max_source_positions_is_reported_and_the_others_translated
 
     let out = translate(&fx.dir, &input, "jsonl", &["--beam", "5"]);
     assert_eq!(out.status.code(), Some(2));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 3);
     assert!(lines[1]["error"].as_str().unwrap().contains("at most"));
     assert_eq!(lines[2]["hypotheses"][0]["text"].as_str().unwrap(), want[&1].hyps[0].h_str);
@@ -351,4 +364,41 @@ fn bad_options_are_one_line_errors_with_exit_code_2() {
         let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
         assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
     }
+}
+
+/// Bigrams of a hypothesis with the BOS (= EOS) in front and the EOS at the end, as the blocker
+/// sees them.
+fn bigrams(h: &str) -> Vec<(String, String)> {
+    let toks: Vec<String> =
+        std::iter::once("</s>".to_string()).chain(h.split_whitespace().map(String::from)).chain(std::iter::once("</s>".into())).collect();
+    toks.windows(2).map(|w| (w[0].clone(), w[1].clone())).collect()
+}
+
+#[test]
+fn no_repeat_ngram_blocks_repeats_unless_fairseq_compat() {
+    let (m, fx) = first_fixture();
+    let args = ["--beam", "5", "--no-repeat-ngram-size", "2", "--batch-size", "16", "--buffer-size", "1024"];
+    let blocked = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &args)));
+    let mut compat_args = args.to_vec();
+    compat_args.push("--fairseq-compat-ngram");
+    let compat = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &compat_args)));
+    let repeats = |e: &Entry| {
+        let b = bigrams(&e.hyps[0].h_str);
+        let mut seen = std::collections::HashSet::new();
+        // the final EOS is forced at max_len, so only count bigrams before it
+        b[..b.len() - 1].iter().any(|x| !seen.insert(x.clone()))
+    };
+    let compat_repeats = compat.values().filter(|e| repeats(e)).count();
+    assert!(compat_repeats > 0, "the inputs never produce a repeated bigram; the test would prove nothing");
+    for (id, e) in &blocked {
+        assert!(!repeats(e), "id {id}: {:?}", e.hyps[0].h_str);
+    }
+    // fairseq-compat equals fairseq 0.12.2's CPU output, i.e. plain beam search
+    let plain = golden_batched(&fx, "beam5");
+    let c = compare(&plain, &compat);
+    assert!(c.problems.is_empty(), "{:?}", c.problems);
+}
+
+fn golden_batched(fx: &Fixture, set: &str) -> BTreeMap<usize, Entry> {
+    parse_fairseq(&std::fs::read_to_string(fx.dir.join(format!("interactive/{set}.txt"))).unwrap())
 }

@@ -37,7 +37,8 @@ impl StepModel for Markov {
     fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
         let (b, s) = src_tokens.size2()?;
         let flat = Vec::<i64>::try_from(src_tokens.contiguous().view([-1]))?;
-        let classes: Vec<i64> = (0..b as usize).map(|i| src_class(&flat[i * s as usize..(i + 1) * s as usize])).collect();
+        let classes: Vec<i64> =
+            (0..b as usize).map(|i| src_class(&flat[i * s as usize..(i + 1) * s as usize])).collect();
         self.rows = Some(Tensor::from_slice(&classes).index_select(0, new_order));
         Ok(())
     }
@@ -46,7 +47,12 @@ impl StepModel for Markov {
         self.rows = Some(rows.index_select(0, new_order));
         Ok(())
     }
-    fn forward_decoder(&mut self, tokens: &Tensor, _t: f64, _a: bool) -> Result<(Tensor, Option<Tensor>), GenerateError> {
+    fn forward_decoder(
+        &mut self,
+        tokens: &Tensor,
+        _t: f64,
+        _a: bool,
+    ) -> Result<(Tensor, Option<Tensor>), GenerateError> {
         let rows = self.rows.as_ref().ok_or_else(|| bad("no batch"))?;
         if rows.size()[0] != tokens.size()[0] {
             return Err(bad("state and tokens disagree on the number of rows"));
@@ -98,11 +104,7 @@ fn naive(table: &[f32], class: i64, cfg: &GeneratorConfig, max_len: i64) -> Vec<
                 let pos: Vec<f32> = (0..c.len()).map(|i| if i == 0 { c[0] } else { c[i] - c[i - 1] }).collect();
                 let mut t: Vec<i64> = toks[1..].to_vec();
                 t.push(2);
-                let score = if cfg.normalize_scores {
-                    s / ((step + 1) as f64).powf(cfg.len_penalty) as f32
-                } else {
-                    s
-                };
+                let score = if cfg.normalize_scores { s / ((step + 1) as f64).powf(cfg.len_penalty) as f32 } else { s };
                 done.push(Hypothesis { tokens: t, score, positional_scores: pos, attention: None, alignment: None });
             }
         }
@@ -226,7 +228,8 @@ fn greedy_sampling_follows_the_argmax_path() {
     let _rng = crate::generate::rng_lock();
     let mut model = Markov::new(9);
     let greedy = GeneratorConfig { beam_size: 1, max_len_b: 6, ..GeneratorConfig::default() };
-    let sampling = GeneratorConfig { beam_size: 3, search: SearchStrategy::Sampling { topk: 1, topp: -1.0 }, ..greedy.clone() };
+    let sampling =
+        GeneratorConfig { beam_size: 3, search: SearchStrategy::Sampling { topk: 1, topp: -1.0 }, ..greedy.clone() };
     let g = SequenceGenerator::new(greedy, V as usize, Specials::default()).unwrap();
     let s = SequenceGenerator::new(sampling, V as usize, Specials::default()).unwrap();
     let want = g.generate(&mut model, &batch(&sources())).unwrap();
