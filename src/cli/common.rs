@@ -4,7 +4,6 @@ use anyhow::{bail, Result};
 use tch::Device;
 
 use super::args::DeviceArg;
-use super::Outcome;
 
 /// Applies `--threads` (default: all cores, libtorch's own default).
 pub fn apply_threads(threads: Option<usize>) -> Result<()> {
@@ -34,10 +33,6 @@ pub fn resolve_device(arg: DeviceArg) -> Result<Device> {
             }
         }
     }
-}
-
-pub fn not_implemented(command: &str) -> Result<Outcome> {
-    bail!("`tchseq {command}` is not implemented yet")
 }
 
 /// True when the error comes from writing into a closed pipe (`tchseq ... | head`).

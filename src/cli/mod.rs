@@ -6,9 +6,14 @@
 
 pub mod args;
 mod common;
+mod decode;
 mod doctor;
+mod encode;
+mod output;
+mod translate;
 mod inspect;
 mod score;
+mod verify;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -50,11 +55,11 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     common::apply_threads(cli.global.threads)?;
     match cli.command {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
-        Command::Translate(_) => common::not_implemented("translate"),
+        Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(a) => score::run(&cli.global, &a),
-        Command::Verify(_) => common::not_implemented("verify"),
+        Command::Verify(a) => verify::run(&cli.global, &a),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
-        Command::Encode(_) => common::not_implemented("encode"),
-        Command::Decode(_) => common::not_implemented("decode"),
+        Command::Encode(a) => encode::run(&cli.global, &a),
+        Command::Decode(a) => decode::run(&cli.global, &a),
     }
 }

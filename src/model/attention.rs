@@ -263,3 +263,20 @@ fn append_prev_key_padding_mask(
         (None, None) => None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appended_padding_masks_are_float_and_static_ones_are_reused() {
+        let cur = Tensor::from_slice(&[false, true]).view([2, 1]);
+        let first = append_prev_key_padding_mask(Some(&cur), None, 2, 3, false).unwrap().unwrap();
+        assert_eq!(first.kind(), Kind::Float);
+        assert_eq!(Vec::<f32>::try_from(first.flatten(0, -1)).unwrap(), [0., 0., 0., 0., 0., 1.]);
+        let prev = Tensor::from_slice(&[1.0f32, 0.0]).view([2, 1]);
+        let kept = append_prev_key_padding_mask(Some(&cur), Some(&prev), 2, 1, true).unwrap().unwrap();
+        assert!(kept.equal(&prev));
+        assert!(append_prev_key_padding_mask(None, None, 2, 1, false).unwrap().is_none());
+    }
+}

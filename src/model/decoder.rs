@@ -35,6 +35,10 @@ pub struct TransformerDecoder {
     pub output_projection: Linear,
     pub padding_idx: i64,
     pub max_target_positions: usize,
+    /// Full-sequence self-attention through `F.multi_head_attention_forward` (SDPA), as
+    /// fairseq does; false runs fairseq's own bmm path, the one incremental decoding takes
+    /// (for checking the cache against a full pass with the same kernels).
+    pub torch_self_attention: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +125,7 @@ impl TransformerDecoder {
             output_projection,
             padding_idx: PADDING_IDX,
             max_target_positions: o.max_target_positions,
+            torch_self_attention: true,
         };
         Ok((decoder, warnings))
     }
@@ -216,6 +221,7 @@ impl TransformerDecoder {
                 self_attn_mask.as_ref(),
                 self_attn_padding_mask.as_ref(),
                 need_head_weights,
+                self.torch_self_attention,
             )?;
             x = out;
             if return_all_hiddens {

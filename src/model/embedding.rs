@@ -187,3 +187,39 @@ impl PositionalEmbedding {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(rows: &[&[i64]]) -> Tensor {
+        let width = rows[0].len() as i64;
+        Tensor::from_slice(&rows.concat()).view([rows.len() as i64, width])
+    }
+
+    fn values(t: &Tensor) -> Vec<i64> {
+        Vec::<i64>::try_from(t.flatten(0, -1)).unwrap()
+    }
+
+    #[test]
+    fn make_positions_counts_from_the_first_token_on_either_padding_side() {
+        let left = tokens(&[&[1, 1, 7, 8, 2], &[5, 6, 7, 8, 2]]);
+        assert_eq!(values(&make_positions(&left, 1).unwrap()), [1, 1, 2, 3, 4, 2, 3, 4, 5, 6]);
+        let right = tokens(&[&[7, 8, 2, 1, 1]]);
+        assert_eq!(values(&make_positions(&right, 1).unwrap()), [2, 3, 4, 1, 1]);
+    }
+
+    #[test]
+    fn sinusoidal_rows_do_not_depend_on_the_table_size() {
+        let small = SinusoidalPositionalEmbedding::get_embedding(12, 10, 1).unwrap();
+        let large = SinusoidalPositionalEmbedding::get_embedding(1030, 10, 1).unwrap();
+        assert!(small.equal(&large.narrow(0, 0, 12)));
+        assert_eq!(small.get(1).abs().sum(Kind::Double).double_value(&[]), 0.0, "pad row");
+        // [sin | cos]: position 0 is sin 0 = 0 in the first half and cos 0 = 1 in the second
+        assert_eq!(Vec::<f32>::try_from(small.get(0)).unwrap(), [0., 0., 0., 0., 0., 1., 1., 1., 1., 1.]);
+        let odd = SinusoidalPositionalEmbedding::get_embedding(4, 9, 1).unwrap();
+        assert_eq!(odd.size(), [4, 9]);
+        assert_eq!(odd.select(1, 8).abs().sum(Kind::Double).double_value(&[]), 0.0);
+        assert!(SinusoidalPositionalEmbedding::get_embedding(4, 3, 1).is_err());
+    }
+}

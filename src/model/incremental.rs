@@ -70,3 +70,32 @@ impl IncrementalState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Device, Kind};
+
+    fn rows(n: i64) -> Tensor {
+        Tensor::arange(n, (Kind::Float, Device::Cpu)).view([n, 1, 1, 1])
+    }
+
+    fn first_column(t: &Option<Tensor>) -> Vec<f32> {
+        Vec::<f32>::try_from(t.as_ref().unwrap().flatten(0, -1)).unwrap()
+    }
+
+    #[test]
+    fn reorder_selects_self_attention_rows_and_keeps_same_sized_encoder_buffers() {
+        let mut state = IncrementalState::new();
+        let layer = state.layer_mut(0);
+        layer.self_attn.prev_key = Some(rows(3));
+        layer.encoder_attn.prev_key = Some(rows(3));
+        state.reorder(&Tensor::from_slice(&[2i64, 2, 0]));
+        assert_eq!(first_column(&state.layers[0].self_attn.prev_key), [2., 2., 0.]);
+        assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [0., 1., 2.]);
+        // a shrinking batch reorders the encoder buffers too
+        state.reorder(&Tensor::from_slice(&[1i64, 2]));
+        assert_eq!(first_column(&state.layers[0].self_attn.prev_key), [2., 0.]);
+        assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [1., 2.]);
+    }
+}

@@ -44,8 +44,8 @@ impl TransformerEncoderLayer {
         let biases: Vec<&Tensor> =
             [&self_attn.q_proj, &self_attn.k_proj, &self_attn.v_proj].iter().filter_map(|l| l.bias.as_ref()).collect();
         let in_proj_bias = Tensor::f_cat(&biases, 0)?;
-        w.register("in_proj_weight", &in_proj_weight);
-        w.register("in_proj_bias", &in_proj_bias);
+        w.register("in_proj_weight", &in_proj_weight)?;
+        w.register("in_proj_bias", &in_proj_bias)?;
         for (name, t) in [
             ("out_proj_weight", Some(&self_attn.out_proj.weight)),
             ("out_proj_bias", self_attn.out_proj.bias.as_ref()),
@@ -55,7 +55,7 @@ impl TransformerEncoderLayer {
             ("fc2_bias", fc2.bias.as_ref()),
         ] {
             if let Some(t) = t {
-                w.register(name, t);
+                w.register(name, t)?;
             }
         }
         Ok(Self {
@@ -175,7 +175,8 @@ impl TransformerDecoderLayer {
     /// `x` `[T, B, C]`, `encoder_out` `[S, B, C_enc]`, `encoder_padding_mask` `[B, S]`.
     /// With `state` the self-attention runs incrementally (fairseq's own path) and the encoder
     /// keys/values are computed once and cached; without, the self-attention takes
-    /// `F.multi_head_attention_forward` with `self_attn_mask` (the future mask).
+    /// `F.multi_head_attention_forward` with `self_attn_mask` (the future mask), or fairseq's
+    /// own path when `torch_self_attention` is false.
     /// Returns the encoder-attention probabilities per head `[H, B, T, S]` (f32) when
     /// `need_head_weights`.
     #[allow(clippy::too_many_arguments)]
@@ -188,6 +189,7 @@ impl TransformerDecoderLayer {
         self_attn_mask: Option<&Tensor>,
         self_attn_padding_mask: Option<&Tensor>,
         need_head_weights: bool,
+        torch_self_attention: bool,
     ) -> Result<(Tensor, Option<Tensor>), ModelError> {
         let residual = x;
         let mut x = if self.normalize_before { self.self_attn_layer_norm.forward(x)? } else { x.shallow_clone() };
@@ -205,7 +207,22 @@ impl TransformerDecoderLayer {
                 )?;
                 out
             }
-            None => self.self_attn.forward_torch(&x, &x, self_attn_padding_mask, self_attn_mask)?,
+            None if torch_self_attention => {
+                self.self_attn.forward_torch(&x, &x, self_attn_padding_mask, self_attn_mask)?
+            }
+            None => {
+                let (out, _) = self.self_attn.forward_fairseq(
+                    &x,
+                    None,
+                    self_attn_padding_mask,
+                    self_attn_mask,
+                    None,
+                    false,
+                    false,
+                    false,
+                )?;
+                out
+            }
         };
         x = residual.f_add(&x)?;
         if !self.normalize_before {

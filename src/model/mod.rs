@@ -3,9 +3,12 @@
 //! One struct per fairseq module, each built from a [`weights::Weights`] accessor whose prefix
 //! is the module's state-dict name, so the constructor tree is the state-dict key tree.
 //!
-//! Autograd: the entry points ([`TransformerEncoder::forward`], [`TransformerDecoder::forward`])
-//! take a `tch::no_grad_guard` themselves; weights are plain tensors that never require grad.
-//! Grad mode is thread-local in libtorch, so this holds on whatever thread calls them.
+//! Autograd: weights `require_grad` like fairseq's parameters (libtorch picks some kernels by
+//! it, see [`weights::Weights::get`]), so nothing may run in grad mode: the entry points
+//! ([`TransformerModel::from_state_dict`], [`TransformerEncoder::forward`],
+//! [`TransformerDecoder::forward`]) take a `tch::no_grad_guard` themselves (grad mode is
+//! thread-local, so this holds on whatever thread calls them). Callers of the individual
+//! modules' `forward` must hold one.
 
 mod attention;
 mod decoder;

@@ -91,3 +91,20 @@ impl ActivationFn {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activations_follow_fairseq_names() {
+        assert_eq!(ActivationFn::from_name("gelu_fast").unwrap(), ActivationFn::GeluAccurate);
+        assert!(matches!(ActivationFn::from_name("swish"), Err(ModelError::Unsupported(_))));
+        let x = Tensor::from_slice(&[-2.0f32, -0.5, 0.0, 0.5, 2.0]);
+        let ours = ActivationFn::GeluAccurate.forward(&x).unwrap();
+        let torch = x.gelu("tanh");
+        assert!((ours - torch).abs().max().double_value(&[]) < 1e-6);
+        let relu_sq = ActivationFn::ReluSquared.forward(&x).unwrap();
+        assert_eq!(Vec::<f32>::try_from(relu_sq).unwrap(), [0., 0., 0., 0.25, 4.]);
+    }
+}

@@ -142,8 +142,11 @@ impl<'a> Weights<'a> {
         self.inner.borrow().kind
     }
 
-    /// The tensor under `name`, cast to the model dtype and device, contiguous (like a
-    /// parameter fairseq copied it into). `expected` entries of -1 accept any size.
+    /// The tensor under `name` as the `nn.Parameter` fairseq copies it into: cast to the model
+    /// dtype and device, freshly allocated, and `requires_grad` (which is not inert even under
+    /// no_grad: `matmul` folds a 3-D input into one `mm` only when the weight requires grad, and
+    /// the output projection of a decoding step gives other bits when it does not).
+    /// `expected` entries of -1 accept any size.
     pub fn get(&self, name: &str, expected: &[i64]) -> Result<Tensor, ModelError> {
         let key = self.key(name);
         let mut inner = self.inner.borrow_mut();
@@ -157,7 +160,17 @@ impl<'a> Weights<'a> {
         if !fits {
             return Err(ModelError::Shape { key, expected: expected.to_vec(), actual });
         }
+        // A fresh allocation, like the parameter fairseq copies the value into: a view into
+        // the checkpoint's storage can be misaligned, and small GEMMs then take other kernels.
         let tensor = raw.f_to_device(inner.device)?.f_to_kind(inner.kind)?.f_contiguous()?;
+        let tensor = if tensor.data_ptr() == raw.data_ptr() {
+            let mut fresh = tensor.f_empty_like()?;
+            fresh.f_copy_(&tensor)?;
+            fresh
+        } else {
+            tensor
+        };
+        let tensor = tensor.f_set_requires_grad(true)?;
         inner.used.insert(key.clone());
         inner.named.insert(key, tensor.shallow_clone());
         Ok(tensor)
@@ -179,11 +192,13 @@ impl<'a> Weights<'a> {
 
     /// Records a tensor that fairseq's `state_dict()` lists under `name` but that fairseq
     /// derives from other weights when it loads (the encoder layers' fused fast-path weights).
-    pub fn register(&self, name: &str, tensor: &Tensor) {
+    pub fn register(&self, name: &str, tensor: &Tensor) -> Result<(), ModelError> {
         let key = self.key(name);
+        let tensor = tensor.f_set_requires_grad(true)?;
         let mut inner = self.inner.borrow_mut();
         inner.used.insert(key.clone());
-        inner.named.insert(key, tensor.shallow_clone());
+        inner.named.insert(key, tensor);
+        Ok(())
     }
 
     /// The `version` buffer of an encoder/decoder (fairseq reads a missing one as 1).

@@ -1,2 +1,8 @@
 //! Text pipeline: dictionaries, Moses, BPE, sentencepiece.
+
+pub mod bpe;
 pub mod dictionary;
+pub mod moses;
+pub mod pipeline;
+pub mod pyutil;
+pub mod sentencepiece;

@@ -2,7 +2,11 @@
 //! One module per area.
 
 mod cli;
-mod score;
-mod util;
 mod loader;
 mod malformed;
+mod model;
+mod score;
+mod text;
+mod translate;
+mod util;
+mod verify;

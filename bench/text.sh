@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Tokenize + BPE throughput on Multi30k train.en (29k lines): tchseq vs sacremoses + subword-nmt,
+# both single-threaded, same codes (tests/fixtures/text/bpecodes). Token counts must agree.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CORPUS="${1:-/work/shared/data/multi30k/train.en.gz}"
+CODES="$ROOT/tests/fixtures/text/bpecodes"
+cargo build --release --example text_bench --manifest-path "$ROOT/Cargo.toml" >/dev/null
+zcat -f "$CORPUS" | "$ROOT/target/release/examples/text_bench" en "$CODES"
+( source "$ROOT/reference/env.sh"; zcat -f "$CORPUS" | python "$ROOT/reference/text_bench.py" en "$CODES" 2>/dev/null )

@@ -1,0 +1,146 @@
+//! `tchseq encode`: raw lines in, the subword lines (or dictionary ids) fairseq feeds the model
+//! out. The helpers here are shared with `tchseq decode`.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{bail, Context, Result};
+
+use tchseq::checkpoint::model_dir::ModelFiles;
+use tchseq::checkpoint::read_summary;
+use tchseq::text::dictionary::Dictionary;
+use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
+
+use super::args::{BpeArg, EncodeArgs, GlobalArgs, ModelArgs, PipelineArgs, Side, TokenizerArg};
+use super::Outcome;
+
+/// The text pipeline for one side, and that side's dictionary when `--ids` asks for it.
+pub(super) struct SideText {
+    pub text: TextPipeline,
+    pub dict: Option<Dictionary>,
+}
+
+/// Options in increasing precedence: defaults, the checkpoint config, the model directory's
+/// files (`bpecodes`, `sentencepiece.bpe.model`), the command line.
+pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids: bool) -> Result<SideText> {
+    let files = if model.model.is_some() || model.path.is_some() {
+        Some(ModelFiles::resolve(
+            model.model.as_deref(),
+            model.path.as_deref(),
+            model.data.as_deref(),
+            model.source_lang.as_deref(),
+            model.target_lang.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    let mut opts = match files.as_ref().and_then(|f| f.checkpoints.first()) {
+        Some(ckpt) => PipelineOptions::from_config(&read_summary(ckpt)?.config),
+        None => PipelineOptions::default(),
+    };
+    if let Some(f) = &files {
+        opts.bpe_codes = f.bpe_codes.clone();
+        opts.sentencepiece_model = f.sentencepiece_model.clone();
+    }
+    if let Some(t) = pipeline.tokenizer {
+        opts.tokenizer = Some(
+            match t {
+                TokenizerArg::Moses => "moses",
+                TokenizerArg::Space => "space",
+                TokenizerArg::None => "none",
+            }
+            .to_string(),
+        );
+    }
+    if let Some(b) = pipeline.bpe {
+        opts.bpe = Some(
+            match b {
+                BpeArg::SubwordNmt => "subword_nmt",
+                BpeArg::Fastbpe => "fastbpe",
+                BpeArg::Sentencepiece => "sentencepiece",
+                BpeArg::None => "none",
+            }
+            .to_string(),
+        );
+    }
+    if pipeline.bpe_codes.is_some() {
+        opts.bpe_codes = pipeline.bpe_codes.clone();
+    }
+    if pipeline.sentencepiece_model.is_some() {
+        opts.sentencepiece_model = pipeline.sentencepiece_model.clone();
+    }
+    if let Some(dir) = &model.data {
+        opts = opts.with_model_dir(dir);
+    }
+    opts.moses_no_dash_splits |= pipeline.moses_no_dash_splits;
+    opts.moses_no_escape |= pipeline.moses_no_escape;
+    // One side's text is tokenized and detokenized with that side's language.
+    let lang = match side {
+        Side::Source => model.source_lang.clone().unwrap_or(opts.source_lang.clone()),
+        Side::Target => model.target_lang.clone().unwrap_or(opts.target_lang.clone()),
+    };
+    opts.source_lang = lang.clone();
+    opts.target_lang = lang;
+
+    let text = TextPipeline::new(&opts)?;
+    for lang in text.fallback_languages() {
+        eprintln!("warning: Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
+    }
+    let dict = if ids {
+        let path = match (&files, side) {
+            (Some(f), Side::Source) => f.src_dict.clone(),
+            (Some(f), Side::Target) => f.tgt_dict.clone(),
+            (None, _) => {
+                let (Some(dir), Some(lang)) = (&model.data, match side {
+                    Side::Source => &model.source_lang,
+                    Side::Target => &model.target_lang,
+                }) else {
+                    bail!("--ids needs a dictionary: give --model, or --data DIR with -s/-t");
+                };
+                dir.join(format!("dict.{lang}.txt"))
+            }
+        };
+        Some(Dictionary::load(&path).with_context(|| format!("loading {}", path.display()))?)
+    } else {
+        None
+    };
+    Ok(SideText { text, dict })
+}
+
+/// Reads stdin line by line (UTF-8, `\n` or `\r\n` endings) and writes one line per input line.
+pub(super) fn stream(mut f: impl FnMut(&str) -> Result<String>) -> Result<Outcome> {
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    let mut input = stdin.lock();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut buf = Vec::new();
+    let mut lineno = 0usize;
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', &mut buf).context("reading stdin")? == 0 {
+            break;
+        }
+        lineno += 1;
+        let line = std::str::from_utf8(&buf).with_context(|| format!("stdin line {lineno} is not valid UTF-8"))?;
+        let line = line.strip_suffix('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).unwrap_or(line);
+        let result = f(line).with_context(|| format!("stdin line {lineno}"))?;
+        writeln!(out, "{result}")?;
+        if interactive {
+            out.flush()?;
+        }
+    }
+    out.flush()?;
+    Ok(Outcome::Ok)
+}
+
+pub fn run(_global: &GlobalArgs, a: &EncodeArgs) -> Result<Outcome> {
+    let SideText { text, dict } = build(&a.model, &a.pipeline, a.side, a.ids)?;
+    stream(|line| {
+        // fairseq-interactive strips every input line before encoding it.
+        let encoded = text.encode(tchseq::text::pyutil::py_strip(line));
+        Ok(match &dict {
+            Some(d) => d.encode_line(&encoded, true).iter().map(i64::to_string).collect::<Vec<_>>().join(" "),
+            None => encoded,
+        })
+    })
+}

@@ -1,0 +1,393 @@
+//! `tchseq verify`: run the model on the inputs of a reference file and compare every
+//! activation and weight it holds with ours.
+//!
+//! Reference format (a torch.save'd dict of tensors or .safetensors): inputs `src_tokens`
+//! `[B,S]` (either padding side), `src_lengths` `[B]`, `prev_output_tokens` `[B,T]`; encoder
+//! `encoder_out` `[S,B,C]`, `encoder_padding_mask` `[B,S]`, `encoder_embedding` `[B,S,C]`,
+//! `encoder_states.{i}` `[S,B,C]`; decoder `decoder_inner_states.{i}` `[T,B,C]`, `attn`
+//! `[B,T,S]`, `logits` and `lprobs` `[B,T,V]`, optionally `incremental_logits` `[B,T,V]` (the
+//! decoder run one step at a time with an incremental state); any other name is a fairseq
+//! state-dict entry.
+//! Padded positions are not compared (source positions of encoder tensors and the source
+//! axis of `attn`; target positions of decoder tensors).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use indexmap::IndexMap;
+use serde::Serialize;
+use tch::{Device, Kind, Tensor};
+
+use tchseq::checkpoint::{load_checkpoint, load_tensor_dict};
+use tchseq::model::{
+    get_normalized_probs, DecoderOut, EncoderOut, EncoderPath, IncrementalState, TransformerModel, PADDING_IDX,
+};
+
+use super::args::{GlobalArgs, ModelArgs, VerifyArgs};
+use super::common::resolve_device;
+use super::Outcome;
+
+const INPUTS: [&str; 3] = ["src_tokens", "src_lengths", "prev_output_tokens"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Fail,
+    Skip,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    name: String,
+    shape: Vec<i64>,
+    max_abs_diff: Option<f64>,
+    max_rel_diff: Option<f64>,
+    status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    model: String,
+    reference: String,
+    atol: f64,
+    rtol: f64,
+    threads: i32,
+    device: String,
+    encoder_path: Option<EncoderPath>,
+    unused_keys: Vec<String>,
+    warnings: Vec<String>,
+    tensors: Vec<Row>,
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+/// Which positions of a reference tensor count.
+enum Axes {
+    /// `[S, B, ...]` encoder time-major.
+    SourceTimeMajor,
+    /// `[B, S, ...]`.
+    SourceBatchMajor,
+    /// `[T, B, ...]` decoder time-major.
+    TargetTimeMajor,
+    /// `[B, T, ...]`.
+    TargetBatchMajor,
+    /// `[B, T, S]`.
+    Attention,
+}
+
+enum Kind2 {
+    Encoder(Axes),
+    Decoder(Axes),
+    Weight,
+}
+
+fn classify(name: &str) -> Kind2 {
+    match name {
+        "encoder_out" => Kind2::Encoder(Axes::SourceTimeMajor),
+        "encoder_padding_mask" | "encoder_embedding" => Kind2::Encoder(Axes::SourceBatchMajor),
+        "logits" | "lprobs" | "incremental_logits" => Kind2::Decoder(Axes::TargetBatchMajor),
+        "attn" => Kind2::Decoder(Axes::Attention),
+        n if n.starts_with("encoder_states.") => Kind2::Encoder(Axes::SourceTimeMajor),
+        n if n.starts_with("decoder_inner_states.") => Kind2::Decoder(Axes::TargetTimeMajor),
+        _ => Kind2::Weight,
+    }
+}
+
+struct Computed {
+    encoder: Option<(EncoderOut, EncoderPath)>,
+    decoder: Option<(DecoderOut, Tensor)>,
+    /// Logits of step-by-step (incremental) decoding `[B, T, V]`, when the reference has them.
+    incremental_logits: Option<Tensor>,
+    /// `[B, S]` / `[B, T]` true at real tokens.
+    src_keep: Option<Tensor>,
+    tgt_keep: Option<Tensor>,
+}
+
+impl Computed {
+    fn activation(&self, name: &str) -> Option<Tensor> {
+        let indexed = |prefix: &str, list: &[Tensor]| {
+            name.strip_prefix(prefix).and_then(|i| i.parse::<usize>().ok()).and_then(|i| list.get(i)).map(Tensor::shallow_clone)
+        };
+        if let Some((enc, _)) = &self.encoder {
+            match name {
+                "encoder_out" => return Some(enc.encoder_out.shallow_clone()),
+                "encoder_padding_mask" => return Some(enc.encoder_padding_mask.shallow_clone()),
+                "encoder_embedding" => return Some(enc.encoder_embedding.shallow_clone()),
+                _ => {}
+            }
+            if let Some(t) = indexed("encoder_states.", &enc.encoder_states) {
+                return Some(t);
+            }
+        }
+        if let Some((dec, lprobs)) = &self.decoder {
+            match name {
+                "logits" => return Some(dec.logits.shallow_clone()),
+                "lprobs" => return Some(lprobs.shallow_clone()),
+                "attn" => return dec.attn.as_ref().map(Tensor::shallow_clone),
+                "incremental_logits" => return self.incremental_logits.as_ref().map(Tensor::shallow_clone),
+                _ => {}
+            }
+            return indexed("decoder_inner_states.", &dec.inner_states);
+        }
+        None
+    }
+
+    /// A bool mask broadcastable to a tensor of `axes` with `rank` dims: true where compared.
+    fn keep(&self, axes: &Axes, rank: usize) -> Option<Tensor> {
+        let expand = |m: Tensor, lead: usize| {
+            let mut m = m;
+            for _ in lead..rank {
+                m = m.unsqueeze(-1);
+            }
+            m
+        };
+        let src = self.src_keep.as_ref();
+        let tgt = self.tgt_keep.as_ref();
+        match axes {
+            Axes::SourceBatchMajor => src.map(|m| expand(m.shallow_clone(), 2)),
+            Axes::SourceTimeMajor => src.map(|m| expand(m.transpose(0, 1), 2)),
+            Axes::TargetBatchMajor => tgt.map(|m| expand(m.shallow_clone(), 2)),
+            Axes::TargetTimeMajor => tgt.map(|m| expand(m.transpose(0, 1), 2)),
+            Axes::Attention => match (src, tgt) {
+                (Some(s), Some(t)) => Some(t.unsqueeze(-1).logical_and(&s.unsqueeze(1))),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// (max |ours - ref|, max |ours - ref| / |ref|, allclose) over the kept elements.
+fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, atol: f64, rtol: f64) -> Result<(f64, f64, bool)> {
+    let a = ours.f_to_device(Device::Cpu)?.f_to_kind(Kind::Double)?;
+    let b = reference.f_to_kind(Kind::Double)?;
+    let (a, b) = match keep {
+        Some(k) => {
+            let k = k.f_to_device(Device::Cpu)?.f_expand_as(&b)?;
+            (a.f_masked_select(&k)?, b.f_masked_select(&k)?)
+        }
+        None => (a.f_flatten(0, -1)?, b.f_flatten(0, -1)?),
+    };
+    if a.numel() == 0 {
+        return Ok((0.0, 0.0, true));
+    }
+    // equal values (including matching infinities) differ by exactly 0
+    let same = a.f_eq_tensor(&b)?;
+    let diff = a.f_sub(&b)?.f_abs()?.f_masked_fill(&same, 0.0)?;
+    let nan = diff.f_isnan()?.f_any()?.f_int64_value(&[])? != 0;
+    let max_abs = if nan { f64::NAN } else { diff.f_max()?.f_double_value(&[])? };
+    let denom = b.f_abs()?;
+    let rel = diff.f_div(&denom)?.f_masked_fill(&diff.f_eq(0.0)?, 0.0)?;
+    let max_rel = if nan { f64::NAN } else { rel.f_max()?.f_double_value(&[])? };
+    let bound = denom.f_mul_scalar(rtol)?.f_add_scalar(atol)?;
+    let ok = !nan && diff.f_gt_tensor(&bound)?.f_any()?.f_int64_value(&[])? == 0;
+    Ok((max_abs, max_rel, ok))
+}
+
+/// The one checkpoint to verify. Unlike the translating commands, verify needs no
+/// dictionaries, so it does not go through `ModelFiles::resolve` (which insists on them).
+fn checkpoint_path(m: &ModelArgs) -> Result<PathBuf> {
+    if let Some(list) = &m.path {
+        let paths: Vec<&str> = list.split(':').filter(|s| !s.is_empty()).collect();
+        let [one] = paths.as_slice() else {
+            bail!("verify compares one checkpoint, --path names {}", paths.len());
+        };
+        let p = match &m.model {
+            Some(dir) if dir.is_dir() && !Path::new(one).exists() => dir.join(one),
+            _ => PathBuf::from(one),
+        };
+        return Ok(p);
+    }
+    let Some(model) = &m.model else {
+        bail!("no model given: use --model DIR|FILE or --path FILE.pt");
+    };
+    if !model.is_dir() {
+        return Ok(model.clone());
+    }
+    [model.clone(), model.join("checkpoints")]
+        .iter()
+        .flat_map(|d| ["model.pt", "checkpoint_best.pt", "checkpoint_last.pt"].map(|n| d.join(n)))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt", model.display()))
+}
+
+fn input(reference: &IndexMap<String, Tensor>, name: &str, needed_by: &str) -> Result<Tensor> {
+    let t = reference
+        .get(name)
+        .with_context(|| format!("the reference has {needed_by} tensors but no `{name}` input"))?;
+    if t.dim() != 2 || !matches!(t.kind(), Kind::Int64 | Kind::Int | Kind::Int16 | Kind::Int8 | Kind::Uint8) {
+        bail!("reference `{name}` must be a [batch, len] integer tensor, got {:?} {:?}", t.kind(), t.size());
+    }
+    Ok(t.f_to_kind(Kind::Int64)?)
+}
+
+fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, device: Device) -> Result<Computed> {
+    let wants = |enc: bool| {
+        reference.keys().find(|k| match classify(k) {
+            Kind2::Encoder(_) => enc,
+            Kind2::Decoder(_) => !enc,
+            Kind2::Weight => false,
+        } && !INPUTS.contains(&k.as_str()))
+    };
+    let needs_decoder = wants(false).is_some();
+    let needs_encoder = needs_decoder || wants(true).is_some();
+    let mut out = Computed { encoder: None, decoder: None, incremental_logits: None, src_keep: None, tgt_keep: None };
+    if !needs_encoder {
+        return Ok(out);
+    }
+    let what = if needs_decoder { "decoder" } else { "encoder" };
+    let src_tokens = input(reference, "src_tokens", what)?;
+    out.src_keep = Some(src_tokens.f_ne(PADDING_IDX)?);
+    let (enc, path) = model
+        .encoder
+        .forward_with_path(&src_tokens.f_to_device(device)?, true)
+        .context("running the encoder")?;
+    if needs_decoder {
+        let prev = input(reference, "prev_output_tokens", "decoder")?;
+        if prev.size()[0] != src_tokens.size()[0] {
+            bail!("`prev_output_tokens` has {} rows, `src_tokens` {}", prev.size()[0], src_tokens.size()[0]);
+        }
+        out.tgt_keep = Some(prev.f_ne(PADDING_IDX)?);
+        let dec = model
+            .decoder
+            .forward(&prev.f_to_device(device)?, &enc, None, true, true)
+            .context("running the decoder")?;
+        let lprobs = get_normalized_probs(&dec.logits, true);
+        out.decoder = Some((dec, lprobs));
+        if reference.contains_key("incremental_logits") {
+            let prev = prev.f_to_device(device)?;
+            let mut state = IncrementalState::new();
+            let mut steps = Vec::new();
+            for t in 0..prev.size()[1] {
+                let prefix = prev.f_narrow(1, 0, t + 1)?;
+                steps.push(model.decoder.forward(&prefix, &enc, Some(&mut state), false, false)?.logits);
+            }
+            out.incremental_logits = Some(Tensor::f_cat(&steps, 1)?);
+        }
+    }
+    out.encoder = Some((enc, path));
+    Ok(out)
+}
+
+pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
+    let checkpoint_path = checkpoint_path(&args.model)?;
+    let device = resolve_device(global.device)?;
+    let checkpoint = load_checkpoint(&checkpoint_path)?;
+    let (model, load_report) = TransformerModel::from_state_dict(&checkpoint.config, &checkpoint.state_dict, device, Kind::Float)
+        .with_context(|| format!("building the model from {}", checkpoint_path.display()))?;
+    let reference = load_tensor_dict(&args.reference)?;
+    let computed = compute(&model, &reference, device)?;
+
+    let mut rows = Vec::new();
+    for (name, theirs) in &reference {
+        if INPUTS.contains(&name.as_str()) {
+            continue;
+        }
+        let shape = theirs.size();
+        let row = |status: Status, diffs: Option<(f64, f64)>, note: Option<String>| Row {
+            name: name.clone(),
+            shape: shape.clone(),
+            max_abs_diff: diffs.map(|d| d.0),
+            max_rel_diff: diffs.map(|d| d.1),
+            status,
+            note,
+        };
+        let (ours, keep) = match classify(name) {
+            Kind2::Encoder(axes) | Kind2::Decoder(axes) => match computed.activation(name) {
+                Some(t) => {
+                    let keep = computed.keep(&axes, shape.len());
+                    (t, keep)
+                }
+                None => {
+                    rows.push(row(Status::Fail, None, Some("the model has no such activation".into())));
+                    continue;
+                }
+            },
+            Kind2::Weight => {
+                if name.ends_with("._float_tensor") {
+                    let note = "uninitialised buffer fairseq never reads".to_string();
+                    rows.push(row(Status::Skip, None, Some(note)));
+                    continue;
+                }
+                match model.named_tensors.get(name) {
+                    Some(t) => (t.shallow_clone(), None),
+                    None => {
+                        rows.push(row(Status::Fail, None, Some("the model has no such weight".into())));
+                        continue;
+                    }
+                }
+            }
+        };
+        if ours.size() != shape {
+            let note = format!("ours has shape {:?}", ours.size());
+            rows.push(row(Status::Fail, None, Some(note)));
+            continue;
+        }
+        let (max_abs, max_rel, ok) = compare(&ours, theirs, keep.as_ref(), args.atol, args.rtol)
+            .with_context(|| format!("comparing `{name}`"))?;
+        rows.push(row(if ok { Status::Ok } else { Status::Fail }, Some((max_abs, max_rel)), None));
+    }
+
+    let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
+    let report = Report {
+        model: checkpoint_path.display().to_string(),
+        reference: args.reference.display().to_string(),
+        atol: args.atol,
+        rtol: args.rtol,
+        threads: tch::get_num_threads(),
+        device: format!("{device:?}"),
+        encoder_path: computed.encoder.as_ref().map(|(_, p)| *p),
+        unused_keys: load_report.unused_keys,
+        warnings: load_report.warnings,
+        passed: count(Status::Ok),
+        failed: count(Status::Fail),
+        skipped: count(Status::Skip),
+        tensors: rows,
+    };
+    print_report(&report, args.json)?;
+    Ok(if report.failed == 0 { Outcome::Ok } else { Outcome::CheckFailed })
+}
+
+fn print_report(report: &Report, json: bool) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string(report)?)?;
+        return Ok(());
+    }
+    for w in &report.warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    if !report.unused_keys.is_empty() {
+        writeln!(out, "unused state-dict keys: {}", report.unused_keys.join(", "))?;
+    }
+    if let Some(path) = report.encoder_path {
+        writeln!(out, "encoder path: {}", serde_json::to_value(path)?.as_str().unwrap_or("?"))?;
+    }
+    let width = report.tensors.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    writeln!(out, "{:<width$}  {:<16}  {:>12}  {:>12}  status", "name", "shape", "max_abs_diff", "max_rel_diff")?;
+    let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3e}"));
+    for r in &report.tensors {
+        let status = match r.status {
+            Status::Ok => "ok",
+            Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        };
+        let shape = format!("{:?}", r.shape);
+        let note = r.note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
+        writeln!(
+            out,
+            "{:<width$}  {:<16}  {:>12}  {:>12}  {status}{note}",
+            r.name,
+            shape,
+            fmt(r.max_abs_diff),
+            fmt(r.max_rel_diff)
+        )?;
+    }
+    writeln!(out, "{} passed, {} failed", report.passed, report.failed)?;
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! `TextPipeline`: fairseq's `tokenizer` + `bpe` encoders chained as the hub interface and
+//! `fairseq-interactive` chain them: `encode` = tokenizer.encode then bpe.encode, `decode` =
+//! bpe.decode then tokenizer.decode.
+//!
+//! The constructor takes plain options ([`PipelineOptions`]) so callers can fill them from a
+//! checkpoint config, a model directory and command-line overrides, in that order of precedence
+//! (lowest first).
+
+use std::path::{Path, PathBuf};
+
+use super::bpe::{remove_bpe, Bpe, BpeError};
+use super::moses::{self, MosesDetokenizer, MosesError, MosesTokenizer};
+use super::sentencepiece::{self, SentencePieceError, SentencePieceModel};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Bpe(#[from] BpeError),
+    #[error(transparent)]
+    SentencePiece(#[from] SentencePieceError),
+    #[error(transparent)]
+    Moses(#[from] MosesError),
+    #[error("unknown tokenizer {0:?} (supported: moses, space, none)")]
+    UnknownTokenizer(String),
+    #[error("unknown bpe {0:?} (supported: subword_nmt, fastbpe, sentencepiece, none)")]
+    UnknownBpe(String),
+    #[error("--bpe {0} needs a codes file (--bpe-codes, or `bpecodes` in the model directory)")]
+    MissingCodes(&'static str),
+    #[error("--bpe sentencepiece needs a model file (--sentencepiece-model, or `sentencepiece.bpe.model` in the model directory)")]
+    MissingSentencePieceModel,
+}
+
+/// fairseq's tokenizer/bpe options (`--tokenizer`, `--bpe`, `--bpe-codes`,
+/// `--sentencepiece-model`, the moses options); `None` means "none".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineOptions {
+    pub tokenizer: Option<String>,
+    pub bpe: Option<String>,
+    pub bpe_codes: Option<PathBuf>,
+    pub sentencepiece_model: Option<PathBuf>,
+    /// The language `encode` tokenizes (fairseq: MosesTokenizerConfig.source_lang).
+    pub source_lang: String,
+    /// The language `decode` detokenizes (fairseq: MosesTokenizerConfig.target_lang).
+    pub target_lang: String,
+    pub moses_no_dash_splits: bool,
+    pub moses_no_escape: bool,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            tokenizer: None,
+            bpe: None,
+            bpe_codes: None,
+            sentencepiece_model: None,
+            source_lang: "en".to_string(),
+            target_lang: "en".to_string(),
+            moses_no_dash_splits: false,
+            moses_no_escape: false,
+        }
+    }
+}
+
+impl PipelineOptions {
+    /// The checkpoint's `tokenizer`, `bpe` and moses options. Moses languages are the
+    /// tokenizer's own (`moses_source_lang`/`moses_target_lang`), else the task's, else `en`.
+    pub fn from_config(cfg: &crate::config::TransformerConfig) -> Self {
+        let lang = |moses: &Option<String>, task: &Option<String>| {
+            moses.clone().or_else(|| task.clone()).unwrap_or_else(|| "en".to_string())
+        };
+        PipelineOptions {
+            tokenizer: cfg.tokenizer.clone(),
+            bpe: cfg.bpe.clone(),
+            bpe_codes: None,
+            sentencepiece_model: None,
+            source_lang: lang(&cfg.moses_source_lang, &cfg.source_lang),
+            target_lang: lang(&cfg.moses_target_lang, &cfg.target_lang),
+            moses_no_dash_splits: cfg.moses_no_dash_splits,
+            moses_no_escape: cfg.moses_no_escape,
+        }
+    }
+
+    /// Fills `bpe_codes` / `sentencepiece_model` from the fairseq-hub model-directory files
+    /// (`bpecodes`, `sentencepiece.bpe.model`) when they are not set.
+    pub fn with_model_dir(mut self, dir: &Path) -> Self {
+        if self.bpe_codes.is_none() {
+            let codes = dir.join("bpecodes");
+            if codes.is_file() {
+                self.bpe_codes = Some(codes);
+            }
+        }
+        if self.sentencepiece_model.is_none() {
+            let model = dir.join("sentencepiece.bpe.model");
+            if model.is_file() {
+                self.sentencepiece_model = Some(model);
+            }
+        }
+        self
+    }
+}
+
+#[derive(Debug)]
+enum Tokenizer {
+    Moses { tok: MosesTokenizer, detok: MosesDetokenizer, dash_splits: bool, escape: bool },
+    Space,
+    None,
+}
+
+#[derive(Debug)]
+enum Subword {
+    Bpe(Bpe),
+    SentencePiece(SentencePieceModel),
+    None,
+}
+
+#[derive(Debug)]
+pub struct TextPipeline {
+    tokenizer: Tokenizer,
+    subword: Subword,
+    /// Languages the Moses tokenizer has no data for (they get sacremoses' generic rules).
+    fallback_languages: Vec<String>,
+}
+
+fn is_none(name: &Option<String>) -> bool {
+    name.as_deref().is_none_or(|n| n.is_empty() || n.eq_ignore_ascii_case("none"))
+}
+
+impl TextPipeline {
+    pub fn new(opts: &PipelineOptions) -> Result<Self, PipelineError> {
+        let mut fallback_languages = Vec::new();
+        let tokenizer = if is_none(&opts.tokenizer) {
+            Tokenizer::None
+        } else {
+            match opts.tokenizer.as_deref().unwrap_or_default() {
+                "moses" => {
+                    for lang in [&opts.source_lang, &opts.target_lang] {
+                        if !moses::has_language_data(lang) && !fallback_languages.contains(lang) {
+                            fallback_languages.push(lang.clone());
+                        }
+                    }
+                    Tokenizer::Moses {
+                        tok: MosesTokenizer::new(&opts.source_lang),
+                        detok: MosesDetokenizer::new(&opts.target_lang),
+                        dash_splits: !opts.moses_no_dash_splits,
+                        escape: !opts.moses_no_escape,
+                    }
+                }
+                "space" => Tokenizer::Space,
+                other => return Err(PipelineError::UnknownTokenizer(other.to_string())),
+            }
+        };
+        let subword = if is_none(&opts.bpe) {
+            Subword::None
+        } else {
+            match opts.bpe.as_deref().unwrap_or_default() {
+                kind @ ("subword_nmt" | "fastbpe") => {
+                    let fastbpe = kind == "fastbpe";
+                    let codes = opts
+                        .bpe_codes
+                        .as_deref()
+                        .ok_or(PipelineError::MissingCodes(if fastbpe { "fastbpe" } else { "subword_nmt" }))?;
+                    Subword::Bpe(Bpe::load(codes, fastbpe)?)
+                }
+                "sentencepiece" => {
+                    let model = opts.sentencepiece_model.as_deref().ok_or(PipelineError::MissingSentencePieceModel)?;
+                    Subword::SentencePiece(SentencePieceModel::load(model)?)
+                }
+                other => return Err(PipelineError::UnknownBpe(other.to_string())),
+            }
+        };
+        Ok(TextPipeline { tokenizer, subword, fallback_languages })
+    }
+
+    /// Languages for which Moses falls back to sacremoses' generic rules and English prefixes.
+    pub fn fallback_languages(&self) -> &[String] {
+        &self.fallback_languages
+    }
+
+    /// Raw text -> the subword string fairseq would look up in the dictionary.
+    pub fn encode(&self, raw: &str) -> String {
+        let tokenized = match &self.tokenizer {
+            Tokenizer::Moses { tok, dash_splits, escape, .. } => tok.tokenize(raw, *dash_splits, *escape),
+            Tokenizer::Space => space_encode(raw),
+            Tokenizer::None => raw.to_string(),
+        };
+        match &self.subword {
+            Subword::Bpe(bpe) => bpe.encode(&tokenized),
+            Subword::SentencePiece(sp) => sp.encode_as_string(&tokenized),
+            Subword::None => tokenized,
+        }
+    }
+
+    /// A subword string (e.g. a hypothesis) -> detokenized text.
+    pub fn decode(&self, subwords: &str) -> Result<String, PipelineError> {
+        let text = match &self.subword {
+            Subword::Bpe(_) => remove_bpe(subwords),
+            Subword::SentencePiece(_) => sentencepiece::decode(subwords),
+            Subword::None => subwords.to_string(),
+        };
+        Ok(match &self.tokenizer {
+            Tokenizer::Moses { detok, .. } => detok.detokenize_str(&text)?,
+            Tokenizer::Space | Tokenizer::None => text,
+        })
+    }
+
+    /// The `post_process` / `--remove-bpe` symbol name fairseq uses for this pipeline's bpe.
+    pub fn post_process(&self) -> Option<&'static str> {
+        match &self.subword {
+            Subword::Bpe(_) => Some("subword_nmt"),
+            Subword::SentencePiece(_) => Some("sentencepiece"),
+            Subword::None => None,
+        }
+    }
+}
+
+/// fairseq's `SpaceTokenizer.encode`: `re.sub(r"\s+", " ", x)` (Python's `\s`).
+fn space_encode(x: &str) -> String {
+    let mut out = String::with_capacity(x.len());
+    let mut in_space = false;
+    for c in x.chars() {
+        if super::pyutil::is_py_space(c) {
+            if !in_space {
+                out.push(' ');
+            }
+            in_space = true;
+        } else {
+            out.push(c);
+            in_space = false;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_errors_are_reported() {
+        let mut opts = PipelineOptions { bpe: Some("subword_nmt".into()), ..Default::default() };
+        assert!(matches!(TextPipeline::new(&opts), Err(PipelineError::MissingCodes(_))));
+        opts.bpe = Some("gpt2".into());
+        assert!(matches!(TextPipeline::new(&opts), Err(PipelineError::UnknownBpe(_))));
+        let p = TextPipeline::new(&PipelineOptions { tokenizer: Some("space".into()), ..Default::default() }).unwrap();
+        assert_eq!(p.encode(" a\x1c\tb  "), " a b ");
+        assert_eq!(p.decode("a b").unwrap(), "a b");
+    }
+}

@@ -1,0 +1,204 @@
+//! `tchseq verify` against the goldens fairseq 0.12.2 wrote (tests/fixtures/models).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tch::Tensor;
+
+use crate::util::{fixture, repo, tchseq};
+
+/// A fairseq checkpoint with goldens fairseq 0.12.2 wrote for it.
+pub struct Fixture {
+    pub name: String,
+    pub checkpoint: PathBuf,
+    pub goldens: PathBuf,
+    pub entry: Value,
+}
+
+impl Fixture {
+    pub fn golden(&self, kind: &str) -> PathBuf {
+        match kind {
+            "weights" => self.goldens.join(self.entry["goldens"]["weights"].as_str().unwrap()),
+            side => self.goldens.join(self.entry["goldens"]["verify"][side].as_str().unwrap()),
+        }
+    }
+}
+
+/// Every fixture of tests/fixtures/models/manifest.json and tests/fixtures/wild/manifest.json.
+pub fn fixtures() -> Vec<Fixture> {
+    let mut all = Vec::new();
+    for (manifest, list) in [("models/manifest.json", "fixtures"), ("wild/manifest.json", "models")] {
+        let text = std::fs::read_to_string(fixture(manifest)).expect("manifest");
+        let manifest: Value = serde_json::from_str(&text).unwrap();
+        let entries = manifest[list].as_array().expect("fixture list");
+        assert!(!entries.is_empty());
+        for e in entries {
+            let dir = repo(e["dir"].as_str().unwrap());
+            let goldens = match e["goldens"]["dir"].as_str() {
+                Some(sub) => dir.join(sub),
+                None => dir.clone(),
+            };
+            all.push(Fixture {
+                name: e["name"].as_str().unwrap().to_string(),
+                checkpoint: dir.join(e["checkpoint"].as_str().unwrap()),
+                goldens,
+                entry: e.clone(),
+            });
+        }
+    }
+    all
+}
+
+fn verify_json(model: &Path, reference: &Path, threads: Option<&str>) -> (Option<i32>, Value, String) {
+    let mut cmd = tchseq();
+    if let Some(n) = threads {
+        cmd.args(["--threads", n]);
+    }
+    let out = cmd
+        .args(["--device", "cpu", "verify", "-m"])
+        .arg(model)
+        .arg("--reference")
+        .arg(reference)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), report, stderr)
+}
+
+fn max_abs(report: &Value) -> f64 {
+    report["tensors"].as_array().unwrap().iter().filter_map(|t| t["max_abs_diff"].as_f64()).fold(0.0, f64::max)
+}
+
+const ACTIVATIONS: [&str; 7] =
+    ["encoder_out", "encoder_padding_mask", "encoder_embedding", "encoder_states.0", "attn", "logits", "lprobs"];
+
+#[test]
+fn every_fixture_golden_passes_verify_on_one_thread() {
+    for f in fixtures() {
+        let (name, entry) = (&f.name, &f.entry);
+        for side in ["left", "right"] {
+            let (code, report, stderr) = verify_json(&f.checkpoint, &f.golden(side), Some("1"));
+            assert_eq!(code, Some(0), "{name} {side}: {stderr}\n{report}");
+            assert_eq!(report["failed"], 0, "{name} {side}: {report}");
+            assert_eq!(report["skipped"], 0, "{name} {side}: {report}");
+            let names: Vec<&str> =
+                report["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+            for wanted in ACTIVATIONS.iter().chain(&["decoder_inner_states.0"]) {
+                assert!(names.contains(wanted), "{name} {side}: {wanted} not compared: {names:?}");
+            }
+            assert!(report["unused_keys"].as_array().unwrap().is_empty(), "{name}: {report}");
+            let diff = max_abs(&report);
+            assert!(diff <= 1e-5, "{name} {side}: max abs diff {diff}");
+            // the layer implementation fairseq recorded for this batch is the one we ran
+            if let Some(recorded) = entry["encoder_attention_path"][side].as_str() {
+                let ours = match recorded {
+                    "fast_bt" => "fast_path_masked",
+                    "fast_bt_nested" => "fast_path_nested",
+                    _ => "regular",
+                };
+                assert_eq!(report["encoder_path"], ours, "{name} {side}");
+            }
+            eprintln!("{name} {side}: {} tensors, max abs diff {diff:e}, encoder {}", names.len(), report["encoder_path"]);
+        }
+    }
+}
+
+#[test]
+fn goldens_pass_with_the_default_thread_count() {
+    let f = fixtures().into_iter().next().unwrap();
+    let name = &f.name;
+    let (code, report, stderr) = verify_json(&f.checkpoint, &f.golden("right"), None);
+    assert_eq!(code, Some(0), "{name}: {stderr}\n{report}");
+    eprintln!("{name} right, {} threads: max abs diff {:e}", report["threads"], max_abs(&report));
+}
+
+#[test]
+fn every_fixture_weights_match_fairseq_state_dict() {
+    for f in fixtures() {
+        let (name, reference) = (&f.name, f.golden("weights"));
+        let expected = tchseq::checkpoint::load_tensor_dict(&reference).unwrap();
+        let (code, report, stderr) = verify_json(&f.checkpoint, &reference, Some("1"));
+        assert_eq!(code, Some(0), "{name}: {stderr}\n{report}");
+        let rows = report["tensors"].as_array().unwrap();
+        assert_eq!(rows.len(), expected.len(), "{name}: every state-dict entry gets a row");
+        for row in rows {
+            let n = row["name"].as_str().unwrap();
+            match row["status"].as_str().unwrap() {
+                "ok" => assert_eq!(row["max_abs_diff"], 0.0, "{name}: {n} is not bit-identical"),
+                // fairseq fills this buffer with uninitialised memory and never reads it
+                "skip" => assert!(n.ends_with("embed_positions._float_tensor"), "{name}: skipped {n}"),
+                other => panic!("{name}: {n} {other}"),
+            }
+        }
+    }
+}
+
+fn perturbed_copy(f: &Fixture, edit: impl Fn(&str, &Tensor) -> Option<Tensor>) -> (tempfile::TempDir, PathBuf) {
+    let golden = tchseq::checkpoint::load_tensor_dict(&f.golden("left")).unwrap();
+    let tensors: Vec<(String, Tensor)> =
+        golden.iter().filter_map(|(k, t)| edit(k, t).map(|t| (k.clone(), t))).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(format!("{}.safetensors", f.name));
+    Tensor::write_safetensors(&tensors, &path).unwrap();
+    (tmp, path)
+}
+
+#[test]
+fn a_golden_perturbed_by_1e_3_fails_and_names_the_tensor() {
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| {
+        let t = t.copy();
+        if k == "logits" {
+            // position (0, 0) is a real target token in every golden (EOS first)
+            let _ = t.get(0).get(0).get(3).g_add_scalar_(1e-3);
+        }
+        Some(t)
+    });
+    let out = tchseq().args(["--threads", "1", "--device", "cpu", "verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let failing: Vec<&str> = text.lines().filter(|l| l.ends_with("FAIL")).collect();
+    assert_eq!(failing.len(), 1, "{text}");
+    assert!(failing[0].starts_with("logits "), "{text}");
+    let diff: f64 = failing[0].split_whitespace().rev().nth(2).unwrap().parse().unwrap();
+    assert!((9e-4..1.1e-3).contains(&diff), "{text}");
+    let compared = tchseq::checkpoint::load_tensor_dict(&f.golden("left")).unwrap().len() - 3;
+    assert_eq!(text.lines().last().unwrap(), format!("{} passed, 1 failed", compared - 1), "{text}");
+}
+
+#[test]
+fn a_wrong_shaped_reference_tensor_fails() {
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| {
+        Some(if k == "encoder_out" { t.narrow(2, 0, 4).copy() } else { t.copy() })
+    });
+    let (code, report, stderr) = verify_json(&f.checkpoint, &path, Some("1"));
+    assert_eq!(code, Some(1), "{stderr}");
+    let failed: Vec<&Value> = report["tensors"].as_array().unwrap().iter().filter(|t| t["status"] == "fail").collect();
+    assert_eq!(failed.len(), 1, "{report}");
+    assert_eq!(failed[0]["name"], "encoder_out");
+}
+
+#[test]
+fn activations_without_their_inputs_are_an_input_error() {
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| (k != "prev_output_tokens").then(|| t.copy()));
+    let out = tchseq().args(["--device", "cpu", "verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(line.contains("prev_output_tokens"), "{err}");
+}
+
+#[test]
+fn an_unreadable_reference_is_exit_2() {
+    let f = fixtures().into_iter().next().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let bogus = tmp.path().join("bogus.pt");
+    std::fs::write(&bogus, b"not a torch file").unwrap();
+    let out = tchseq().args(["verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&bogus).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("error:"));
+}
