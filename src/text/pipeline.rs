@@ -101,7 +101,7 @@ impl PipelineOptions {
 
 #[derive(Debug)]
 enum Tokenizer {
-    Moses { tok: MosesTokenizer, detok: MosesDetokenizer, dash_splits: bool, escape: bool },
+    Moses { tok: Box<MosesTokenizer>, detok: MosesDetokenizer, dash_splits: bool, escape: bool },
     Space,
     None,
 }
@@ -139,7 +139,7 @@ impl TextPipeline {
                         }
                     }
                     Tokenizer::Moses {
-                        tok: MosesTokenizer::new(&opts.source_lang),
+                        tok: Box::new(MosesTokenizer::new(&opts.source_lang)),
                         detok: MosesDetokenizer::new(&opts.target_lang),
                         dash_splits: !opts.moses_no_dash_splits,
                         escape: !opts.moses_no_escape,

@@ -251,13 +251,7 @@ impl Normalizer {
         let mut is_prev_space = self.remove_extra_whitespaces;
         while !input.is_empty() {
             let (s, len) = self.normalize_prefix(input, &mut scratch);
-            let mut sp = s;
-            while is_prev_space {
-                match sp.strip_prefix(' ') {
-                    Some(rest) => sp = rest,
-                    None => break,
-                }
-            }
+            let sp = if is_prev_space { s.trim_start_matches(' ') } else { s };
             if !sp.is_empty() {
                 for c in sp.chars() {
                     if self.escape_whitespaces && c == ' ' {
@@ -393,6 +387,7 @@ impl SentencePieceModel {
         let mut reserved_ids = HashMap::new();
         let mut unk_id = None;
         let mut user_defined = Vec::new();
+        // sentencepiece starts max_score_ at FLT_MIN (the smallest positive float), not -FLT_MAX.
         let (mut min_score, mut max_score) = (f32::MAX, f32::MIN_POSITIVE);
         for (i, p) in pieces.iter().enumerate() {
             if p.piece.is_empty() {
@@ -405,10 +400,8 @@ impl SentencePieceModel {
             }
             match p.kind {
                 PieceType::UserDefined => user_defined.push(p.piece.clone()),
-                PieceType::Unknown => {
-                    if unk_id.replace(i).is_some() {
-                        return Err(format_err("more than one <unk> piece"));
-                    }
+                PieceType::Unknown if unk_id.replace(i).is_some() => {
+                    return Err(format_err("more than one <unk> piece"));
                 }
                 PieceType::Normal => {
                     min_score = min_score.min(p.score);
@@ -516,8 +509,8 @@ impl SentencePieceModel {
             let mblen = normalized[starts_at..].chars().next().map_or(1, char::len_utf8);
             let mut has_single_node = false;
             let mut node = 0;
-            for key_pos in starts_at..size {
-                let Some(&next) = self.trie.nodes[node].0.get(&bytes[key_pos]) else { break };
+            for (key_pos, byte) in bytes.iter().enumerate().skip(starts_at) {
+                let Some(&next) = self.trie.nodes[node].0.get(byte) else { break };
                 node = next;
                 let Some(id) = self.trie.nodes[node].1 else { continue };
                 if self.is_unused(id) {

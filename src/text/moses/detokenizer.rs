@@ -28,16 +28,6 @@ const UNESCAPE: &[(&str, &str)] = &[
     ("&amp;", "&"),
 ];
 
-const FINNISH_MORPHSET_1: &[&str] = &[
-    "N", "n", "A", "a", "\u{c4}", "\u{e4}", "ssa", "Ssa", "ss\u{e4}", "Ss\u{e4}", "sta", "st\u{e4}",
-    "Sta", "St\u{e4}", "hun", "Hun", "hyn", "Hyn", "han", "Han", "h\u{e4}n", "H\u{e4}n", "h\u{f6}n",
-    "H\u{f6}n", "un", "Un", "yn", "Yn", "an", "An", "\u{e4}n", "\u{c4}n", "\u{f6}n", "\u{d6}n",
-    "seen", "Seen", "lla", "Lla", "ll\u{e4}", "Ll\u{e4}", "lta", "Lta", "lt\u{e4}", "Lt\u{e4}",
-    "lle", "Lle", "ksi", "Ksi", "kse", "Kse", "tta", "Tta", "ine", "Ine",
-];
-const FINNISH_MORPHSET_2: &[&str] = &["ni", "si", "mme", "nne", "nsa"];
-const FINNISH_MORPHSET_3: &[&str] = &["ko", "k\u{f6}", "han", "h\u{e4}n", "pa", "p\u{e4}", "kaan", "k\u{e4}\u{e4}n", "kin"];
-
 /// sacremoses.util.CJKChars.ranges, with `is_cjk`'s exclusive bounds.
 const CJK_RANGES: &[(u32, u32)] = &[
     (4352, 4607), (11904, 42191), (43072, 43135), (44032, 55215), (63744, 64255), (65072, 65103),
@@ -61,19 +51,6 @@ fn all_chars(token: &str, set: impl Fn(char) -> bool) -> bool {
 
 fn is_ascii_number(token: &str) -> bool {
     all_chars(token, |c| c.is_ascii_digit())
-}
-
-/// `^({m1})({m2})?({m3})$`: regex alternation takes the first alternative that lets the whole
-/// pattern match, so try every split.
-fn finnish_suffix(token: &str) -> bool {
-    FINNISH_MORPHSET_1.iter().any(|a| {
-        token.strip_prefix(a).is_some_and(|rest| {
-            FINNISH_MORPHSET_3.contains(&rest)
-                || FINNISH_MORPHSET_2
-                    .iter()
-                    .any(|b| rest.strip_prefix(b).is_some_and(|r| FINNISH_MORPHSET_3.contains(&r)))
-        })
-    })
 }
 
 impl MosesDetokenizer {
@@ -194,14 +171,8 @@ impl MosesDetokenizer {
                     prepend_space = " ";
                     *count += 1;
                 }
-            } else if lang == "fi"
-                && tokens[if i == 0 { n - 1 } else { i - 1 }].ends_with(':')
-                && finnish_suffix(token)
-            {
-                out.push_str(prepend_space);
-                out.push_str(token);
-                prepend_space = " ";
             } else {
+                // (sacremoses' Finnish case-suffix rule lands here too: it appends the same way.)
                 out.push_str(prepend_space);
                 out.push_str(token);
                 prepend_space = " ";
