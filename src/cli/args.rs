@@ -41,7 +41,14 @@ pub enum DeviceArg {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Translate raw text with beam search or sampling, exactly as fairseq-interactive does.
-    #[command(after_help = "Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30k.en-de\n  tchseq translate -m weights/multi30k.en-de --format fairseq --beam 5 \"Two dogs play.\"")]
+    #[command(after_help = "Batching follows fairseq-interactive: --buffer-size lines are read, ordered and batched \
+(--batch-size / --max-tokens) the way fairseq orders them, and printed in input order, so scores match fairseq \
+bit for bit on the same machine. A sentence longer than --max-tokens gets a batch of its own (fairseq refuses). \
+A line longer than the model's max_source_positions is not translated: `text` prints an empty line (and the \
+error on stderr), `fairseq` an E-<id> line, `jsonl` an object with an \"error\" field; the other lines are \
+translated and the command exits with status 2 at the end (fairseq stops, or skips silently with \
+--skip-invalid-size-inputs-valid-test).\n\n\
+Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30k.en-de\n  tchseq translate -m weights/multi30k.en-de --format fairseq --beam 5 \"Two dogs play.\"")]
     Translate(TranslateArgs),
     /// Score (source, target) pairs from a CSV file: per-row log-probabilities.
     #[command(after_help = "Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv")]
@@ -156,39 +163,57 @@ pub struct TranslateArgs {
     /// Output file (default: stdout).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Output format. Scores are base 2 in `fairseq`, natural log in `jsonl`.
+    /// Output format. Scores are base 2 in `fairseq` (as fairseq-interactive prints them),
+    /// natural log in `jsonl`.
     #[arg(long, value_enum, default_value_t = TranslateFormat::Text)]
     pub format: TranslateFormat,
+    /// Beam size (with --sampling: the number of samples).
     #[arg(long, default_value_t = 5)]
     pub beam: usize,
+    /// Hypotheses printed per sentence.
     #[arg(long, default_value_t = 1)]
     pub nbest: usize,
+    /// Length penalty: scores are divided by length^lenpen (EOS counted); <1 favors shorter.
     #[arg(long, default_value_t = 1.0)]
     pub lenpen: f64,
+    /// Unknown-word penalty, subtracted from the <unk> log-probability at every step.
     #[arg(long, default_value_t = 0.0)]
     pub unkpen: f64,
+    /// Generate at most max-len-a * src_len + max-len-b tokens (src_len: padded batch width).
     #[arg(long = "max-len-a", default_value_t = 0.0)]
     pub max_len_a: f64,
     #[arg(long = "max-len-b", default_value_t = 200)]
     pub max_len_b: usize,
+    /// Minimum number of generated tokens before EOS (EOS not counted).
     #[arg(long = "min-len", default_value_t = 1)]
     pub min_len: usize,
     /// Do not normalize scores by length.
     #[arg(long)]
     pub unnormalized: bool,
+    /// Never generate an n-gram of this size twice in a hypothesis (the leading BOS counts),
+    /// as fairseq's CUDA kernel and fairseq <= 0.10 do.
     #[arg(long = "no-repeat-ngram-size", default_value_t = 0)]
     pub no_repeat_ngram_size: usize,
-    /// Reproduce fairseq 0.12.2's CPU behaviour, where --no-repeat-ngram-size blocks nothing.
+    /// Reproduce fairseq 0.12.2 on CPU, where --no-repeat-ngram-size blocks nothing (its
+    /// Python fallback compares against the pad-filled end of the token buffer). Use it to
+    /// match outputs made with fairseq 0.12.x without the CUDA extension.
     #[arg(long = "fairseq-compat-ngram")]
     pub fairseq_compat_ngram: bool,
+    /// Sample instead of beam search (requires --nbest equal to --beam). Draws come from
+    /// libtorch's generator in fairseq's order, so samples equal fairseq-interactive's for the
+    /// same --seed, models, batching and device.
     #[arg(long)]
     pub sampling: bool,
+    /// Sample from the k most likely tokens only.
     #[arg(long = "sampling-topk", default_value_t = -1)]
     pub sampling_topk: i64,
+    /// Sample from the smallest set of tokens whose probability mass exceeds p.
     #[arg(long = "sampling-topp", default_value_t = -1.0)]
     pub sampling_topp: f64,
+    /// Divide the logits by this before the softmax.
     #[arg(long, default_value_t = 1.0)]
     pub temperature: f64,
+    /// Seed of libtorch's generator (set once at startup, as fairseq does).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Sentences per batch.
@@ -197,7 +222,8 @@ pub struct TranslateArgs {
     /// Source tokens per batch.
     #[arg(long = "max-tokens")]
     pub max_tokens: Option<usize>,
-    /// Lines read before translating (fairseq-interactive's --buffer-size).
+    /// Lines read before translating (fairseq-interactive's --buffer-size; default: the batch
+    /// size, so stdin is translated line by line).
     #[arg(long = "buffer-size", default_value_t = 0)]
     pub buffer_size: usize,
     /// Print hard alignments (A- lines / `alignment` in jsonl).

@@ -1,1 +1,79 @@
-//! Search: beam search, sampling, and the sequence scorer.
+//! Search: beam search, sampling, and the batching fairseq-interactive does around them.
+//!
+//! [`SequenceGenerator`] is a port of fairseq 0.12.2's `sequence_generator.py`
+//! (`SequenceGenerator._generate`), [`search`] of `search.py` (`BeamSearch`, `Sampling`),
+//! [`ngram`] of `ngram_repeat_block.py`, [`batching`] of the inference half of
+//! `LanguagePairDataset` + `data_utils.batch_by_size`. The generator talks to the models through
+//! the [`StepModel`] trait; [`ensemble::EnsembleModel`] implements it for real checkpoints.
+
+pub mod batching;
+pub mod ngram;
+pub mod rng_replay;
+pub mod search;
+pub mod sequence_generator;
+
+pub use ngram::NgramMode;
+pub use search::SearchStrategy;
+pub use sequence_generator::{GeneratorConfig, SequenceGenerator};
+
+use tch::Tensor;
+
+/// Tests that seed or draw from libtorch's global generator hold this lock.
+#[cfg(test)]
+pub(crate) static RNG_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[cfg(test)]
+pub(crate) fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Errors of the search code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenerateError {
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    #[error("model: {0}")]
+    Model(String),
+    #[error("invalid generation option: {0}")]
+    InvalidOption(String),
+    #[error("internal search invariant violated: {0}")]
+    Invariant(String),
+}
+
+/// One finished hypothesis, as fairseq's `finalize_hypos` stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hypothesis {
+    /// Generated tokens including the final EOS, without the leading BOS (= EOS).
+    pub tokens: Vec<i64>,
+    /// Natural-log score, normalized by `len^lenpen` unless `--unnormalized`.
+    pub score: f32,
+    /// Natural-log per-token scores (differences of cumulative f32 scores), EOS included.
+    pub positional_scores: Vec<f32>,
+    /// Head-averaged cross-attention of the alignment layer, `[tgt_len][src_len]` (rows are
+    /// target positions incl. EOS, columns the padded source positions), when requested.
+    pub attention: Option<Vec<Vec<f32>>>,
+    /// Hard alignment `(src_word, tgt_word)` pairs (fairseq's `extract_hard_alignment`).
+    pub alignment: Option<Vec<(i64, i64)>>,
+}
+
+/// What the generator needs from a model (fairseq's `EnsembleModel` as `_generate` uses it).
+///
+/// The implementation keeps the encoder output and the incremental state of the current batch.
+pub trait StepModel {
+    /// `model.max_decoder_positions()` (the minimum over an ensemble).
+    fn max_decoder_positions(&self) -> usize;
+    /// Runs the encoder on `src_tokens` (`[B, S]`, left-padded) and reorders its output with
+    /// `new_order` (`arange(B).repeat_interleave(beam)`); resets the incremental state.
+    fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError>;
+    /// `reorder_incremental_state` then `reorder_encoder_out` with `new_order`.
+    fn reorder(&mut self, new_order: &Tensor) -> Result<(), GenerateError>;
+    /// `forward_decoder(tokens[:, :step+1], ..., temperature)`: f32 log-probs `[rows, V]` of the
+    /// last position, and the head-averaged attention `[rows, S]` when `need_attn`.
+    fn forward_decoder(
+        &mut self,
+        tokens: &Tensor,
+        temperature: f64,
+        need_attn: bool,
+    ) -> Result<(Tensor, Option<Tensor>), GenerateError>;
+}

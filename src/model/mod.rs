@@ -1,1 +1,60 @@
-//! fairseq's TransformerModel, module by module.
+//! fairseq's `TransformerModel`, module by module (fairseq 0.12.2 on torch 2.13).
+//!
+//! One struct per fairseq module, each built from a [`weights::Weights`] accessor whose prefix
+//! is the module's state-dict name, so the constructor tree is the state-dict key tree.
+//!
+//! Autograd: the entry points ([`TransformerEncoder::forward`], [`TransformerDecoder::forward`])
+//! take a `tch::no_grad_guard` themselves; weights are plain tensors that never require grad.
+//! Grad mode is thread-local in libtorch, so this holds on whatever thread calls them.
+
+mod attention;
+mod decoder;
+mod embedding;
+mod encoder;
+mod incremental;
+mod layer;
+mod nn;
+mod transformer;
+pub mod weights;
+
+pub use attention::MultiheadAttention;
+pub use decoder::{DecoderOut, TransformerDecoder};
+pub use embedding::{
+    make_positions, Embedding, LearnedPositionalEmbedding, PositionalEmbedding,
+    SinusoidalPositionalEmbedding,
+};
+pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
+pub use incremental::{AttentionState, IncrementalState, LayerState};
+pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
+pub use nn::{ActivationFn, LayerNorm, Linear};
+pub use transformer::TransformerModel;
+pub use weights::LoadReport;
+
+use tch::{Kind, Tensor};
+
+/// fairseq's `Dictionary.pad()`; every fairseq dictionary puts `<pad>` at index 1.
+pub const PADDING_IDX: i64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("state dict has no `{0}`")]
+    MissingKey(String),
+    #[error("`{key}` has shape {actual:?}, the config needs {expected:?}")]
+    Shape { key: String, expected: Vec<i64>, actual: Vec<i64> },
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    #[error("bad model input: {0}")]
+    Input(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// fairseq's `get_normalized_probs`: `utils.log_softmax` / `utils.softmax` over the vocabulary
+/// with `dtype=torch.float32`, so the result is always f32.
+pub fn get_normalized_probs(logits: &Tensor, log_probs: bool) -> Tensor {
+    if log_probs {
+        logits.log_softmax(-1, Kind::Float)
+    } else {
+        logits.softmax(-1, Kind::Float)
+    }
+}

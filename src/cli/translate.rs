@@ -1,0 +1,429 @@
+//! `tchseq translate`: fairseq-interactive, without Python.
+//!
+//! Lines are read `--buffer-size` at a time, encoded, ordered and batched as fairseq-interactive
+//! does (`generate::batching`), decoded with `SequenceGenerator`, and printed in input order.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use tch::{Device, Kind, Tensor};
+
+use super::args::{BpeArg, DtypeArg, GlobalArgs, TokenizerArg, TranslateArgs, TranslateFormat};
+use super::common;
+use super::output::{python_fixed4, python_float_repr};
+use super::Outcome;
+use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
+use tchseq::generate::rng_replay::replay_model_init;
+use tchseq::generate::sequence_generator::Specials;
+use tchseq::generate::{
+    EnsembleModel, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator,
+};
+use tchseq::model::TransformerModel;
+use tchseq::text::dictionary::{is_py_space, Dictionary};
+
+/// fairseq-interactive's task default `--max-source-positions` (the model's own limit may be
+/// lower).
+const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
+
+/// What happened to one input line.
+enum LineResult {
+    Translated { src_tokens: Vec<i64>, hypos: Vec<Hypothesis>, seconds: f64 },
+    TooLong { len: usize, max: usize },
+}
+
+struct Session {
+    src_dict: Dictionary,
+    tgt_dict: Dictionary,
+    models: Vec<TransformerModel>,
+    generator: SequenceGenerator,
+    device: Device,
+    max_source_positions: usize,
+    max_tokens: Option<usize>,
+    batch_size: Option<usize>,
+    nbest: usize,
+    format: TranslateFormat,
+    print_alignment: bool,
+}
+
+pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
+    validate(a)?;
+    let device = common::resolve_device(global.device)?;
+    let kind = match a.dtype {
+        DtypeArg::Fp32 => Kind::Float,
+        DtypeArg::Fp16 => Kind::Half,
+        DtypeArg::Bf16 => Kind::BFloat16,
+    };
+    // fairseq-interactive: utils.set_torch_seed(cfg.common.seed) before the models are built
+    let seed = i64::try_from(a.seed).context("--seed is too large")?;
+    tch::manual_seed(seed);
+    if device.is_cuda() {
+        tch::Cuda::manual_seed_all(a.seed);
+    }
+
+    let files = ModelFiles::resolve(
+        a.model.model.as_deref(),
+        a.model.path.as_deref(),
+        a.model.data.as_deref(),
+        a.model.source_lang.as_deref(),
+        a.model.target_lang.as_deref(),
+    )?;
+    let src_dict = Dictionary::load(&files.src_dict)
+        .with_context(|| format!("loading {}", files.src_dict.display()))?;
+    let tgt_dict = Dictionary::load(&files.tgt_dict)
+        .with_context(|| format!("loading {}", files.tgt_dict.display()))?;
+
+    let mut models = Vec::new();
+    let mut tokenizer_cfg: Option<String> = None;
+    let mut bpe_cfg: Option<String> = None;
+    for path in &files.checkpoints {
+        let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
+        // fairseq builds (randomly initializes) each model before loading its weights
+        replay_model_init(
+            &ckpt.state_dict,
+            ckpt.config.share_all_embeddings,
+            ckpt.config.share_decoder_input_output_embed,
+        )?;
+        let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
+            .with_context(|| format!("building the model of {}", path.display()))?;
+        if tokenizer_cfg.is_none() {
+            tokenizer_cfg = ckpt.config.tokenizer.clone();
+            bpe_cfg = ckpt.config.bpe.clone();
+        }
+        models.push(model);
+    }
+    check_pipeline(a, tokenizer_cfg.as_deref(), bpe_cfg.as_deref())?;
+
+    let max_source_positions = models
+        .iter()
+        .map(|m| m.max_source_positions())
+        .chain(std::iter::once(TASK_MAX_SOURCE_POSITIONS))
+        .min()
+        .unwrap_or(TASK_MAX_SOURCE_POSITIONS);
+
+    let search = if a.sampling {
+        SearchStrategy::Sampling { topk: a.sampling_topk, topp: a.sampling_topp }
+    } else {
+        SearchStrategy::Beam
+    };
+    let cfg = GeneratorConfig {
+        beam_size: a.beam,
+        max_len_a: a.max_len_a,
+        max_len_b: i64::try_from(a.max_len_b).context("--max-len-b is too large")?,
+        min_len: i64::try_from(a.min_len).context("--min-len is too large")?,
+        normalize_scores: !a.unnormalized,
+        len_penalty: a.lenpen,
+        unk_penalty: a.unkpen,
+        temperature: a.temperature,
+        no_repeat_ngram_size: a.no_repeat_ngram_size,
+        ngram_mode: if a.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
+        search,
+        need_attn: a.print_alignment,
+    };
+    let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
+    let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
+
+    let (batch_size, buffer_size) = batching_sizes(a)?;
+    let ctx = Session {
+        src_dict,
+        tgt_dict,
+        models,
+        generator,
+        device,
+        max_source_positions,
+        max_tokens: a.max_tokens,
+        batch_size,
+        nbest: a.nbest,
+        format: a.format,
+        print_alignment: a.print_alignment,
+    };
+
+    let out: Box<dyn Write> = match &a.output {
+        Some(p) => Box::new(BufWriter::new(File::create(p).with_context(|| format!("creating {}", p.display()))?)),
+        None => Box::new(io::stdout().lock()),
+    };
+    let mut out = out;
+    let mut failed = 0usize;
+    let mut next_id = 0usize;
+    let mut buffer: Vec<String> = Vec::with_capacity(buffer_size);
+    let mut flush = |buffer: &mut Vec<String>, out: &mut Box<dyn Write>, next_id: &mut usize| -> Result<()> {
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        let results = translate_buffer(&ctx, buffer)?;
+        for (i, (line, result)) in buffer.iter().zip(&results).enumerate() {
+            if matches!(result, LineResult::TooLong { .. }) {
+                failed += 1;
+            }
+            write_result(&ctx, out, *next_id + i, line, result)?;
+        }
+        out.flush()?;
+        *next_id += buffer.len();
+        buffer.clear();
+        Ok(())
+    };
+    if !a.sentences.is_empty() {
+        for s in &a.sentences {
+            buffer.push(py_strip(s).to_string());
+            if buffer.len() >= buffer_size {
+                flush(&mut buffer, &mut out, &mut next_id)?;
+            }
+        }
+    } else {
+        let reader: Box<dyn BufRead> = match &a.input {
+            Some(p) => Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
+            None => Box::new(io::stdin().lock()),
+        };
+        for line in reader.lines() {
+            let line = line.context("reading input (it must be UTF-8)")?;
+            buffer.push(py_strip(&line).to_string());
+            if buffer.len() >= buffer_size {
+                flush(&mut buffer, &mut out, &mut next_id)?;
+            }
+        }
+    }
+    flush(&mut buffer, &mut out, &mut next_id)?;
+    drop(flush);
+    if failed > 0 {
+        bail!(
+            "{failed} input line(s) were not translated: longer than max_source_positions={max_source_positions} tokens (EOS included)"
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+fn validate(a: &TranslateArgs) -> Result<()> {
+    if a.beam == 0 {
+        bail!("--beam must be at least 1");
+    }
+    if a.nbest == 0 || a.nbest > a.beam {
+        bail!("--nbest must be between 1 and --beam ({})", a.beam);
+    }
+    if a.sampling && a.nbest != a.beam {
+        bail!("--sampling requires --nbest to be equal to --beam");
+    }
+    if !a.sampling && (a.sampling_topk > 0 || a.sampling_topp > 0.0) {
+        bail!("--sampling-topk/--sampling-topp require --sampling");
+    }
+    if !(a.temperature > 0.0) {
+        bail!("--temperature must be greater than 0");
+    }
+    if a.sampling_topp > 1.0 {
+        bail!("--sampling-topp must be at most 1");
+    }
+    if a.batch_size == Some(0) || a.max_tokens == Some(0) {
+        bail!("--batch-size and --max-tokens must be at least 1");
+    }
+    if !a.sentences.is_empty() && a.input.is_some() {
+        bail!("give sentences as arguments or --input, not both");
+    }
+    Ok(())
+}
+
+/// fairseq-interactive: `--buffer-size` < 1 means 1; with neither `--batch-size` nor
+/// `--max-tokens` the batch size is 1; `--batch-size` may not exceed `--buffer-size`. When
+/// `--buffer-size` is not given, it defaults to the batch size here (fairseq refuses instead).
+fn batching_sizes(a: &TranslateArgs) -> Result<(Option<usize>, usize)> {
+    let batch_size = match (a.batch_size, a.max_tokens) {
+        (None, None) => Some(1),
+        (b, _) => b,
+    };
+    let buffer_size = if a.buffer_size == 0 { batch_size.unwrap_or(1).max(1) } else { a.buffer_size };
+    if let Some(b) = batch_size {
+        if b > buffer_size {
+            bail!("--batch-size ({b}) cannot be larger than --buffer-size ({buffer_size})");
+        }
+    }
+    Ok((batch_size, buffer_size))
+}
+
+fn check_pipeline(a: &TranslateArgs, tokenizer_cfg: Option<&str>, bpe_cfg: Option<&str>) -> Result<()> {
+    let tokenizer_none = match a.pipeline.tokenizer {
+        Some(TokenizerArg::None) => true,
+        Some(_) => false,
+        None => tokenizer_cfg.is_none_or(|t| t == "none"),
+    };
+    let bpe_none = match a.pipeline.bpe {
+        Some(BpeArg::None) => true,
+        Some(_) => false,
+        None => bpe_cfg.is_none_or(|b| b == "none"),
+    };
+    if !(tokenizer_none && bpe_none) {
+        bail!(
+            "the raw-text pipeline (tokenizer/BPE) is not available in this build yet; \
+             pass pre-tokenized subword input with --tokenizer none --bpe none"
+        );
+    }
+    Ok(())
+}
+
+fn py_strip(s: &str) -> &str {
+    s.trim_matches(is_py_space)
+}
+
+/// Encodes, orders, batches and translates one buffer of lines; results in input order.
+fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> {
+    let tokens: Vec<Vec<i64>> = lines.iter().map(|l| ctx.src_dict.encode_line(l, true)).collect();
+    let sizes: Vec<usize> = tokens.iter().map(Vec::len).collect();
+    let mut results: Vec<Option<LineResult>> = (0..lines.len()).map(|_| None).collect();
+    // fairseq orders the whole buffer first and filters afterwards
+    let order: Vec<usize> = ordered_indices(&sizes)
+        .into_iter()
+        .filter(|&i| {
+            let ok = sizes[i] <= ctx.max_source_positions;
+            if !ok {
+                results[i] = Some(LineResult::TooLong { len: sizes[i], max: ctx.max_source_positions });
+            }
+            ok
+        })
+        .collect();
+    let batches = batch_by_size(&order, &sizes, ctx.max_tokens, ctx.batch_size);
+    let mut ensemble = EnsembleModel::new(&ctx.models)?;
+    for batch in batches {
+        let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens[i].as_slice())).collect();
+        let collated = collate(&samples, ctx.src_dict.pad())?;
+        let src_tokens = collated.src_tokens.f_to_device(ctx.device)?;
+        let start = Instant::now();
+        let hypos = ctx.generator.generate(&mut ensemble, &src_tokens)?;
+        let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
+        for (row, (id, mut hs)) in collated.ids.iter().zip(hypos).enumerate() {
+            if ctx.print_alignment {
+                let src_row = Vec::<i64>::try_from(collated.src_tokens.f_select(0, row as i64)?)?;
+                for h in hs.iter_mut() {
+                    h.alignment = Some(hard_alignment(h, &src_row, ctx.tgt_dict.pad(), ctx.tgt_dict.eos()));
+                }
+            }
+            results[*id] = Some(LineResult::Translated { src_tokens: tokens[*id].clone(), hypos: hs, seconds });
+        }
+    }
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.with_context(|| format!("internal error: line {i} was neither translated nor rejected")))
+        .collect()
+}
+
+/// `utils.extract_hard_alignment` over the attention kept during search (fairseq's
+/// `SequenceGeneratorWithAlignment` without full-context alignment): for each target token
+/// that is not EOS, the source word with the highest attention (pad/EOS excluded), as 0-based
+/// (src, tgt) word pairs (BPE-free inputs: one token = one word).
+fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, i64)> {
+    let Some(attn) = h.attention.as_ref() else { return Vec::new() };
+    let src_valid: Vec<usize> = (0..src.len()).filter(|&j| src[j] != pad && src[j] != eos).collect();
+    // token index -> word index (fairseq's get_token_to_word_mapping: 1-based over non-special tokens)
+    let word_of = |toks: &[i64], idx: usize| -> i64 {
+        toks[..=idx].iter().filter(|&&t| t != pad && t != eos).count() as i64
+    };
+    let mut out = Vec::new();
+    if src_valid.is_empty() {
+        return out;
+    }
+    for (t, &tok) in h.tokens.iter().enumerate() {
+        if tok == pad || tok == eos {
+            continue;
+        }
+        let Some(row) = attn.get(t) else { continue };
+        let mut best = src_valid[0];
+        for &j in &src_valid {
+            if row[j] > row[best] {
+                best = j;
+            }
+        }
+        out.push((word_of(src, best) - 1, word_of(&h.tokens, t) - 1));
+    }
+    out
+}
+
+/// `hypo["score"] / math.log(2)` and the positional scores likewise, as libtorch computes them.
+fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
+    if values.is_empty() {
+        return Ok(Vec::new());
+    }
+    let t = Tensor::from_slice(values).f_to_device(device)?.f_div_scalar(std::f64::consts::LN_2)?;
+    Ok(Vec::<f32>::try_from(t.f_to_device(Device::Cpu)?)?)
+}
+
+fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: &str, result: &LineResult) -> Result<()> {
+    match result {
+        LineResult::TooLong { len, max } => {
+            let msg = format!("input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated");
+            match ctx.format {
+                TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
+                TranslateFormat::Jsonl => {
+                    let v = serde_json::json!({ "id": id, "source": line, "error": msg });
+                    writeln!(out, "{v}")?;
+                }
+                TranslateFormat::Text => {
+                    writeln!(out)?;
+                    eprintln!("error: line {}: {msg}", id + 1);
+                }
+            }
+        }
+        LineResult::Translated { src_tokens, hypos, seconds } => {
+            let src_str = ctx.src_dict.string(src_tokens, None, false, &[]);
+            let eos = [ctx.tgt_dict.eos()];
+            let top = &hypos[..hypos.len().min(ctx.nbest)];
+            match ctx.format {
+                TranslateFormat::Fairseq => {
+                    writeln!(out, "S-{id}\t{src_str}")?;
+                    writeln!(out, "W-{id}\t{seconds:.3}\tseconds")?;
+                    for h in top {
+                        let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
+                        let score = base2(&[h.score], ctx.device)?[0];
+                        let score = python_float_repr(f64::from(score));
+                        writeln!(out, "H-{id}\t{score}\t{hypo_str}")?;
+                        writeln!(out, "D-{id}\t{score}\t{hypo_str}")?;
+                        let pos: Vec<String> = base2(&h.positional_scores, ctx.device)?
+                            .into_iter()
+                            .map(|p| python_fixed4(f64::from(p)))
+                            .collect();
+                        writeln!(out, "P-{id}\t{}", pos.join(" "))?;
+                        if ctx.print_alignment {
+                            let a: Vec<String> = h
+                                .alignment
+                                .iter()
+                                .flatten()
+                                .map(|(s, t)| format!("{s}-{t}"))
+                                .collect();
+                            writeln!(out, "A-{id}\t{}", a.join(" "))?;
+                        }
+                    }
+                }
+                TranslateFormat::Jsonl => {
+                    let hyps: Vec<serde_json::Value> = top
+                        .iter()
+                        .map(|h| {
+                            let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
+                            let toks: Vec<&str> = hypo_str.split(' ').filter(|s| !s.is_empty()).collect();
+                            let mut v = serde_json::json!({
+                                "text": hypo_str,
+                                "tokens": toks,
+                                "score": h.score,
+                                "positional_scores": h.positional_scores,
+                            });
+                            if ctx.print_alignment {
+                                v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
+                            }
+                            v
+                        })
+                        .collect();
+                    let src_toks: Vec<&str> = src_str.split(' ').filter(|s| !s.is_empty()).collect();
+                    let v = serde_json::json!({
+                        "id": id,
+                        "source": line,
+                        "source_tokens": src_toks,
+                        "hypotheses": hyps,
+                    });
+                    writeln!(out, "{v}")?;
+                }
+                TranslateFormat::Text => {
+                    let best = top.first().map(|h| ctx.tgt_dict.string(&h.tokens, None, false, &eos)).unwrap_or_default();
+                    writeln!(out, "{best}")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

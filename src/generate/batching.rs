@@ -1,0 +1,218 @@
+//! How fairseq-interactive turns a buffer of lines into batches: the inference
+//! `LanguagePairDataset` (`ordered_indices`, `filter_indices_by_size`, `collater`) and
+//! `data_utils.batch_by_size` (the Cython `batch_by_size_vec`, `required_batch_size_multiple=1`).
+//!
+//! The order matters for parity: padding and GEMM shapes depend on which sentences share a
+//! batch, and fairseq's low bits follow them.
+
+use tch::{Device, Kind, Tensor};
+
+use super::GenerateError;
+
+/// numpy's legacy `RandomState` MT19937 (`np.random.seed(int)`).
+struct Mt19937 {
+    mt: [u32; 624],
+    mti: usize,
+}
+
+impl Mt19937 {
+    fn new(seed: u32) -> Self {
+        let mut mt = [0u32; 624];
+        mt[0] = seed;
+        for i in 1..624 {
+            mt[i] = 1_812_433_253u32.wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30)).wrapping_add(i as u32);
+        }
+        Mt19937 { mt, mti: 624 }
+    }
+
+    fn next_u32(&mut self) -> u32 {
+        const UPPER: u32 = 0x8000_0000;
+        const LOWER: u32 = 0x7fff_ffff;
+        const MATRIX_A: u32 = 0x9908_b0df;
+        if self.mti >= 624 {
+            for i in 0..624 {
+                let y = (self.mt[i] & UPPER) | (self.mt[(i + 1) % 624] & LOWER);
+                let mut v = self.mt[(i + 397) % 624] ^ (y >> 1);
+                if y & 1 != 0 {
+                    v ^= MATRIX_A;
+                }
+                self.mt[i] = v;
+            }
+            self.mti = 0;
+        }
+        let mut y = self.mt[self.mti];
+        self.mti += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^= y >> 18;
+        y
+    }
+
+    /// numpy's legacy `random_interval(max)` (rejection sampling with a bit mask).
+    fn interval(&mut self, max: u64) -> u64 {
+        if max == 0 {
+            return 0;
+        }
+        let mut mask = max;
+        for shift in [1, 2, 4, 8, 16, 32] {
+            mask |= mask >> shift;
+        }
+        if max <= 0xffff_ffff {
+            loop {
+                let v = u64::from(self.next_u32()) & mask;
+                if v <= max {
+                    return v;
+                }
+            }
+        }
+        loop {
+            let hi = u64::from(self.next_u32());
+            let lo = u64::from(self.next_u32());
+            let v = ((hi << 32) | lo) & mask;
+            if v <= max {
+                return v;
+            }
+        }
+    }
+}
+
+/// `np.random.seed(seed); np.random.permutation(n)` (numpy's legacy shuffle).
+pub fn numpy_permutation(n: usize, seed: u32) -> Vec<usize> {
+    let mut rng = Mt19937::new(seed);
+    let mut v: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = rng.interval(i as u64) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+/// `LanguagePairDataset.ordered_indices()` of the inference dataset (shuffle=True, no target),
+/// under `data_utils.numpy_seed(1)`: a seeded permutation, then a stable sort by source length.
+pub fn ordered_indices(src_sizes: &[usize]) -> Vec<usize> {
+    let mut indices = numpy_permutation(src_sizes.len(), 1);
+    // np.argsort(kind="mergesort") is stable
+    indices.sort_by_key(|&i| src_sizes[i]);
+    indices
+}
+
+/// `batch_by_size_vec(indices, num_tokens, max_tokens, max_sentences, bsz_mult=1)`.
+///
+/// fairseq asserts that no sentence exceeds `max_tokens`; here such a sentence gets a batch of
+/// its own instead.
+pub fn batch_by_size(
+    indices: &[usize],
+    num_tokens: &[usize],
+    max_tokens: Option<usize>,
+    max_sentences: Option<usize>,
+) -> Vec<Vec<usize>> {
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut current_max = 0usize;
+    for &idx in indices {
+        let n = num_tokens[idx];
+        let new_max = current_max.max(n);
+        let new_len = current.len() + 1;
+        let overflow = max_sentences.is_some_and(|m| m > 0 && new_len > m)
+            || max_tokens.is_some_and(|m| m > 0 && new_len * new_max > m);
+        if overflow && !current.is_empty() {
+            batches.push(std::mem::take(&mut current));
+            current_max = n;
+        } else {
+            current_max = new_max;
+        }
+        current.push(idx);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+/// One collated batch (`LanguagePairDataset.collater` without targets).
+pub struct Batch {
+    /// Dataset indices (positions in the buffer), sorted by descending source length.
+    pub ids: Vec<usize>,
+    /// `[bsz, max_len]`, left-padded.
+    pub src_tokens: Tensor,
+}
+
+/// `collate`: left-pad (`collate_tokens(..., left_pad=True)`), then reorder rows by
+/// `src_lengths.sort(descending=True)` (libtorch's sort, as fairseq).
+pub fn collate(samples: &[(usize, &[i64])], pad: i64) -> Result<Batch, GenerateError> {
+    let width = samples.iter().map(|(_, t)| t.len()).max().unwrap_or(0);
+    let mut flat = vec![pad; samples.len() * width];
+    for (row, (_, toks)) in samples.iter().enumerate() {
+        let start = row * width + width - toks.len();
+        flat[start..start + toks.len()].copy_from_slice(toks);
+    }
+    let src = Tensor::from_slice(&flat).f_view([samples.len() as i64, width as i64])?;
+    let lengths: Vec<i64> = samples.iter().map(|(_, t)| t.iter().filter(|&&x| x != pad).count() as i64).collect();
+    let (_, sort_order) = Tensor::from_slice(&lengths).f_sort(0, true)?;
+    let order = Vec::<i64>::try_from(&sort_order)?;
+    let src_tokens = src.f_index_select(0, &sort_order)?;
+    let ids = order.iter().map(|&i| samples[i as usize].0).collect();
+    Ok(Batch { ids, src_tokens })
+}
+
+/// Moves a batch's tokens to `device` (fairseq: `src_tokens.cuda()`).
+pub fn to_device(t: &Tensor, device: Device) -> Result<Tensor, GenerateError> {
+    Ok(t.f_to_device(device)?.f_to_kind(Kind::Int64)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_matches_numpy_legacy_seed_1() {
+        // np.random.seed(1); np.random.permutation(10) with numpy 2.2.6
+        assert_eq!(numpy_permutation(10, 1), vec![2, 9, 6, 4, 0, 3, 1, 7, 8, 5]);
+        let p = numpy_permutation(70, 1);
+        assert_eq!(&p[..12], &[65, 26, 66, 54, 27, 60, 49, 36, 48, 31, 2, 39]);
+        assert_eq!(&p[60..], &[45, 7, 68, 1, 16, 64, 5, 9, 12, 37]);
+    }
+
+    #[test]
+    fn ordered_indices_match_language_pair_dataset() {
+        // LanguagePairDataset(...).ordered_indices() under numpy_seed(1), then
+        // batch_by_size(max_sentences=4), computed by fairseq 0.12.2 for these sizes
+        let sizes = [3, 5, 1, 4, 4, 2, 7, 3, 5, 1, 1, 6, 4, 3, 2, 2, 8, 5];
+        let idx = ordered_indices(&sizes);
+        assert_eq!(idx, vec![2, 10, 9, 14, 15, 5, 13, 7, 0, 3, 4, 12, 1, 17, 8, 11, 6, 16]);
+        assert_eq!(
+            batch_by_size(&idx, &sizes, None, Some(4)),
+            vec![vec![2, 10, 9, 14], vec![15, 5, 13, 7], vec![0, 3, 4, 12], vec![1, 17, 8, 11], vec![6, 16]]
+        );
+    }
+
+    #[test]
+    fn batch_by_size_matches_fairseq_cython() {
+        // fairseq.data.data_utils_fast.batch_by_size_vec on these inputs
+        let idx: Vec<usize> = (0..10).collect();
+        let nt = [3, 3, 4, 5, 5, 6, 7, 9, 9, 12];
+        assert_eq!(
+            batch_by_size(&idx, &nt, Some(20), None),
+            vec![vec![0, 1, 2, 3], vec![4, 5], vec![6, 7], vec![8], vec![9]]
+        );
+        assert_eq!(batch_by_size(&idx, &nt, None, Some(3)), vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8], vec![9]]);
+        assert_eq!(
+            batch_by_size(&idx, &nt, Some(24), Some(3)),
+            vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7], vec![8, 9]]
+        );
+        // longer than the budget: its own batch, nothing dropped
+        assert_eq!(batch_by_size(&[0, 1, 2], &[3, 30, 3], Some(10), None), vec![vec![0], vec![1], vec![2]]);
+    }
+
+    #[test]
+    fn collate_left_pads_and_sorts_by_length() {
+        let a = [5i64, 2];
+        let b = [6i64, 7, 8, 2];
+        let c = [9i64, 9, 2];
+        let batch = collate(&[(10, &a[..]), (11, &b[..]), (12, &c[..])], 1).unwrap();
+        assert_eq!(batch.ids, vec![11, 12, 10]);
+        let rows = Vec::<i64>::try_from(batch.src_tokens.view([-1])).unwrap();
+        assert_eq!(rows, vec![6, 7, 8, 2, 1, 9, 9, 2, 1, 1, 5, 2]);
+    }
+}

@@ -1,0 +1,93 @@
+//! fairseq's `EnsembleModel` (`sequence_generator.py`): one or more `TransformerModel`s decoded
+//! in lock step; log-probs averaged as `logsumexp(stack(lprobs)) - ln(n)`.
+
+use tch::Tensor;
+
+use super::{GenerateError, StepModel};
+use crate::model::{get_normalized_probs, EncoderOut, IncrementalState, TransformerModel};
+
+/// The models of an ensemble plus the encoder outputs and caches of the batch being decoded.
+pub struct EnsembleModel<'m> {
+    models: &'m [TransformerModel],
+    state: Vec<(EncoderOut, IncrementalState)>,
+}
+
+impl<'m> EnsembleModel<'m> {
+    pub fn new(models: &'m [TransformerModel]) -> Result<Self, GenerateError> {
+        if models.is_empty() {
+            return Err(GenerateError::InvalidOption("an ensemble needs at least one model".into()));
+        }
+        Ok(EnsembleModel { models, state: Vec::new() })
+    }
+}
+
+fn model_err(e: impl std::fmt::Display) -> GenerateError {
+    GenerateError::Model(e.to_string())
+}
+
+impl StepModel for EnsembleModel<'_> {
+    fn max_decoder_positions(&self) -> usize {
+        self.models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(usize::MAX)
+    }
+
+    fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
+        self.state.clear();
+        for model in self.models {
+            let enc = model.encoder.forward(src_tokens, false).map_err(model_err)?;
+            self.state.push((enc.reorder(new_order), IncrementalState::new()));
+        }
+        Ok(())
+    }
+
+    fn reorder(&mut self, new_order: &Tensor) -> Result<(), GenerateError> {
+        for (enc, inc) in self.state.iter_mut() {
+            inc.reorder(new_order);
+            *enc = enc.reorder(new_order);
+        }
+        Ok(())
+    }
+
+    fn forward_decoder(
+        &mut self,
+        tokens: &Tensor,
+        temperature: f64,
+        need_attn: bool,
+    ) -> Result<(Tensor, Option<Tensor>), GenerateError> {
+        let n = self.models.len();
+        let mut log_probs = Vec::with_capacity(n);
+        let mut avg_attn: Option<Tensor> = None;
+        for (model, (enc, inc)) in self.models.iter().zip(self.state.iter_mut()) {
+            let out = model.decoder.forward(tokens, enc, Some(inc), need_attn, false).map_err(model_err)?;
+            let attn = match out.attn.as_ref() {
+                Some(a) => {
+                    let t = a.size()[1];
+                    Some(a.f_select(1, t - 1)?)
+                }
+                None => None,
+            };
+            let t = out.logits.size()[1];
+            let mut last = out.logits.f_narrow(1, t - 1, 1)?;
+            let last = last.f_div_scalar_(temperature)?;
+            let probs = get_normalized_probs(&last, true);
+            let probs = probs.f_select(1, -1)?;
+            if n == 1 {
+                return Ok((probs, attn));
+            }
+            log_probs.push(probs);
+            if let Some(a) = attn {
+                avg_attn = Some(match avg_attn.take() {
+                    None => a,
+                    Some(mut acc) => {
+                        let _ = acc.f_add_(&a)?;
+                        acc
+                    }
+                });
+            }
+        }
+        let avg = Tensor::f_stack(&log_probs, 0)?.f_logsumexp([0], false)?.f_sub_scalar((n as f64).ln())?;
+        if let Some(a) = avg_attn.as_mut() {
+            let _ = a.f_div_scalar_(n as f64)?;
+        }
+        Ok((avg, avg_attn))
+    }
+}

@@ -1,0 +1,202 @@
+//! fairseq 0.12.2 `search.py`: `BeamSearch.step` and `Sampling.step`, op for op.
+
+use tch::{Kind, Tensor};
+
+use super::GenerateError;
+
+/// Which `Search` subclass `build_generator` picks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SearchStrategy {
+    /// `BeamSearch`: 2×beam candidates per sentence.
+    Beam,
+    /// `Sampling(sampling_topk, sampling_topp)`: beam candidates per sentence, drawn with
+    /// `torch.multinomial` from libtorch's default CPU generator.
+    Sampling { topk: i64, topp: f64 },
+}
+
+/// `(scores, indices, beams)` of one search step, each `[bsz, cand_size]`.
+pub struct Candidates {
+    pub scores: Tensor,
+    pub indices: Tensor,
+    pub beams: Tensor,
+}
+
+impl SearchStrategy {
+    /// Candidates per sentence for a beam of `beam_size` (`cand_size` in `_generate`).
+    pub fn cand_size(&self, beam_size: i64) -> i64 {
+        match self {
+            SearchStrategy::Beam => 2 * beam_size,
+            // `_generate` still allocates `2 * beam_size` offsets; `Sampling` returns beam_size.
+            SearchStrategy::Sampling { .. } => 2 * beam_size,
+        }
+    }
+
+    /// `search.step(step, lprobs, scores)`: `lprobs` is `[bsz, beam, V]`, `scores` is
+    /// `[bsz, beam, step]` (cumulative scores so far).
+    pub fn step(&self, step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
+        match *self {
+            SearchStrategy::Beam => beam_step(step, lprobs, scores),
+            SearchStrategy::Sampling { topk, topp } => sampling_step(step, lprobs, scores, topk, topp),
+        }
+    }
+}
+
+fn size3(t: &Tensor) -> Result<(i64, i64, i64), GenerateError> {
+    match t.size().as_slice() {
+        &[a, b, c] => Ok((a, b, c)),
+        other => Err(GenerateError::Invariant(format!("expected a 3-d tensor, got {other:?}"))),
+    }
+}
+
+fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
+    let (bsz, beam_size, vocab_size) = size3(lprobs)?;
+    let lprobs = if step == 0 {
+        // at the first step all hypotheses are equally likely, so use only the first beam
+        lprobs.f_slice(1, 0, None, beam_size)?.f_contiguous()?
+    } else {
+        let prev = scores.f_select(2, step - 1)?.f_unsqueeze(-1)?;
+        lprobs.f_add(&prev)?
+    };
+    let flat = lprobs.f_view([bsz, -1])?;
+    let width = flat.size()[1];
+    let k = (beam_size * 2).min(width - 1);
+    let (scores_buf, indices_buf) = flat.f_topk(k, -1, true, true)?;
+    let beams_buf = indices_buf.f_div_scalar_mode(vocab_size, "trunc")?;
+    let indices_buf = indices_buf.f_fmod(vocab_size)?;
+    Ok(Candidates { scores: scores_buf, indices: indices_buf, beams: beams_buf })
+}
+
+/// `Sampling._sample_topp`: probabilities outside the smallest top-p set are zeroed.
+fn sample_topp(lprobs: &mut Tensor, topp: f64) -> Result<(Tensor, Tensor), GenerateError> {
+    let probs = lprobs.f_exp_()?;
+    let (sorted_probs, sorted_indices) = probs.f_sort(-1, true)?;
+    let cumsum_probs = sorted_probs.f_cumsum(2, None::<Kind>)?;
+    let mask = cumsum_probs.f_lt(topp)?;
+    // one more word is needed so that the cumulative mass exceeds p
+    let cumsum_mask = mask.f_cumsum(2, None::<Kind>)?;
+    let width = mask.size()[2];
+    let mut last_included = cumsum_mask.f_slice(2, -1, None, 1)?;
+    let _ = last_included.f_clamp_(0, width - 1)?;
+    let mut mask = mask;
+    let mask = mask.f_scatter_value_(2, &last_included, 1)?;
+    let max_dim = last_included.f_max()?.f_int64_value(&[])?;
+    let truncated_mask = mask.f_slice(2, None, max_dim + 1, 1)?;
+    let mut truncated_probs = sorted_probs.f_slice(2, None, max_dim + 1, 1)?;
+    let truncated_indices = sorted_indices.f_slice(2, None, max_dim + 1, 1)?;
+    let trim_mask = truncated_mask.f_logical_not()?;
+    let trimmed = truncated_probs.f_masked_fill_(&trim_mask, 0)?;
+    Ok((trimmed, truncated_indices))
+}
+
+fn sampling_step(
+    step: i64,
+    lprobs: &Tensor,
+    scores: &Tensor,
+    topk: i64,
+    topp: f64,
+) -> Result<Candidates, GenerateError> {
+    let (bsz, beam_size, _vocab_size) = size3(lprobs)?;
+    // `lprobs` at step > 0 is the generator's own buffer, which fairseq exponentiates in place.
+    let mut lprobs = if step == 0 {
+        lprobs.f_slice(1, 0, None, beam_size)?.f_contiguous()?
+    } else {
+        lprobs.shallow_clone()
+    };
+    let (probs, top_indices) = if topp > 0.0 {
+        let (p, i) = sample_topp(&mut lprobs, topp)?;
+        (p, Some(i))
+    } else if topk > 0 {
+        let (mut l, i) = lprobs.f_topk(topk, -1, true, true)?;
+        (l.f_exp_()?, Some(i))
+    } else {
+        (lprobs.f_exp_()?, None)
+    };
+    let indices_buf = if step == 0 {
+        probs.f_view([bsz, -1])?.f_multinomial(beam_size, true)?.f_view([bsz, beam_size])?
+    } else {
+        probs.f_view([bsz * beam_size, -1])?.f_multinomial(1, true)?.f_view([bsz, beam_size])?
+    };
+    let probs = if step == 0 { probs.f_expand([bsz, beam_size, -1], false)? } else { probs };
+    let mut scores_buf = probs.f_gather(2, &indices_buf.f_unsqueeze(-1)?, false)?;
+    let mut scores_buf = scores_buf.f_log_()?.f_view([bsz, -1])?;
+    let indices_buf = match top_indices {
+        Some(top) => top
+            .f_expand([bsz, beam_size, -1], false)?
+            .f_gather(2, &indices_buf.f_unsqueeze(-1)?, false)?
+            .f_squeeze_dim(2)?,
+        None => indices_buf,
+    };
+    let beams_buf = if step == 0 {
+        Tensor::f_zeros([bsz, beam_size], (indices_buf.kind(), indices_buf.device()))?
+    } else {
+        let beams = Tensor::f_arange(beam_size, (indices_buf.kind(), indices_buf.device()))?
+            .f_repeat([bsz, 1])?;
+        // make scores cumulative
+        let prev = scores.f_select(2, step - 1)?.f_gather(1, &beams, false)?;
+        let _ = scores_buf.f_add_(&prev)?;
+        beams
+    };
+    Ok(Candidates { scores: scores_buf, indices: indices_buf, beams: beams_buf })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::Device;
+
+    fn lp(rows: &[&[f32]], bsz: i64, beam: i64) -> Tensor {
+        let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        let v = rows[0].len() as i64;
+        Tensor::from_slice(&flat).view([bsz, beam, v])
+    }
+
+    #[test]
+    fn beam_step0_uses_first_beam_and_2k_candidates() {
+        let l = lp(&[&[-1.0, -3.0, -0.5, -2.0, -4.0], &[-0.1, -0.1, -0.1, -0.1, -0.1]], 1, 2);
+        let s = Tensor::zeros([1, 2, 0], (Kind::Float, Device::Cpu));
+        let c = SearchStrategy::Beam.step(0, &l, &s).unwrap();
+        assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), vec![-0.5, -1.0, -2.0, -3.0]);
+        assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), vec![2, 0, 3, 1]);
+        assert_eq!(Vec::<i64>::try_from(c.beams.view([-1])).unwrap(), vec![0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn beam_step_adds_cumulative_scores_and_splits_beams() {
+        let l = lp(&[&[-1.0, -3.0, -0.5], &[-0.25, -2.0, -5.0]], 1, 2);
+        let s = Tensor::from_slice(&[-1.0f32, -0.5]).view([1, 2, 1]);
+        let c = SearchStrategy::Beam.step(1, &l, &s).unwrap();
+        // cumulative: beam0 [-2,-4,-1.5], beam1 [-0.75,-2.5,-5.5]; k = min(4, 6-1) = 4
+        assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), vec![-0.75, -1.5, -2.0, -2.5]);
+        assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), vec![0, 2, 0, 1]);
+        assert_eq!(Vec::<i64>::try_from(c.beams.view([-1])).unwrap(), vec![1, 0, 0, 1]);
+    }
+
+    #[test]
+    fn topp_keeps_smallest_set_reaching_p() {
+        let probs = [0.5f32, 0.3, 0.15, 0.05];
+        let logs: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        let mut l = Tensor::from_slice(&logs).view([1, 1, 4]);
+        let (p, i) = sample_topp(&mut l, 0.7).unwrap();
+        // cumsum 0.5 < 0.7 kept, then one more (0.3) to exceed p
+        assert_eq!(p.size(), vec![1, 1, 2]);
+        assert_eq!(Vec::<i64>::try_from(i.view([-1])).unwrap(), vec![0, 1]);
+    }
+
+    #[test]
+    fn sampling_is_reproducible_under_a_seed_and_respects_topk() {
+        let logs: Vec<f32> = [0.4f32, 0.3, 0.2, 0.1].iter().map(|p| p.ln()).collect();
+        let _rng = crate::generate::rng_lock();
+        let run = || {
+            tch::manual_seed(7);
+            let l = Tensor::from_slice(&logs).view([1, 1, 4]).repeat([1, 3, 1]);
+            let s = Tensor::zeros([1, 3, 0], (Kind::Float, Device::Cpu));
+            let strategy = SearchStrategy::Sampling { topk: 2, topp: -1.0 };
+            let c = strategy.step(0, &l, &s).unwrap();
+            Vec::<i64>::try_from(c.indices.view([-1])).unwrap()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        assert_eq!(a.len(), 3);
+        assert!(a.iter().all(|&t| t == 0 || t == 1), "{a:?}");
+    }
+}

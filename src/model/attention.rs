@@ -1,0 +1,265 @@
+//! `MultiheadAttention` (fairseq/modules/multihead_attention.py) with both of the paths fairseq
+//! 0.12.2 takes on torch 2.x: `F.multi_head_attention_forward` (which ends in
+//! `scaled_dot_product_attention` when no weights are requested) and fairseq's own
+//! `q * scaling` / `bmm` / f32-softmax path.
+
+use tch::{Kind, Tensor};
+
+use super::incremental::AttentionState;
+use super::nn::Linear;
+use super::weights::Weights;
+use super::ModelError;
+
+#[derive(Debug)]
+pub struct MultiheadAttention {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub out_proj: Linear,
+    pub embed_dim: i64,
+    pub num_heads: i64,
+    pub head_dim: i64,
+    pub scaling: f64,
+    /// `torch.cat((q_proj.bias, k_proj.bias, v_proj.bias))`, as handed to
+    /// `F.multi_head_attention_forward`.
+    in_proj_bias: Tensor,
+}
+
+impl MultiheadAttention {
+    /// `kdim` is the key/value input width (the encoder's for `encoder_attn`).
+    pub fn load(w: &Weights, embed_dim: i64, kdim: i64, num_heads: i64) -> Result<Self, ModelError> {
+        if num_heads <= 0 || embed_dim % num_heads != 0 {
+            return Err(ModelError::Unsupported(format!(
+                "{}: embed_dim {embed_dim} is not divisible by {num_heads} heads",
+                w.prefix()
+            )));
+        }
+        let q_proj = Linear::load(&w.sub("q_proj"), embed_dim, embed_dim, true)?;
+        let k_proj = Linear::load(&w.sub("k_proj"), kdim, embed_dim, true)?;
+        let v_proj = Linear::load(&w.sub("v_proj"), kdim, embed_dim, true)?;
+        let out_proj = Linear::load(&w.sub("out_proj"), embed_dim, embed_dim, true)?;
+        let biases: Vec<&Tensor> = [&q_proj, &k_proj, &v_proj].iter().filter_map(|l| l.bias.as_ref()).collect();
+        let in_proj_bias = Tensor::f_cat(&biases, 0)?;
+        let head_dim = embed_dim / num_heads;
+        Ok(Self {
+            q_proj,
+            k_proj,
+            v_proj,
+            out_proj,
+            embed_dim,
+            num_heads,
+            head_dim,
+            scaling: (head_dim as f64).powf(-0.5),
+            in_proj_bias,
+        })
+    }
+
+    /// `F.multi_head_attention_forward(..., need_weights=False, use_separate_proj_weight=True)`
+    /// as fairseq calls it when there is no incremental state and no static kv (encoder
+    /// self-attention off the fast path, decoder self-attention over a whole sequence).
+    ///
+    /// `query` `[L, B, C]`, `key` `[S, B, C]` (value = key), `key_padding_mask` `[B, S]` bool
+    /// (true = pad), `attn_mask` `[L, S]` float (added).
+    pub fn forward_torch(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        key_padding_mask: Option<&Tensor>,
+        attn_mask: Option<&Tensor>,
+    ) -> Result<Tensor, ModelError> {
+        let (tgt_len, bsz, embed_dim) = query.size3()?;
+        let src_len = key.size3()?.0;
+        let (h, d) = (self.num_heads, self.head_dim);
+        // _canonical_mask: a bool padding mask becomes -inf where true, in the query dtype
+        let key_padding_mask = match key_padding_mask {
+            Some(m) => Some(
+                m.f_zeros_like()?
+                    .f_to_kind(query.kind())?
+                    .f_masked_fill_(m, f64::NEG_INFINITY)?,
+            ),
+            None => None,
+        };
+        let b = self.in_proj_bias.f_chunk(3, 0)?;
+        let q = query.f_linear(&self.q_proj.weight, Some(&b[0]))?;
+        let k = key.f_linear(&self.k_proj.weight, Some(&b[1]))?;
+        let v = key.f_linear(&self.v_proj.weight, Some(&b[2]))?;
+        let mut attn_mask = match attn_mask {
+            Some(m) if m.dim() == 2 => Some(m.f_unsqueeze(0)?),
+            Some(m) => Some(m.shallow_clone()),
+            None => None,
+        };
+        let q = q.f_view([tgt_len, bsz * h, d])?.f_transpose(0, 1)?;
+        let k = k.f_view([k.size()[0], bsz * h, d])?.f_transpose(0, 1)?;
+        let v = v.f_view([v.size()[0], bsz * h, d])?.f_transpose(0, 1)?;
+        if let Some(kpm) = key_padding_mask {
+            let kpm = kpm
+                .f_view([bsz, 1, 1, src_len])?
+                .f_expand([-1, h, -1, -1], false)?
+                .f_reshape([bsz * h, 1, src_len])?;
+            attn_mask = Some(match attn_mask {
+                None => kpm,
+                Some(m) => m.f_add(&kpm)?,
+            });
+        }
+        let attn_mask = match attn_mask {
+            Some(m) if m.size()[0] == 1 && m.dim() == 3 => Some(m.f_unsqueeze(0)?),
+            Some(m) => Some(m.f_view([bsz, h, -1, src_len])?),
+            None => None,
+        };
+        let q = q.f_view([bsz, h, tgt_len, d])?;
+        let k = k.f_view([bsz, h, src_len, d])?;
+        let v = v.f_view([bsz, h, src_len, d])?;
+        let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, attn_mask.as_ref(), 0.0, false, None::<f64>, false)?;
+        let out = out.f_permute([2, 0, 1, 3])?.f_reshape([bsz * tgt_len, embed_dim])?;
+        let out = out.f_linear(&self.out_proj.weight, self.out_proj.bias.as_ref())?;
+        Ok(out.f_view([tgt_len, bsz, -1])?)
+    }
+
+    /// fairseq's own attention path (`MultiheadAttention.forward` past the
+    /// `F.multi_head_attention_forward` branch): incremental self-attention and every
+    /// encoder-decoder attention.
+    ///
+    /// `key` is None for self-attention (keys come from `query`) and for encoder attention
+    /// once `state` holds the static keys. Returns the output `[L, B, C]` and, with
+    /// `need_weights`, the f32 attention probabilities: `[H, B, L, S]` with
+    /// `need_head_weights`, else averaged over heads `[B, L, S]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_fairseq(
+        &self,
+        query: &Tensor,
+        key: Option<&Tensor>,
+        key_padding_mask: Option<&Tensor>,
+        attn_mask: Option<&Tensor>,
+        state: Option<&mut AttentionState>,
+        static_kv: bool,
+        need_weights: bool,
+        need_head_weights: bool,
+    ) -> Result<(Tensor, Option<Tensor>), ModelError> {
+        let (tgt_len, bsz, embed_dim) = query.size3()?;
+        let (h, d) = (self.num_heads, self.head_dim);
+        let self_attention = !static_kv;
+        // previous steps cached the static keys: do not recompute them
+        let key = if static_kv && state.as_ref().is_some_and(|s| s.prev_key.is_some()) { None } else { key };
+        let mut q = self.q_proj.forward(query)?;
+        let (k, v) = if self_attention {
+            (Some(self.k_proj.forward(query)?), Some(self.v_proj.forward(query)?))
+        } else if let Some(key) = key {
+            (Some(self.k_proj.forward(key)?), Some(self.v_proj.forward(key)?))
+        } else {
+            (None, None)
+        };
+        // fairseq scales q after the bias add
+        let _ = q.f_mul_scalar_(self.scaling)?;
+        let q = q.f_contiguous()?.f_view([tgt_len, bsz * h, d])?.f_transpose(0, 1)?;
+        let mut kv_bsz = bsz;
+        let mut k = match k {
+            Some(k) => {
+                kv_bsz = k.size()[1];
+                Some(k.f_contiguous()?.f_view([-1, kv_bsz * h, d])?.f_transpose(0, 1)?)
+            }
+            None => None,
+        };
+        let mut v = match v {
+            Some(v) => Some(v.f_contiguous()?.f_view([-1, kv_bsz * h, d])?.f_transpose(0, 1)?),
+            None => None,
+        };
+        let mut key_padding_mask = key_padding_mask.map(Tensor::shallow_clone);
+        if let Some(state) = state {
+            if let Some(prev_key) = &state.prev_key {
+                kv_bsz = prev_key.size()[0];
+                let prev_key = prev_key.f_view([kv_bsz * h, -1, d])?;
+                k = Some(match (static_kv, k) {
+                    (false, Some(k)) => Tensor::f_cat(&[prev_key, k], 1)?,
+                    _ => prev_key,
+                });
+            }
+            if let Some(prev_value) = &state.prev_value {
+                let prev_value = prev_value.f_view([kv_bsz * h, -1, d])?;
+                v = Some(match (static_kv, v) {
+                    (false, Some(v)) => Tensor::f_cat(&[prev_value, v], 1)?,
+                    _ => prev_value,
+                });
+            }
+            let (Some(k), Some(v)) = (&k, &v) else {
+                return Err(ModelError::Input("encoder attention has neither keys nor a cache".into()));
+            };
+            key_padding_mask = append_prev_key_padding_mask(
+                key_padding_mask.as_ref(),
+                state.prev_key_padding_mask.as_ref(),
+                kv_bsz,
+                k.size()[1],
+                static_kv,
+            )?;
+            state.prev_key = Some(k.f_view([kv_bsz, h, -1, d])?);
+            state.prev_value = Some(v.f_view([kv_bsz, h, -1, d])?);
+            state.prev_key_padding_mask = key_padding_mask.as_ref().map(Tensor::shallow_clone);
+        }
+        let (Some(k), Some(v)) = (k, v) else {
+            return Err(ModelError::Input("encoder attention called without keys".into()));
+        };
+        let src_len = k.size()[1];
+        if kv_bsz != bsz {
+            return Err(ModelError::Input(format!(
+                "attention over {kv_bsz} key rows for {bsz} query rows (fairseq's beamable path is not used by transformers)"
+            )));
+        }
+        let mut attn_weights = q.f_bmm(&k.f_transpose(1, 2)?)?;
+        if let Some(m) = attn_mask {
+            let _ = attn_weights.f_add_(&m.f_unsqueeze(0)?)?;
+        }
+        if let Some(kpm) = &key_padding_mask {
+            let fill = kpm.f_unsqueeze(1)?.f_unsqueeze(2)?.f_unsqueeze(3)?.f_to_kind(Kind::Bool)?;
+            attn_weights = attn_weights
+                .f_view([bsz, h, tgt_len, src_len])?
+                .f_view([kv_bsz, -1, h, tgt_len, src_len])?
+                .f_masked_fill(&fill, f64::NEG_INFINITY)?
+                .f_view([bsz * h, tgt_len, src_len])?;
+        }
+        let attn_weights_float = attn_weights.f_softmax(-1, Kind::Float)?;
+        let attn_probs = attn_weights_float.f_to_kind(attn_weights.kind())?;
+        let attn = attn_probs.f_bmm(&v)?;
+        let attn = attn.f_transpose(0, 1)?.f_contiguous()?.f_view([tgt_len, bsz, embed_dim])?;
+        let attn = self.out_proj.forward(&attn)?;
+        let weights = if need_weights || need_head_weights {
+            let w = attn_weights_float.f_view([bsz, h, tgt_len, src_len])?.f_transpose(1, 0)?;
+            Some(if need_head_weights { w } else { w.f_mean_dim(0, false, None::<Kind>)? })
+        } else {
+            None
+        };
+        Ok((attn, weights))
+    }
+}
+
+/// `MultiheadAttention._append_prev_key_padding_mask`: cached masks are kept as float.
+fn append_prev_key_padding_mask(
+    key_padding_mask: Option<&Tensor>,
+    prev_key_padding_mask: Option<&Tensor>,
+    batch_size: i64,
+    src_len: i64,
+    static_kv: bool,
+) -> Result<Option<Tensor>, ModelError> {
+    let float = |t: &Tensor| t.f_to_kind(Kind::Float);
+    Ok(match (prev_key_padding_mask, key_padding_mask) {
+        (Some(prev), _) if static_kv => Some(prev.shallow_clone()),
+        (Some(prev), Some(cur)) => Some(Tensor::f_cat(&[float(prev)?, float(cur)?], 1)?),
+        (Some(prev), None) => {
+            let have = prev.size()[1];
+            if src_len > have {
+                let filler = Tensor::f_zeros([batch_size, src_len - have], (Kind::Float, prev.device()))?;
+                Some(Tensor::f_cat(&[float(prev)?, filler], 1)?)
+            } else {
+                Some(float(prev)?)
+            }
+        }
+        (None, Some(cur)) => {
+            let have = cur.size()[1];
+            if src_len > have {
+                let filler = Tensor::f_zeros([batch_size, src_len - have], (Kind::Float, cur.device()))?;
+                Some(Tensor::f_cat(&[filler, float(cur)?], 1)?)
+            } else {
+                Some(float(cur)?)
+            }
+        }
+        (None, None) => None,
+    })
+}

@@ -1,0 +1,242 @@
+//! `TransformerDecoderBase` (fairseq/models/transformer/transformer_decoder.py).
+
+use tch::{Kind, Tensor};
+
+use super::embedding::{Embedding, PositionalEmbedding};
+use super::encoder::EncoderOut;
+use super::incremental::IncrementalState;
+use super::layer::TransformerDecoderLayer;
+use super::nn::{ActivationFn, LayerNorm, Linear};
+use super::weights::Weights;
+use super::{ModelError, PADDING_IDX};
+
+/// What `TransformerDecoderBase.forward` returns.
+#[derive(Debug)]
+pub struct DecoderOut {
+    /// `[B, T, V]` (`T` = 1 in incremental mode).
+    pub logits: Tensor,
+    /// Encoder attention of the last layer averaged over heads `[B, T, S]`, with `need_attn`.
+    pub attn: Option<Tensor>,
+    /// With `return_all_hiddens`: the input of the first layer and every layer's output,
+    /// `[T, B, C]` each.
+    pub inner_states: Vec<Tensor>,
+}
+
+#[derive(Debug)]
+pub struct TransformerDecoder {
+    pub embed_tokens: Embedding,
+    pub embed_scale: f64,
+    pub project_in_dim: Option<Linear>,
+    pub embed_positions: Option<PositionalEmbedding>,
+    pub layernorm_embedding: Option<LayerNorm>,
+    pub layers: Vec<TransformerDecoderLayer>,
+    pub layer_norm: Option<LayerNorm>,
+    pub project_out_dim: Option<Linear>,
+    pub output_projection: Linear,
+    pub padding_idx: i64,
+    pub max_target_positions: usize,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct DecoderOptions {
+    pub embed_dim: i64,
+    pub encoder_embed_dim: i64,
+    pub ffn_embed_dim: i64,
+    pub layers: usize,
+    pub attention_heads: i64,
+    pub normalize_before: bool,
+    pub learned_pos: bool,
+    pub output_dim: i64,
+    pub no_decoder_final_norm: bool,
+    pub no_token_positional_embeddings: bool,
+    pub no_scale_embedding: bool,
+    pub layernorm_embedding: bool,
+    pub max_target_positions: usize,
+    pub activation_fn: ActivationFn,
+}
+
+impl TransformerDecoder {
+    pub(crate) fn load(w: &Weights, o: &DecoderOptions) -> Result<(Self, Vec<String>), ModelError> {
+        let mut warnings = Vec::new();
+        let c = o.embed_dim;
+        // the embedding width is the table's own (it differs from the decoder width only
+        // when fairseq adds project_in_dim)
+        let embed_tokens = Embedding::load(&w.sub("embed_tokens"), -1, PADDING_IDX)?;
+        let input_embed_dim = embed_tokens.embedding_dim();
+        let project_in_dim = if input_embed_dim != c {
+            Some(Linear::load(&w.sub("project_in_dim"), input_embed_dim, c, false)?)
+        } else {
+            None
+        };
+        let max_pos = i64::try_from(o.max_target_positions)
+            .map_err(|_| ModelError::Unsupported("max_target_positions is too large".into()))?;
+        let embed_positions = if o.no_token_positional_embeddings {
+            None
+        } else {
+            Some(PositionalEmbedding::load(&w.sub("embed_positions"), o.learned_pos, max_pos, c, PADDING_IDX)?)
+        };
+        let layernorm_embedding =
+            if o.layernorm_embedding { Some(LayerNorm::load(&w.sub("layernorm_embedding"), c)?) } else { None };
+        let layers = (0..o.layers)
+            .map(|i| {
+                TransformerDecoderLayer::load(
+                    &w.sub(&format!("layers.{i}")),
+                    c,
+                    o.encoder_embed_dim,
+                    o.ffn_embed_dim,
+                    o.attention_heads,
+                    o.activation_fn,
+                    o.normalize_before,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // upgrade_state_dict_named: decoders up to version 2 had no final layer norm (but
+        // 2018-19 pre-norm checkpoints carry version 2 and its weights; use them then)
+        let version = w.version()?;
+        let wanted = o.normalize_before && !o.no_decoder_final_norm;
+        let layer_norm = match (wanted, version > 2.0, w.contains("layer_norm.weight")) {
+            (true, true, _) => Some(LayerNorm::load(&w.sub("layer_norm"), c)?),
+            (true, false, true) => {
+                warnings.push(format!(
+                    "decoder.version is {version} (fairseq drops the final layer norm) but decoder.layer_norm \
+                     is present: applying it"
+                ));
+                Some(LayerNorm::load(&w.sub("layer_norm"), c)?)
+            }
+            _ => None,
+        };
+        let project_out_dim =
+            if c != o.output_dim { Some(Linear::load(&w.sub("project_out_dim"), c, o.output_dim, false)?) } else { None };
+        let vocab = embed_tokens.num_embeddings();
+        let output_projection = Linear::load(&w.sub("output_projection"), o.output_dim, vocab, false)?;
+        let decoder = Self {
+            embed_tokens,
+            embed_scale: if o.no_scale_embedding { 1.0 } else { (c as f64).sqrt() },
+            project_in_dim,
+            embed_positions,
+            layernorm_embedding,
+            layers,
+            layer_norm,
+            project_out_dim,
+            output_projection,
+            padding_idx: PADDING_IDX,
+            max_target_positions: o.max_target_positions,
+        };
+        Ok((decoder, warnings))
+    }
+
+    /// fairseq's `decoder.max_positions()`.
+    pub fn max_positions(&self) -> usize {
+        match &self.embed_positions {
+            Some(p) => self.max_target_positions.min(p.max_positions()),
+            None => self.max_target_positions,
+        }
+    }
+
+    /// `buffered_future_mask`: `triu(fill_with_neg_inf(zeros(T, T)), 1)` cast to `x`.
+    fn future_mask(x: &Tensor) -> Result<Tensor, ModelError> {
+        let dim = x.size()[0];
+        let mask = Tensor::f_zeros([dim, dim], (Kind::Float, tch::Device::Cpu))?
+            .f_fill_(f64::NEG_INFINITY)?
+            .f_triu(1)?;
+        Ok(mask.f_to_device(x.device())?.f_to_kind(x.kind())?)
+    }
+
+    /// Full-sequence mode when `incremental_state` is None. In incremental mode
+    /// `prev_output_tokens` is the whole prefix `[B, step+1]` and only the last position is
+    /// computed (fairseq semantics); logits are then `[B, 1, V]`.
+    pub fn forward(
+        &self,
+        prev_output_tokens: &Tensor,
+        encoder_out: &EncoderOut,
+        incremental_state: Option<&mut IncrementalState>,
+        need_attn: bool,
+        return_all_hiddens: bool,
+    ) -> Result<DecoderOut, ModelError> {
+        let _guard = tch::no_grad_guard();
+        if prev_output_tokens.dim() != 2 || prev_output_tokens.kind() != Kind::Int64 {
+            return Err(ModelError::Input(format!(
+                "prev_output_tokens must be a [batch, len] int64 tensor, got {:?} {:?}",
+                prev_output_tokens.kind(),
+                prev_output_tokens.size()
+            )));
+        }
+        let enc = &encoder_out.encoder_out;
+        let (src_len, enc_bsz, _) = enc.size3()?;
+        let bsz = prev_output_tokens.size()[0];
+        if enc_bsz != bsz || encoder_out.encoder_padding_mask.size() != [bsz, src_len] {
+            return Err(ModelError::Input(format!(
+                "{bsz} target rows for an encoder output of {enc_bsz} rows (mask {:?})",
+                encoder_out.encoder_padding_mask.size()
+            )));
+        }
+        let incremental = incremental_state.is_some();
+        let mut positions = match &self.embed_positions {
+            Some(p) => Some(p.forward(prev_output_tokens, incremental)?),
+            None => None,
+        };
+        let mut tokens = prev_output_tokens.shallow_clone();
+        if incremental {
+            tokens = tokens.f_narrow(1, tokens.size()[1] - 1, 1)?;
+            if let Some(p) = positions.as_mut() {
+                *p = p.f_narrow(1, p.size()[1] - 1, 1)?;
+            }
+        }
+        let tokens = tokens.f_contiguous()?;
+        let mut x = self.embed_tokens.forward(&tokens)?.f_mul_scalar(self.embed_scale)?;
+        if let Some(proj) = &self.project_in_dim {
+            x = proj.forward(&x)?;
+        }
+        if let Some(p) = &positions {
+            let _ = x.f_add_(p)?;
+        }
+        if let Some(ln) = &self.layernorm_embedding {
+            x = ln.forward(&x)?;
+        }
+        x = x.f_transpose(0, 1)?;
+        let pad_mask = tokens.f_eq(self.padding_idx)?;
+        let self_attn_padding_mask = (pad_mask.f_any()?.f_int64_value(&[])? != 0).then_some(pad_mask);
+        let encoder_padding_mask = Some(&encoder_out.encoder_padding_mask);
+        let mut inner_states = Vec::new();
+        if return_all_hiddens {
+            inner_states.push(x.shallow_clone());
+        }
+        let mut attn = None;
+        let last = self.layers.len().saturating_sub(1);
+        let self_attn_mask = if incremental { None } else { Some(Self::future_mask(&x)?) };
+        let mut state = incremental_state;
+        for (idx, layer) in self.layers.iter().enumerate() {
+            let need_head_weights = need_attn && idx == last;
+            let layer_state = state.as_deref_mut().map(|s| s.layer_mut(idx));
+            let (out, layer_attn) = layer.forward(
+                &x,
+                enc,
+                encoder_padding_mask,
+                layer_state,
+                self_attn_mask.as_ref(),
+                self_attn_padding_mask.as_ref(),
+                need_head_weights,
+            )?;
+            x = out;
+            if return_all_hiddens {
+                inner_states.push(x.shallow_clone());
+            }
+            if let Some(a) = layer_attn.filter(|_| need_head_weights) {
+                attn = Some(a.f_to_kind(Kind::Float)?.f_to_kind(x.kind())?);
+            }
+        }
+        let attn = match attn {
+            Some(a) => Some(a.f_mean_dim(0, false, None::<Kind>)?),
+            None => None,
+        };
+        if let Some(ln) = &self.layer_norm {
+            x = ln.forward(&x)?;
+        }
+        x = x.f_transpose(0, 1)?;
+        if let Some(proj) = &self.project_out_dim {
+            x = proj.forward(&x)?;
+        }
+        let logits = self.output_projection.forward(&x)?;
+        Ok(DecoderOut { logits, attn, inner_states })
+    }
+}

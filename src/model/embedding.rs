@@ -1,0 +1,189 @@
+//! Token and positional embeddings (`nn.Embedding`, `SinusoidalPositionalEmbedding`,
+//! `LearnedPositionalEmbedding`) and `utils.make_positions`.
+
+use tch::{Device, Kind, Tensor};
+
+use super::weights::Weights;
+use super::ModelError;
+
+/// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`.
+#[derive(Debug)]
+pub struct Embedding {
+    pub weight: Tensor,
+    pub padding_idx: i64,
+}
+
+impl Embedding {
+    /// Any number of rows; `embedding_dim` columns.
+    pub fn load(w: &Weights, embedding_dim: i64, padding_idx: i64) -> Result<Self, ModelError> {
+        Ok(Self { weight: w.get("weight", &[-1, embedding_dim])?, padding_idx })
+    }
+
+    pub fn num_embeddings(&self) -> i64 {
+        self.weight.size()[0]
+    }
+
+    pub fn embedding_dim(&self) -> i64 {
+        self.weight.size()[1]
+    }
+
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor, ModelError> {
+        let rows = self.num_embeddings();
+        // libtorch checks the range too, but with an unhelpful message
+        if ids.numel() > 0 {
+            let (min, max) = (ids.f_min()?.f_int64_value(&[])?, ids.f_max()?.f_int64_value(&[])?);
+            if min < 0 || max >= rows {
+                return Err(ModelError::Input(format!(
+                    "token id {} is outside the embedding table of {rows} rows",
+                    if min < 0 { min } else { max }
+                )));
+            }
+        }
+        Ok(Tensor::f_embedding(&self.weight, ids, self.padding_idx, false, false)?)
+    }
+}
+
+/// `utils.make_positions`: non-pad tokens get `padding_idx + 1, + 2, …` counted from the first
+/// non-pad token of the row, pads get `padding_idx`; right for left- and right-padded rows.
+pub fn make_positions(tokens: &Tensor, padding_idx: i64) -> Result<Tensor, ModelError> {
+    let mask = tokens.f_ne(padding_idx)?.f_to_kind(Kind::Int)?;
+    let positions = mask.f_cumsum(1, None::<Kind>)?.f_to_kind(Kind::Int)?.f_mul(&mask)?;
+    Ok(positions.f_to_kind(Kind::Int64)?.f_add_scalar(padding_idx)?)
+}
+
+/// Sinusoidal positions: a table fairseq builds in f32 on the CPU and casts to the model
+/// dtype/device; positions past the table rebuild it at the needed size (rows do not depend
+/// on the table size).
+#[derive(Debug)]
+pub struct SinusoidalPositionalEmbedding {
+    pub embedding_dim: i64,
+    pub padding_idx: i64,
+    pub weights: Tensor,
+    kind: Kind,
+    device: Device,
+}
+
+impl SinusoidalPositionalEmbedding {
+    /// `max_positions` is fairseq's `SinusoidalPositionalEmbedding.max_positions`.
+    pub const MAX_POSITIONS: usize = 100_000;
+
+    /// `init_size = max_source/target_positions + padding_idx + 1`, as `PositionalEmbedding`
+    /// builds it. Consumes the `_float_tensor` buffer old checkpoints carry.
+    pub fn load(w: &Weights, num_embeddings: i64, embedding_dim: i64, padding_idx: i64) -> Result<Self, ModelError> {
+        w.consume("_float_tensor");
+        let (kind, device) = (w.kind(), w.device());
+        let weights = Self::get_embedding(num_embeddings + padding_idx + 1, embedding_dim, padding_idx)?
+            .f_to_device(device)?
+            .f_to_kind(kind)?;
+        Ok(Self { embedding_dim, padding_idx, weights, kind, device })
+    }
+
+    /// `SinusoidalPositionalEmbedding.get_embedding`, op for op (f32, CPU): the halves are
+    /// concatenated `[sin | cos]`, and frequencies use `half_dim - 1` in the denominator.
+    pub fn get_embedding(num_embeddings: i64, embedding_dim: i64, padding_idx: i64) -> Result<Tensor, ModelError> {
+        let half_dim = embedding_dim / 2;
+        if half_dim < 2 {
+            return Err(ModelError::Unsupported(format!(
+                "sinusoidal positions need an embedding dim of at least 4, not {embedding_dim}"
+            )));
+        }
+        let options = (Kind::Float, Device::Cpu);
+        let scale = 10000f64.ln() / (half_dim - 1) as f64;
+        let freq = Tensor::f_arange(half_dim, options)?.f_mul_scalar(-scale)?.f_exp()?;
+        let args = Tensor::f_arange(num_embeddings, options)?.f_unsqueeze(1)?.f_mul(&freq.f_unsqueeze(0)?)?;
+        let mut emb = Tensor::f_cat(&[args.f_sin()?, args.f_cos()?], 1)?.f_view([num_embeddings, -1])?;
+        if embedding_dim % 2 == 1 {
+            emb = Tensor::f_cat(&[emb, Tensor::f_zeros([num_embeddings, 1], options)?], 1)?;
+        }
+        if (0..num_embeddings).contains(&padding_idx) {
+            let _ = emb.f_select(0, padding_idx)?.f_fill_(0.0)?;
+        }
+        Ok(emb)
+    }
+
+    fn table(&self, seq_len: i64) -> Result<Tensor, ModelError> {
+        let max_pos = self.padding_idx + 1 + seq_len;
+        if max_pos > self.weights.size()[0] {
+            let table = Self::get_embedding(max_pos, self.embedding_dim, self.padding_idx)?;
+            Ok(table.f_to_device(self.device)?.f_to_kind(self.kind)?)
+        } else {
+            Ok(self.weights.shallow_clone())
+        }
+    }
+
+    /// `[B, L]` tokens -> `[B, L, C]`; incremental: `[B, 1, C]` for position `L`.
+    pub fn forward(&self, input: &Tensor, incremental: bool) -> Result<Tensor, ModelError> {
+        let (bsz, seq_len) = input.size2()?;
+        let weights = self.table(seq_len)?;
+        if incremental {
+            return Ok(weights.f_select(0, self.padding_idx + seq_len)?.f_expand([bsz, 1, -1], false)?);
+        }
+        let positions = make_positions(input, self.padding_idx)?;
+        Ok(weights.f_index_select(0, &positions.f_view([-1])?)?.f_view([bsz, seq_len, -1])?)
+    }
+}
+
+/// Learned positions: an `nn.Embedding` of `max_positions + padding_idx + 1` rows.
+#[derive(Debug)]
+pub struct LearnedPositionalEmbedding {
+    pub embedding: Embedding,
+}
+
+impl LearnedPositionalEmbedding {
+    pub fn load(w: &Weights, num_embeddings: i64, embedding_dim: i64, padding_idx: i64) -> Result<Self, ModelError> {
+        let weight = w.get("weight", &[num_embeddings + padding_idx + 1, embedding_dim])?;
+        Ok(Self { embedding: Embedding { weight, padding_idx } })
+    }
+
+    pub fn max_positions(&self) -> i64 {
+        self.embedding.num_embeddings() - self.embedding.padding_idx - 1
+    }
+
+    pub fn forward(&self, input: &Tensor, incremental: bool) -> Result<Tensor, ModelError> {
+        let positions = if incremental {
+            let (_, len) = input.size2()?;
+            Tensor::f_full([1, 1], self.embedding.padding_idx + len, (input.kind(), input.device()))?
+        } else {
+            make_positions(input, self.embedding.padding_idx)?
+        };
+        self.embedding.forward(&positions).map_err(|e| match e {
+            ModelError::Input(_) => ModelError::Input(format!(
+                "a sequence is longer than the {} learned positions",
+                self.max_positions()
+            )),
+            other => other,
+        })
+    }
+}
+
+/// `PositionalEmbedding(...)`: learned or sinusoidal.
+#[derive(Debug)]
+pub enum PositionalEmbedding {
+    Sinusoidal(SinusoidalPositionalEmbedding),
+    Learned(LearnedPositionalEmbedding),
+}
+
+impl PositionalEmbedding {
+    pub fn load(w: &Weights, learned: bool, num_embeddings: i64, embedding_dim: i64, padding_idx: i64) -> Result<Self, ModelError> {
+        Ok(if learned {
+            Self::Learned(LearnedPositionalEmbedding::load(w, num_embeddings, embedding_dim, padding_idx)?)
+        } else {
+            Self::Sinusoidal(SinusoidalPositionalEmbedding::load(w, num_embeddings, embedding_dim, padding_idx)?)
+        })
+    }
+
+    /// fairseq's `embed_positions.max_positions`.
+    pub fn max_positions(&self) -> usize {
+        match self {
+            Self::Sinusoidal(_) => SinusoidalPositionalEmbedding::MAX_POSITIONS,
+            Self::Learned(l) => usize::try_from(l.max_positions()).unwrap_or(0),
+        }
+    }
+
+    pub fn forward(&self, input: &Tensor, incremental: bool) -> Result<Tensor, ModelError> {
+        match self {
+            Self::Sinusoidal(s) => s.forward(input, incremental),
+            Self::Learned(l) => l.forward(input, incremental),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! The incremental-decoding cache: fairseq's `incremental_state`, one `attn_state` buffer per
+//! `MultiheadAttention` (each decoder layer's `self_attn` and `encoder_attn`).
+
+use tch::Tensor;
+
+/// `{prev_key, prev_value, prev_key_padding_mask}` of one `MultiheadAttention`; keys and
+/// values are `[B, H, len, D]`.
+#[derive(Debug, Default)]
+pub struct AttentionState {
+    pub prev_key: Option<Tensor>,
+    pub prev_value: Option<Tensor>,
+    pub prev_key_padding_mask: Option<Tensor>,
+}
+
+impl AttentionState {
+    fn index_select(&mut self, new_order: &Tensor) {
+        for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask] {
+            if let Some(t) = slot.as_ref() {
+                *slot = Some(t.index_select(0, new_order));
+            }
+        }
+    }
+
+    fn rows(&self) -> Option<i64> {
+        [&self.prev_key, &self.prev_value, &self.prev_key_padding_mask]
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|t| t.size()[0])
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct LayerState {
+    pub self_attn: AttentionState,
+    pub encoder_attn: AttentionState,
+}
+
+/// Per-layer attention caches, filled by the decoder on its first incremental step.
+#[derive(Debug, Default)]
+pub struct IncrementalState {
+    pub layers: Vec<LayerState>,
+}
+
+impl IncrementalState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn layer_mut(&mut self, idx: usize) -> &mut LayerState {
+        if self.layers.len() <= idx {
+            self.layers.resize_with(idx + 1, LayerState::default);
+        }
+        &mut self.layers[idx]
+    }
+
+    /// `reorder_incremental_state`: `index_select(0, new_order)` on every cached tensor.
+    /// Like fairseq's `MultiheadAttention.reorder_incremental_state` (beam_size 1), an
+    /// encoder-attention buffer that already has `new_order.len()` rows is left as it is (its
+    /// rows only ever differ between sentences, and then the batch shrinks).
+    ///
+    /// `new_order` must be an int64 tensor of valid row indices on the model device.
+    pub fn reorder(&mut self, new_order: &Tensor) {
+        let rows = new_order.size().first().copied().unwrap_or(0);
+        for layer in &mut self.layers {
+            layer.self_attn.index_select(new_order);
+            if layer.encoder_attn.rows() != Some(rows) {
+                layer.encoder_attn.index_select(new_order);
+            }
+        }
+    }
+}

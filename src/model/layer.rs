@@ -1,0 +1,246 @@
+//! `TransformerEncoderLayerBase` and `TransformerDecoderLayerBase`
+//! (fairseq/modules/transformer_layer.py).
+
+use tch::Tensor;
+
+use super::attention::MultiheadAttention;
+use super::incremental::LayerState;
+use super::nn::{ActivationFn, LayerNorm, Linear};
+use super::weights::Weights;
+use super::ModelError;
+
+#[derive(Debug)]
+pub struct TransformerEncoderLayer {
+    pub self_attn: MultiheadAttention,
+    pub self_attn_layer_norm: LayerNorm,
+    pub fc1: Linear,
+    pub fc2: Linear,
+    pub final_layer_norm: LayerNorm,
+    pub activation_fn: ActivationFn,
+    pub normalize_before: bool,
+    /// The layer's own copies for `torch._transformer_encoder_layer_fwd`, which fairseq fills
+    /// from the q/k/v, out_proj, fc1 and fc2 weights whenever it loads a state dict.
+    pub in_proj_weight: Tensor,
+    pub in_proj_bias: Tensor,
+}
+
+impl TransformerEncoderLayer {
+    pub fn load(
+        w: &Weights,
+        embed_dim: i64,
+        ffn_embed_dim: i64,
+        num_heads: i64,
+        activation_fn: ActivationFn,
+        normalize_before: bool,
+    ) -> Result<Self, ModelError> {
+        let self_attn = MultiheadAttention::load(&w.sub("self_attn"), embed_dim, embed_dim, num_heads)?;
+        let self_attn_layer_norm = LayerNorm::load(&w.sub("self_attn_layer_norm"), embed_dim)?;
+        let fc1 = Linear::load(&w.sub("fc1"), embed_dim, ffn_embed_dim, true)?;
+        let fc2 = Linear::load(&w.sub("fc2"), ffn_embed_dim, embed_dim, true)?;
+        let final_layer_norm = LayerNorm::load(&w.sub("final_layer_norm"), embed_dim)?;
+        // TransformerEncoderLayerBase._load_from_state_dict overwrites these from the others.
+        let in_proj_weight =
+            Tensor::f_cat(&[&self_attn.q_proj.weight, &self_attn.k_proj.weight, &self_attn.v_proj.weight], 0)?;
+        let biases: Vec<&Tensor> =
+            [&self_attn.q_proj, &self_attn.k_proj, &self_attn.v_proj].iter().filter_map(|l| l.bias.as_ref()).collect();
+        let in_proj_bias = Tensor::f_cat(&biases, 0)?;
+        w.register("in_proj_weight", &in_proj_weight);
+        w.register("in_proj_bias", &in_proj_bias);
+        for (name, t) in [
+            ("out_proj_weight", Some(&self_attn.out_proj.weight)),
+            ("out_proj_bias", self_attn.out_proj.bias.as_ref()),
+            ("fc1_weight", Some(&fc1.weight)),
+            ("fc1_bias", fc1.bias.as_ref()),
+            ("fc2_weight", Some(&fc2.weight)),
+            ("fc2_bias", fc2.bias.as_ref()),
+        ] {
+            if let Some(t) = t {
+                w.register(name, t);
+            }
+        }
+        Ok(Self {
+            self_attn,
+            self_attn_layer_norm,
+            fc1,
+            fc2,
+            final_layer_norm,
+            activation_fn,
+            normalize_before,
+            in_proj_weight,
+            in_proj_bias,
+        })
+    }
+
+    /// fairseq's `can_use_fastpath`: post-norm, and the activation is `F.relu` (fairseq's
+    /// `gelu` is its own function, not `F.gelu`, so it never qualifies). The remaining
+    /// conditions (eval mode, loaded from a state dict, torch >= 1.12, equal LayerNorm eps)
+    /// always hold for inference.
+    pub fn can_use_fastpath(&self) -> bool {
+        !self.normalize_before && self.activation_fn == ActivationFn::Relu
+    }
+
+    /// The regular path: `x` `[S, B, C]`, `encoder_padding_mask` `[B, S]` (only when the batch
+    /// has padding).
+    pub fn forward(&self, x: &Tensor, encoder_padding_mask: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        let residual = x;
+        let mut x = if self.normalize_before { self.self_attn_layer_norm.forward(x)? } else { x.shallow_clone() };
+        x = self.self_attn.forward_torch(&x, &x, encoder_padding_mask, None)?;
+        x = residual.f_add(&x)?;
+        if !self.normalize_before {
+            x = self.self_attn_layer_norm.forward(&x)?;
+        }
+        let residual = x.shallow_clone();
+        if self.normalize_before {
+            x = self.final_layer_norm.forward(&x)?;
+        }
+        x = self.activation_fn.forward(&self.fc1.forward(&x)?)?;
+        x = self.fc2.forward(&x)?;
+        x = residual.f_add(&x)?;
+        if !self.normalize_before {
+            x = self.final_layer_norm.forward(&x)?;
+        }
+        Ok(x)
+    }
+
+    /// `torch._transformer_encoder_layer_fwd` as fairseq calls it: `x` batch-first `[B, S, C]`
+    /// (or a nested tensor), `mask` `[B, S]` bool. reference/sitecustomize.py passes
+    /// `mask_type=1` with a 2-D mask (torch 2.13 refuses the call without one).
+    pub fn forward_fastpath(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        let bias = |l: &Linear| {
+            l.bias.as_ref().map(Tensor::shallow_clone).ok_or_else(|| ModelError::Unsupported("linear without bias".into()))
+        };
+        let mask_type = mask.filter(|m| m.dim() == 2).map(|_| 1i64);
+        let embed_dim = self.self_attn.embed_dim;
+        Ok(Tensor::f_internal_transformer_encoder_layer_fwd(
+            x,
+            embed_dim,
+            self.self_attn.num_heads,
+            &self.in_proj_weight,
+            &self.in_proj_bias,
+            &self.self_attn.out_proj.weight,
+            &bias(&self.self_attn.out_proj)?,
+            false,
+            false,
+            self.self_attn_layer_norm.eps,
+            &self.self_attn_layer_norm.weight,
+            &self.self_attn_layer_norm.bias,
+            &self.final_layer_norm.weight,
+            &self.final_layer_norm.bias,
+            &self.fc1.weight,
+            &bias(&self.fc1)?,
+            &self.fc2.weight,
+            &bias(&self.fc2)?,
+            mask,
+            mask_type,
+        )?)
+    }
+}
+
+#[derive(Debug)]
+pub struct TransformerDecoderLayer {
+    pub self_attn: MultiheadAttention,
+    pub self_attn_layer_norm: LayerNorm,
+    pub encoder_attn: MultiheadAttention,
+    pub encoder_attn_layer_norm: LayerNorm,
+    pub fc1: Linear,
+    pub fc2: Linear,
+    pub final_layer_norm: LayerNorm,
+    pub activation_fn: ActivationFn,
+    pub normalize_before: bool,
+}
+
+impl TransformerDecoderLayer {
+    pub fn load(
+        w: &Weights,
+        embed_dim: i64,
+        encoder_embed_dim: i64,
+        ffn_embed_dim: i64,
+        num_heads: i64,
+        activation_fn: ActivationFn,
+        normalize_before: bool,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            self_attn: MultiheadAttention::load(&w.sub("self_attn"), embed_dim, embed_dim, num_heads)?,
+            self_attn_layer_norm: LayerNorm::load(&w.sub("self_attn_layer_norm"), embed_dim)?,
+            encoder_attn: MultiheadAttention::load(&w.sub("encoder_attn"), embed_dim, encoder_embed_dim, num_heads)?,
+            encoder_attn_layer_norm: LayerNorm::load(&w.sub("encoder_attn_layer_norm"), embed_dim)?,
+            fc1: Linear::load(&w.sub("fc1"), embed_dim, ffn_embed_dim, true)?,
+            fc2: Linear::load(&w.sub("fc2"), ffn_embed_dim, embed_dim, true)?,
+            final_layer_norm: LayerNorm::load(&w.sub("final_layer_norm"), embed_dim)?,
+            activation_fn,
+            normalize_before,
+        })
+    }
+
+    /// `x` `[T, B, C]`, `encoder_out` `[S, B, C_enc]`, `encoder_padding_mask` `[B, S]`.
+    /// With `state` the self-attention runs incrementally (fairseq's own path) and the encoder
+    /// keys/values are computed once and cached; without, the self-attention takes
+    /// `F.multi_head_attention_forward` with `self_attn_mask` (the future mask).
+    /// Returns the encoder-attention probabilities per head `[H, B, T, S]` (f32) when
+    /// `need_head_weights`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        encoder_out: &Tensor,
+        encoder_padding_mask: Option<&Tensor>,
+        mut state: Option<&mut LayerState>,
+        self_attn_mask: Option<&Tensor>,
+        self_attn_padding_mask: Option<&Tensor>,
+        need_head_weights: bool,
+    ) -> Result<(Tensor, Option<Tensor>), ModelError> {
+        let residual = x;
+        let mut x = if self.normalize_before { self.self_attn_layer_norm.forward(x)? } else { x.shallow_clone() };
+        x = match state.as_deref_mut() {
+            Some(s) => {
+                let (out, _) = self.self_attn.forward_fairseq(
+                    &x,
+                    None,
+                    self_attn_padding_mask,
+                    self_attn_mask,
+                    Some(&mut s.self_attn),
+                    false,
+                    false,
+                    false,
+                )?;
+                out
+            }
+            None => self.self_attn.forward_torch(&x, &x, self_attn_padding_mask, self_attn_mask)?,
+        };
+        x = residual.f_add(&x)?;
+        if !self.normalize_before {
+            x = self.self_attn_layer_norm.forward(&x)?;
+        }
+
+        let residual = x.shallow_clone();
+        if self.normalize_before {
+            x = self.encoder_attn_layer_norm.forward(&x)?;
+        }
+        let (out, attn) = self.encoder_attn.forward_fairseq(
+            &x,
+            Some(encoder_out),
+            encoder_padding_mask,
+            None,
+            state.map(|s| &mut s.encoder_attn),
+            true,
+            need_head_weights,
+            need_head_weights,
+        )?;
+        x = residual.f_add(&out)?;
+        if !self.normalize_before {
+            x = self.encoder_attn_layer_norm.forward(&x)?;
+        }
+
+        let residual = x.shallow_clone();
+        if self.normalize_before {
+            x = self.final_layer_norm.forward(&x)?;
+        }
+        x = self.activation_fn.forward(&self.fc1.forward(&x)?)?;
+        x = self.fc2.forward(&x)?;
+        x = residual.f_add(&x)?;
+        if !self.normalize_before {
+            x = self.final_layer_norm.forward(&x)?;
+        }
+        Ok((x, attn))
+    }
+}

@@ -1,0 +1,93 @@
+//! The small torch modules every layer uses: `nn.Linear`, fairseq's `LayerNorm`, activations.
+
+use tch::{Kind, Tensor};
+
+use super::weights::Weights;
+use super::ModelError;
+
+/// `nn.Linear`: `F.linear(x, weight, bias)` with `weight` `[out, in]`.
+#[derive(Debug)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
+        let weight = w.get("weight", &[out_features, in_features])?;
+        let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
+        Ok(Self { weight, bias })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(x.f_linear(&self.weight, self.bias.as_ref())?)
+    }
+}
+
+/// fairseq's `LayerNorm` is `torch.nn.LayerNorm` (eps 1e-5) unless apex is installed; the
+/// reference environment has no apex.
+#[derive(Debug)]
+pub struct LayerNorm {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    pub eps: f64,
+    dim: i64,
+}
+
+impl LayerNorm {
+    pub const EPS: f64 = 1e-5;
+
+    pub fn load(w: &Weights, dim: i64) -> Result<Self, ModelError> {
+        Ok(Self { weight: w.get("weight", &[dim])?, bias: w.get("bias", &[dim])?, eps: Self::EPS, dim })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        // F.layer_norm passes torch.backends.cudnn.enabled (true by default).
+        Ok(x.f_layer_norm([self.dim].as_slice(), Some(&self.weight), Some(&self.bias), self.eps, true)?)
+    }
+}
+
+/// `utils.get_activation_fn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActivationFn {
+    Relu,
+    ReluSquared,
+    /// fairseq's `gelu`: `F.gelu(x.float()).type_as(x)`. Not `F.gelu` itself, which is why it
+    /// never takes the encoder fast path.
+    Gelu,
+    /// `gelu_accurate` (alias `gelu_fast`): the tanh approximation in the model dtype.
+    GeluAccurate,
+    Tanh,
+    Linear,
+}
+
+impl ActivationFn {
+    pub fn from_name(name: &str) -> Result<Self, ModelError> {
+        Ok(match name {
+            "relu" => Self::Relu,
+            "relu_squared" => Self::ReluSquared,
+            "gelu" => Self::Gelu,
+            "gelu_fast" | "gelu_accurate" => Self::GeluAccurate,
+            "tanh" => Self::Tanh,
+            "linear" => Self::Linear,
+            other => return Err(ModelError::Unsupported(format!("--activation-fn {other}"))),
+        })
+    }
+
+    pub fn forward(self, x: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(match self {
+            Self::Relu => x.f_relu()?,
+            Self::ReluSquared => x.f_relu()?.f_pow_tensor_scalar(2)?,
+            Self::Gelu => x.f_to_kind(Kind::Float)?.f_gelu("none")?.f_to_kind(x.kind())?,
+            Self::GeluAccurate => {
+                // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3)))), in this order
+                let a = (2.0 / std::f64::consts::PI).sqrt();
+                let cube = x.f_pow_tensor_scalar(3)?.f_mul_scalar(0.044715)?;
+                let inner = x.f_add(&cube)?.f_mul_scalar(a)?.f_tanh()?.f_add_scalar(1)?;
+                x.f_mul_scalar(0.5)?.f_mul(&inner)?
+            }
+            Self::Tanh => x.f_tanh()?,
+            Self::Linear => x.shallow_clone(),
+        })
+    }
+}

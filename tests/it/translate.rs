@@ -1,0 +1,351 @@
+//! `tchseq translate` against fairseq-interactive 0.12.2's own output (tests/fixtures/models).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::util::{fixture, repo, tchseq};
+
+/// One hypothesis as fairseq-interactive prints it.
+#[derive(Debug, Clone)]
+struct Hyp {
+    h_score: f64,
+    h_str: String,
+    d_score: f64,
+    d_str: String,
+    p: Vec<f64>,
+}
+
+/// Per input id: the S- line and the hypotheses in printed (nbest) order, or an E- error.
+#[derive(Debug, Default, Clone)]
+struct Entry {
+    src: Option<String>,
+    hyps: Vec<Hyp>,
+    error: Option<String>,
+}
+
+fn parse_fairseq(text: &str) -> BTreeMap<usize, Entry> {
+    let mut out: BTreeMap<usize, Entry> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((tag, rest)) = line.split_once('\t') else { continue };
+        let Some((kind, id)) = tag.split_once('-') else { continue };
+        let Ok(id) = id.parse::<usize>() else { continue };
+        let e = out.entry(id).or_default();
+        match kind {
+            "S" => e.src = Some(rest.to_string()),
+            "E" => e.error = Some(rest.to_string()),
+            "H" => {
+                let (score, s) = rest.split_once('\t').unwrap_or((rest, ""));
+                e.hyps.push(Hyp { h_score: score.parse().unwrap(), h_str: s.into(), d_score: f64::NAN, d_str: String::new(), p: vec![] });
+            }
+            "D" => {
+                let (score, s) = rest.split_once('\t').unwrap_or((rest, ""));
+                let h = e.hyps.last_mut().expect("D- before H-");
+                h.d_score = score.parse().unwrap();
+                h.d_str = s.into();
+            }
+            "P" => {
+                let h = e.hyps.last_mut().expect("P- before H-");
+                h.p = rest.split(' ').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[derive(Debug, Default)]
+struct Compare {
+    sentences: usize,
+    hyps: usize,
+    identical_lines: usize,
+    total_lines: usize,
+    max_h_diff: f64,
+    max_p_diff: f64,
+    problems: Vec<String>,
+}
+
+/// Identical hypotheses (strings, order, count), scores within 1e-4.
+fn compare(want: &BTreeMap<usize, Entry>, got: &BTreeMap<usize, Entry>) -> Compare {
+    // printed P values have 4 decimals: a difference below 1e-4 may still flip the last digit
+    const TOL: f64 = 1e-4 + 1e-9;
+    let mut c = Compare::default();
+    if want.len() != got.len() {
+        c.problems.push(format!("{} sentences expected, {} printed", want.len(), got.len()));
+    }
+    for (id, w) in want {
+        c.sentences += 1;
+        let Some(g) = got.get(id) else {
+            c.problems.push(format!("id {id} missing"));
+            continue;
+        };
+        if w.src != g.src {
+            c.problems.push(format!("id {id}: S- differs: {:?} vs {:?}", w.src, g.src));
+        }
+        if w.hyps.len() != g.hyps.len() {
+            c.problems.push(format!("id {id}: {} hypotheses expected, {} printed", w.hyps.len(), g.hyps.len()));
+        }
+        for (k, (wh, gh)) in w.hyps.iter().zip(&g.hyps).enumerate() {
+            c.hyps += 1;
+            c.total_lines += 3;
+            if wh.h_str != gh.h_str || wh.d_str != gh.d_str {
+                c.problems.push(format!("id {id} hyp {k}: {:?} expected, {:?} printed", wh.h_str, gh.h_str));
+                continue;
+            }
+            let hd = (wh.h_score - gh.h_score).abs().max((wh.d_score - gh.d_score).abs());
+            c.max_h_diff = c.max_h_diff.max(hd);
+            if !(hd <= TOL) {
+                c.problems.push(format!("id {id} hyp {k}: score {} vs {}", wh.h_score, gh.h_score));
+            }
+            if wh.h_score.to_bits() == gh.h_score.to_bits() {
+                c.identical_lines += 2;
+            }
+            if wh.p.len() != gh.p.len() {
+                c.problems.push(format!("id {id} hyp {k}: {} positional scores vs {}", wh.p.len(), gh.p.len()));
+                continue;
+            }
+            let pd = wh.p.iter().zip(&gh.p).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            c.max_p_diff = c.max_p_diff.max(pd);
+            if !(pd <= TOL) {
+                c.problems.push(format!("id {id} hyp {k}: positional scores {:?} vs {:?}", wh.p, gh.p));
+            }
+            if wh.p == gh.p {
+                c.identical_lines += 1;
+            }
+        }
+    }
+    c
+}
+
+struct Fixture {
+    name: String,
+    dir: PathBuf,
+}
+
+fn manifest() -> serde_json::Value {
+    let path = fixture("models/manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn fixtures(m: &serde_json::Value) -> Vec<Fixture> {
+    m["fixtures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| Fixture { name: f["name"].as_str().unwrap().into(), dir: repo(f["dir"].as_str().unwrap()) })
+        .collect()
+}
+
+fn inputs(m: &serde_json::Value) -> PathBuf {
+    repo(m["inputs"]["src"].as_str().unwrap())
+}
+
+/// `tchseq translate` with fairseq-interactive's flags on a fixture, pre-tokenized input.
+fn translate(dir: &Path, input: &Path, format: &str, extra: &[&str]) -> std::process::Output {
+    let mut cmd = tchseq();
+    cmd.args(["--threads", "1", "--device", "cpu", "translate", "-m"])
+        .arg(dir)
+        .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", format, "--input"])
+        .arg(input)
+        .args(extra);
+    cmd.output().unwrap()
+}
+
+fn stdout_ok(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "tchseq failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn every_fixture_option_set_and_batching_matches_fairseq_interactive() {
+    let m = manifest();
+    let input = inputs(&m);
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for fx in fixtures(&m) {
+        let entry = m["fixtures"].as_array().unwrap().iter().find(|f| f["name"] == fx.name.as_str()).unwrap();
+        let sets = entry["goldens"]["interactive"].as_object().unwrap();
+        for (set, batchings) in sets {
+            let opts: Vec<String> =
+                m["option_sets"][set].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+            for (bname, b) in batchings.as_object().unwrap() {
+                let golden = fx.dir.join(b["file"].as_str().unwrap());
+                let Ok(want) = std::fs::read_to_string(&golden) else {
+                    failures.push(format!("{}: missing golden {}", fx.name, golden.display()));
+                    continue;
+                };
+                let batching: Vec<String> =
+                    m["batching"][bname].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+                let mut extra: Vec<&str> = opts.iter().chain(&batching).map(String::as_str).collect();
+                if opts.iter().any(|o| o == "--no-repeat-ngram-size") {
+                    extra.push("--fairseq-compat-ngram");
+                }
+                let out = translate(&fx.dir, &input, "fairseq", &extra);
+                runs += 1;
+                if !out.status.success() {
+                    failures.push(format!("{}/{set}/{bname}: {}", fx.name, String::from_utf8_lossy(&out.stderr)));
+                    continue;
+                }
+                let c = compare(&parse_fairseq(&want), &parse_fairseq(&String::from_utf8_lossy(&out.stdout)));
+                eprintln!(
+                    "{:<16} {:<30} {:<7} sentences {:>3} hyps {:>3} matched {:>3} identical lines {:>4}/{:<4} max |dH| {:.2e} max |dP| {:.2e}",
+                    fx.name,
+                    set,
+                    bname,
+                    c.sentences,
+                    c.hyps,
+                    c.hyps - c.problems.len().min(c.hyps),
+                    c.identical_lines,
+                    c.total_lines,
+                    c.max_h_diff,
+                    c.max_p_diff
+                );
+                for p in c.problems.iter().take(5) {
+                    failures.push(format!("{}/{set}/{bname}: {p}", fx.name));
+                }
+            }
+        }
+    }
+    assert!(runs > 0, "the manifest lists no interactive goldens");
+    assert!(failures.is_empty(), "{} problem(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+fn first_fixture() -> (serde_json::Value, Fixture) {
+    let m = manifest();
+    let fx = fixtures(&m).into_iter().next().expect("no fixtures in the manifest");
+    (m, fx)
+}
+
+fn golden_beam5_bs1(fx: &Fixture) -> BTreeMap<usize, Entry> {
+    parse_fairseq(&std::fs::read_to_string(fx.dir.join("interactive/beam5.bs1.txt")).unwrap())
+}
+
+#[test]
+fn hypotheses_do_not_depend_on_the_batch_size() {
+    let (m, fx) = first_fixture();
+    let want = golden_beam5_bs1(&fx);
+    for bs in ["1", "7", "64"] {
+        let out = translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--batch-size", bs, "--buffer-size", "1024"]);
+        let c = compare(&want, &parse_fairseq(&stdout_ok(&out)));
+        assert!(c.problems.is_empty(), "--batch-size {bs}: {:?}", &c.problems[..c.problems.len().min(5)]);
+        assert!(c.sentences > 0 && c.sentences == want.len());
+    }
+}
+
+#[test]
+fn max_tokens_puts_a_long_sentence_in_its_own_batch_and_drops_nothing() {
+    let (m, fx) = first_fixture();
+    let want = golden_beam5_bs1(&fx);
+    let longest = std::fs::read_to_string(inputs(&m)).unwrap().lines().map(|l| l.split_whitespace().count()).max().unwrap();
+    // budget smaller than the longest sentence (tokens + EOS)
+    let budget = (longest / 2).max(1).to_string();
+    let out = translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--max-tokens", &budget, "--buffer-size", "1024"]);
+    let got = parse_fairseq(&stdout_ok(&out));
+    assert_eq!(got.len(), want.len());
+    let c = compare(&want, &got);
+    assert!(c.problems.is_empty(), "{:?}", &c.problems[..c.problems.len().min(5)]);
+}
+
+#[test]
+fn text_jsonl_and_fairseq_formats_agree() {
+    let (m, fx) = first_fixture();
+    let args = ["--beam", "4", "--nbest", "2", "--batch-size", "16", "--buffer-size", "1024"];
+    let fair = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &args)));
+    let text = stdout_ok(&translate(&fx.dir, &inputs(&m), "text", &args));
+    let jsonl = stdout_ok(&translate(&fx.dir, &inputs(&m), "jsonl", &args));
+    let text_lines: Vec<&str> = text.lines().collect();
+    let json_lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let source_lines: Vec<String> = std::fs::read_to_string(inputs(&m)).unwrap().lines().map(|l| l.trim().to_string()).collect();
+    assert_eq!(text_lines.len(), source_lines.len());
+    assert_eq!(json_lines.len(), source_lines.len());
+    for (id, e) in &fair {
+        let j = &json_lines[*id];
+        assert_eq!(j["id"].as_u64().unwrap() as usize, *id);
+        assert_eq!(j["source"].as_str().unwrap(), source_lines[*id]);
+        assert_eq!(text_lines[*id], e.hyps[0].d_str);
+        let hyps = j["hypotheses"].as_array().unwrap();
+        assert_eq!(hyps.len(), e.hyps.len());
+        for (h, fh) in hyps.iter().zip(&e.hyps) {
+            assert_eq!(h["text"].as_str().unwrap(), fh.h_str);
+            let toks: Vec<&str> = h["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            assert_eq!(toks.join(" "), fh.h_str);
+            // natural log in jsonl, base 2 in the fairseq format
+            let score = h["score"].as_f64().unwrap();
+            assert!((score / std::f64::consts::LN_2 - fh.h_score).abs() < 1e-5, "{score} vs {}", fh.h_score);
+            let pos: Vec<f64> = h["positional_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            assert_eq!(pos.len(), fh.p.len());
+            for (a, b) in pos.iter().zip(&fh.p) {
+                assert!((a / std::f64::consts::LN_2 - b).abs() <= 5e-5 + 1e-9);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_line_longer_than_max_source_positions_is_reported_and_the_others_translated() {
+    let (m, fx) = first_fixture();
+    let first: Vec<String> = std::fs::read_to_string(inputs(&m)).unwrap().lines().take(2).map(String::from).collect();
+    let word = first[0].split_whitespace().next().unwrap().to_string();
+    let long = vec![word; 1100].join(" ");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, format!("{}\n{long}\n{}\n", first[0], first[1])).unwrap();
+    let want = golden_beam5_bs1(&fx);
+
+    let out = translate(&fx.dir, &input, "fairseq", &["--beam", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error:") && stderr.contains("max_source_positions"), "{stderr}");
+    let got = parse_fairseq(&String::from_utf8_lossy(&out.stdout));
+    assert!(got[&1].error.as_deref().unwrap().contains("1101 tokens"), "{:?}", got[&1]);
+    assert!(got[&1].hyps.is_empty());
+    for (id, golden_id) in [(0usize, 0usize), (2, 1)] {
+        assert_eq!(got[&id].hyps[0].h_str, want[&golden_id].hyps[0].h_str);
+    }
+
+    let out = translate(&fx.dir, &input, "jsonl", &["--beam", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[1]["error"].as_str().unwrap().contains("at most"));
+    assert_eq!(lines[2]["hypotheses"][0]["text"].as_str().unwrap(), want[&1].hyps[0].h_str);
+
+    let out = translate(&fx.dir, &input, "text", &["--beam", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines, vec![want[&0].hyps[0].d_str.as_str(), "", want[&1].hyps[0].d_str.as_str()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2:"));
+}
+
+#[test]
+fn positional_sentences_are_translated() {
+    let (m, fx) = first_fixture();
+    let first: Vec<String> = std::fs::read_to_string(inputs(&m)).unwrap().lines().take(2).map(String::from).collect();
+    let want = golden_beam5_bs1(&fx);
+    let out = tchseq()
+        .args(["--threads", "1", "translate", "-m"])
+        .arg(&fx.dir)
+        .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", &first[0], &first[1]])
+        .output()
+        .unwrap();
+    let text = stdout_ok(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines, vec![want[&0].hyps[0].d_str.as_str(), want[&1].hyps[0].d_str.as_str()]);
+}
+
+#[test]
+fn bad_options_are_one_line_errors_with_exit_code_2() {
+    let (m, fx) = first_fixture();
+    for args in [
+        vec!["--sampling", "--beam", "3", "--nbest", "1"],
+        vec!["--beam", "2", "--nbest", "3"],
+        vec!["--min-len", "50", "--max-len-b", "3"],
+        vec!["--batch-size", "8", "--buffer-size", "2"],
+    ] {
+        let out = translate(&fx.dir, &inputs(&m), "text", &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("error:") && stderr.lines().count() == 1, "{args:?}: {stderr}");
+    }
+}
