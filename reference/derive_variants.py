@@ -49,7 +49,7 @@ def to_args(state):
     ns = copy.deepcopy(cfg["model"])
     for section in ("common", "dataset", "optimization", "checkpoint", "distributed_training", "task"):
         for k, v in (cfg.get(section) or {}).items():
-            if not hasattr(ns, k) and k != "_name":
+            if k != "_name" and getattr(ns, k, None) is None:
                 setattr(ns, k, v)
     ns.task = cfg["task"]["_name"]
     return ns

@@ -183,6 +183,7 @@ def build_entry(fx):
         "checkpoint_top_level_keys": top_keys,
         "source_lang": "src",
         "target_lang": "tgt",
+        "checkpoint_stores_langs": False,
         "src_dict": "dict.src.txt",
         "tgt_dict": "dict.tgt.txt",
         "joined_dictionary": fx["data"] == "bin-joined",
@@ -216,7 +217,9 @@ def write_manifest():
     for fx in FIXTURES:
         p = os.path.join(ROOT, WORK, "meta", f"{fx['name']}.json")
         if os.path.exists(p):
-            entries.append(json.load(open(p)))
+            e = json.load(open(p))
+            e["sha256"] = {f: sha256(f"{e['dir']}/{f}") for f in e["sha256"]}
+            entries.append(e)
     manifest = {
         "fairseq_version": "0.12.2",
         "torch_version": "2.13.0",

@@ -46,6 +46,19 @@ def instrument():
     torch._nested_tensor_from_mask = nt
 
 
+def stable_weights(sd):
+    """dict(state_dict) with the one non-deterministic entry made stable: fairseq's upgrade sets
+    `*.embed_positions._float_tensor` (sinusoidal only; unused in the forward pass) to
+    torch.FloatTensor(1), i.e. uninitialized memory. It is stored as 0.0 here."""
+    out = {}
+    for k, v in sd.items():
+        v = v.detach().clone()
+        if k.endswith("embed_positions._float_tensor"):
+            v = torch.zeros_like(v)
+        out[k] = v
+    return out
+
+
 def dict_symbols(d):
     return [
         d[i] for i in range(d.nspecial, len(d)) if not d[i].startswith("madeupword")
@@ -78,7 +91,7 @@ def main():
     model.eval()
     os.makedirs(args.out, exist_ok=True)
     sd = model.state_dict()
-    torch.save({k: v.detach().clone() for k, v in sd.items()}, os.path.join(args.out, "weights.pt"))
+    torch.save(stable_weights(sd), os.path.join(args.out, "weights.pt"))
 
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     if args.sentences:

@@ -7,6 +7,8 @@
 pub mod args;
 mod common;
 mod doctor;
+mod output;
+mod translate;
 mod inspect;
 
 use clap::Parser;
@@ -49,7 +51,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     common::apply_threads(cli.global.threads)?;
     match cli.command {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
-        Command::Translate(_) => common::not_implemented("translate"),
+        Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(_) => common::not_implemented("score"),
         Command::Verify(_) => common::not_implemented("verify"),
         Command::Inspect(a) => inspect::run(&cli.global, &a),

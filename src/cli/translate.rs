@@ -79,13 +79,14 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let mut tokenizer_cfg: Option<String> = None;
     let mut bpe_cfg: Option<String> = None;
     for path in &files.checkpoints {
-        let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
+        let mut ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
         // fairseq builds (randomly initializes) each model before loading its weights
         replay_model_init(
             &ckpt.state_dict,
             ckpt.config.share_all_embeddings,
             ckpt.config.share_decoder_input_output_embed,
         )?;
+        as_parameters(&mut ckpt.state_dict)?;
         let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
             .with_context(|| format!("building the model of {}", path.display()))?;
         if tokenizer_cfg.is_none() {
@@ -192,6 +193,24 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Ok)
+}
+
+/// fairseq's weights are `nn.Parameter`s: leaf tensors (not views of a storage) that keep
+/// `requires_grad=True` under `no_grad`. libtorch's `matmul` picks its kernel from that flag
+/// (`should_fold`: a 3-d input times a weight that requires grad is folded into one `mm`,
+/// otherwise it is broadcast to `bmm`, with other low bits), e.g. in the bias-less output
+/// projection once the beam has more than one row. The model keeps tensors of its own dtype
+/// and device as they are, so the flag reaches its weights.
+fn as_parameters(state_dict: &mut indexmap::IndexMap<String, Tensor>) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    for t in state_dict.values_mut() {
+        if t.is_floating_point() {
+            let mut owned = t.f_empty_like()?;
+            owned.f_copy_(t)?;
+            *t = owned.set_requires_grad(true);
+        }
+    }
+    Ok(())
 }
 
 fn validate(a: &TranslateArgs) -> Result<()> {

@@ -7,11 +7,13 @@
 //! the [`StepModel`] trait; [`ensemble::EnsembleModel`] implements it for real checkpoints.
 
 pub mod batching;
+pub mod ensemble;
 pub mod ngram;
 pub mod rng_replay;
 pub mod search;
 pub mod sequence_generator;
 
+pub use ensemble::EnsembleModel;
 pub use ngram::NgramMode;
 pub use search::SearchStrategy;
 pub use sequence_generator::{GeneratorConfig, SequenceGenerator};
