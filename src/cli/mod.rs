@@ -5,11 +5,13 @@
 //! ends quietly with success.
 
 pub mod args;
+mod attention;
 mod common;
 mod doctor;
 mod output;
 mod translate;
 mod inspect;
+mod positions;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -50,6 +52,8 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
     common::apply_threads(cli.global.threads)?;
     match cli.command {
+        Command::Attention(a) => attention::run(&cli.global, &a),
+        Command::Positions(a) => positions::run(&cli.global, &a),
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(_) => common::not_implemented("score"),
