@@ -237,7 +237,7 @@ pub struct TranslateArgs {
     /// size, so stdin is translated line by line).
     #[arg(long = "buffer-size", default_value_t = 0)]
     pub buffer_size: usize,
-    /// Print hard alignments (A- lines / `alignment` in jsonl).
+    /// Print hard alignments (A- lines; in jsonl `alignment` and the soft `attention` matrix).
     #[arg(long = "print-alignment")]
     pub print_alignment: bool,
     #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]

@@ -79,6 +79,32 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     let loaded = load_one(global, &a.model)?;
     check_pipeline(&a.pipeline, loaded.tokenizer.as_deref(), loaded.bpe.as_deref())?;
     let Loaded { model, src_dict, tgt_dict, .. } = &loaded;
+    let kind = match a.kind {
+        AttentionKindArg::Cross => AttentionKind::Cross,
+        AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
+        AttentionKindArg::DecoderSelf => AttentionKind::DecoderSelf,
+    };
+    let (num_layers, num_heads) = match kind {
+        AttentionKind::EncoderSelf => {
+            (model.encoder.layers.len(), model.encoder.layers.first().map_or(0, |l| l.self_attn.num_heads))
+        }
+        AttentionKind::Cross => (model.decoder.layers.len(), model.decoder.layers.first().map_or(0, |l| l.encoder_attn.num_heads)),
+        AttentionKind::DecoderSelf => {
+            (model.decoder.layers.len(), model.decoder.layers.first().map_or(0, |l| l.self_attn.num_heads))
+        }
+    };
+    if num_layers == 0 {
+        bail!("the {} has no layers", side_name(kind));
+    }
+    let layer = a.layer.unwrap_or(num_layers - 1);
+    if layer >= num_layers {
+        bail!("--layer {layer}: the {} has {num_layers} layers (0..{})", side_name(kind), num_layers - 1);
+    }
+    if let Some(h) = head {
+        if h as i64 >= num_heads {
+            bail!("--head {h}: layer {layer} has {num_heads} heads (0..{})", num_heads - 1);
+        }
+    }
     let sentence = a.sentence.trim_matches(is_py_space);
     let src = src_dict.encode_line(sentence, true);
     let max_src = model.max_source_positions();
@@ -95,23 +121,11 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     let prev: Vec<i64> = std::iter::once(eos).chain(target[..target.len() - 1].iter().copied()).collect();
     let prev_output_tokens = Tensor::from_slice(&prev).f_view([1, -1])?.f_to_device(model.device)?;
     let maps = capture_attention(model, &src_tokens, &prev_output_tokens)?;
+    let weights = maps
+        .layers(kind)
+        .get(layer)
+        .ok_or_else(|| anyhow::anyhow!("internal error: no attention captured for layer {layer}"))?;
 
-    let kind = match a.kind {
-        AttentionKindArg::Cross => AttentionKind::Cross,
-        AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
-        AttentionKindArg::DecoderSelf => AttentionKind::DecoderSelf,
-    };
-    let layers = maps.layers(kind);
-    let layer = a.layer.unwrap_or(layers.len().saturating_sub(1));
-    let Some(weights) = layers.get(layer) else {
-        bail!("--layer {layer}: the {} has {} layers (0..{})", side_name(kind), layers.len(), layers.len().saturating_sub(1));
-    };
-    let num_heads = weights.size()[0];
-    if let Some(h) = head {
-        if h as i64 >= num_heads {
-            bail!("--head {h}: layer {layer} has {num_heads} heads (0..{})", num_heads - 1);
-        }
-    }
     let sym = |d: &Dictionary, ids: &[i64]| -> Vec<String> { ids.iter().map(|&i| d.symbol(i).to_string()).collect() };
     let (src_labels, tgt_labels, prev_labels) = (sym(src_dict, &src), sym(tgt_dict, &target), sym(tgt_dict, &prev));
     let (rows, cols, row_title, col_title) = match kind {
@@ -138,7 +152,7 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     }
     let max = panels.iter().flat_map(|p| p.values.iter().flatten()).fold(0f32, |m, &v| if v > m { v } else { m });
     let figure = Figure {
-        title: format!("{}, {} layer {layer} of {}", kind.describe(), side_name(kind), layers.len()),
+        title: format!("{}, {} layer {layer} of {num_layers}", kind.describe(), side_name(kind)),
         columns: (panels.len() as f64).sqrt().ceil() as usize,
         panels,
         scale: Scale { min: 0.0, max: if max > 0.0 { max } else { 1.0 }, label: "attention weight".into() },

@@ -2,6 +2,7 @@
 //! One module per area.
 
 mod cli;
+mod look_inside;
 mod util;
 mod loader;
 mod malformed;
