@@ -6,11 +6,13 @@
 //! - [`config`]: the typed `TransformerConfig` resolved from `args`/`cfg`;
 //! - [`model`]: `TransformerModel` piece by piece;
 //! - [`generate`]: beam search, sampling and the sequence scorer;
-//! - [`text`]: dictionaries, Moses, BPE, sentencepiece.
+//! - [`text`]: dictionaries, Moses, BPE, sentencepiece;
+//! - [`plot`]: attention heatmaps and positional-embedding plots.
 
 pub mod checkpoint;
 pub mod config;
 pub mod generate;
 pub mod libtorch;
 pub mod model;
+pub mod plot;
 pub mod text;

@@ -65,6 +65,17 @@ Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30
     /// Subword token lines (or ids) in, detokenized text out.
     #[command(after_help = "Example:\n  echo 'ein Hund läuft .' | tchseq decode -m weights/multi30k.en-de")]
     Decode(DecodeArgs),
+    /// Draw the attention of a translation as a labelled heatmap (SVG or PNG).
+    #[command(after_help = "Rows are target tokens (the token each decoder position predicts, final EOS \
+included), columns source tokens (EOS included). Layers and heads are numbered from 0, as in the \
+state-dict names (decoder.layers.N); the default is fairseq's alignment layer (the last decoder layer) \
+averaged over heads, the attention behind --print-alignment.\n\n\
+Example:\n  tchseq attention -m weights/multi30k.en-de \"A dog runs in the park.\" --output attn.svg\n  \
+tchseq attention -m weights/multi30k.en-de \"A dog runs.\" --kind encoder-self --layer 0 --grid --output enc0.svg")]
+    Attention(AttentionArgs),
+    /// Plot the model's positional-embedding table (position x dimension) as SVG or PNG.
+    #[command(after_help = "Example:\n  tchseq positions -m weights/multi30k.en-de --length 50 --output pe.svg")]
+    Positions(PositionsArgs),
     /// Report the libtorch build, CUDA/cuDNN availability and thread settings.
     #[command(after_help = "Example:\n  tchseq doctor")]
     Doctor(DoctorArgs),
@@ -226,7 +237,7 @@ pub struct TranslateArgs {
     /// size, so stdin is translated line by line).
     #[arg(long = "buffer-size", default_value_t = 0)]
     pub buffer_size: usize,
-    /// Print hard alignments (A- lines / `alignment` in jsonl).
+    /// Print hard alignments (A- lines; in jsonl `alignment` and the soft `attention` matrix).
     #[arg(long = "print-alignment")]
     pub print_alignment: bool,
     #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
@@ -357,4 +368,84 @@ pub struct DoctorArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttentionKindArg {
+    /// Decoder attention over the encoder output (target x source).
+    Cross,
+    /// Encoder self-attention (source x source).
+    EncoderSelf,
+    /// Decoder self-attention (target x target input).
+    DecoderSelf,
+}
+
+#[derive(Debug, Args)]
+pub struct AttentionArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// The source sentence.
+    #[arg(value_name = "SENTENCE")]
+    pub sentence: String,
+    /// Image file: .svg or .png.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Use this target (subword tokens) instead of translating (teacher forcing).
+    #[arg(long, value_name = "TOKENS")]
+    pub target: Option<String>,
+    /// Layer, from 0 (default: the last layer, fairseq's alignment layer).
+    #[arg(long, value_name = "N")]
+    pub layer: Option<usize>,
+    /// Head number from 0, or `mean` (average over heads, as fairseq's `attn`).
+    #[arg(long, value_name = "H|mean", default_value = "mean")]
+    pub head: String,
+    #[arg(long, value_enum, default_value_t = AttentionKindArg::Cross)]
+    pub kind: AttentionKindArg,
+    /// Draw every head of the layer (and their mean) side by side.
+    #[arg(long)]
+    pub grid: bool,
+    /// TrueType font for PNG labels (default: DejaVu Sans or Liberation Sans if installed).
+    #[arg(long, value_name = "FILE.ttf")]
+    pub font: Option<PathBuf>,
+    /// Beam size.
+    #[arg(long, default_value_t = 5)]
+    pub beam: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub lenpen: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub unkpen: f64,
+    #[arg(long = "max-len-a", default_value_t = 0.0)]
+    pub max_len_a: f64,
+    #[arg(long = "max-len-b", default_value_t = 200)]
+    pub max_len_b: usize,
+    #[arg(long = "min-len", default_value_t = 1)]
+    pub min_len: usize,
+    #[arg(long = "no-repeat-ngram-size", default_value_t = 0)]
+    pub no_repeat_ngram_size: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PositionsSide {
+    Encoder,
+    Decoder,
+}
+
+#[derive(Debug, Args)]
+pub struct PositionsArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Number of positions (rows) to plot.
+    #[arg(long, default_value_t = 50)]
+    pub length: usize,
+    /// Image file: .svg or .png.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Which table (they are equal for sinusoidal positions of equal width).
+    #[arg(long, value_enum, default_value_t = PositionsSide::Encoder)]
+    pub side: PositionsSide,
+    /// TrueType font for PNG labels (default: DejaVu Sans or Liberation Sans if installed).
+    #[arg(long, value_name = "FILE.ttf")]
+    pub font: Option<PathBuf>,
 }

@@ -5,6 +5,7 @@
 //! ends quietly with success.
 
 pub mod args;
+mod attention;
 mod common;
 mod decode;
 mod doctor;
@@ -12,6 +13,7 @@ mod encode;
 mod output;
 mod translate;
 mod inspect;
+mod positions;
 mod score;
 mod verify;
 
@@ -54,6 +56,8 @@ pub fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
     common::apply_threads(cli.global.threads)?;
     match cli.command {
+        Command::Attention(a) => attention::run(&cli.global, &a),
+        Command::Positions(a) => positions::run(&cli.global, &a),
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(a) => score::run(&cli.global, &a),

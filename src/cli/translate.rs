@@ -388,6 +388,19 @@ fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, 
     out
 }
 
+/// The soft alignment behind the A- lines: rows are the hypothesis tokens (final EOS
+/// included), columns the source tokens (EOS included, the batch's left padding dropped).
+fn attention_json(ctx: &Session, attn: &[Vec<f32>], src_tokens: &[i64], tgt_tokens: &[i64]) -> serde_json::Value {
+    let pad = attn.first().map_or(0, |r| r.len().saturating_sub(src_tokens.len()));
+    let weights: Vec<&[f32]> = attn.iter().map(|r| r.get(pad..).unwrap_or(&[])).collect();
+    let symbols = |d: &Dictionary, ids: &[i64]| -> Vec<String> { ids.iter().map(|&i| d.symbol(i).to_string()).collect() };
+    serde_json::json!({
+        "target": symbols(&ctx.tgt_dict, tgt_tokens),
+        "source": symbols(&ctx.src_dict, src_tokens),
+        "weights": weights,
+    })
+}
+
 /// `hypo["score"] / math.log(2)` and the positional scores likewise, as libtorch computes them.
 fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
     if values.is_empty() {
@@ -456,6 +469,9 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: &str, 
                         });
                         if ctx.print_alignment {
                             v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
+                            if let Some(attn) = &h.attention {
+                                v["attention"] = attention_json(ctx, attn, src_tokens, &h.tokens);
+                            }
                         }
                         hyps.push(v);
                     }

@@ -3,6 +3,7 @@
 
 mod cli;
 mod loader;
+mod look_inside;
 mod malformed;
 mod model;
 mod score;

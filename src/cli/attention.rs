@@ -1,0 +1,203 @@
+//! `tchseq attention`: translate one sentence (or take a given target) and draw its attention.
+
+use std::io::{self, Write};
+
+use anyhow::{bail, Context, Result};
+use tch::{Kind, Tensor};
+
+use super::args::{AttentionArgs, AttentionKindArg, BpeArg, GlobalArgs, ModelArgs, PipelineArgs, TokenizerArg};
+use super::common;
+use super::Outcome;
+use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+use tchseq::generate::sequence_generator::Specials;
+use tchseq::generate::{EnsembleModel, GeneratorConfig, NgramMode, SearchStrategy, SequenceGenerator};
+use tchseq::model::TransformerModel;
+use tchseq::plot::capture::{capture_attention, select};
+use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
+use tchseq::plot::AttentionKind;
+use tchseq::text::dictionary::{is_py_space, Dictionary};
+
+/// The model of a one-checkpoint model directory, in fp32, with its dictionaries.
+pub(super) struct Loaded {
+    pub model: TransformerModel,
+    pub src_dict: Dictionary,
+    pub tgt_dict: Dictionary,
+    pub tokenizer: Option<String>,
+    pub bpe: Option<String>,
+}
+
+pub(super) fn load_one(global: &GlobalArgs, m: &ModelArgs) -> Result<Loaded> {
+    let device = common::resolve_device(global.device)?;
+    let files = ModelFiles::resolve(
+        m.model.as_deref(),
+        m.path.as_deref(),
+        m.data.as_deref(),
+        m.source_lang.as_deref(),
+        m.target_lang.as_deref(),
+    )?;
+    let [path] = files.checkpoints.as_slice() else {
+        bail!("plots are drawn for one checkpoint, not an ensemble of {}", files.checkpoints.len());
+    };
+    let src_dict =
+        Dictionary::load(&files.src_dict).with_context(|| format!("loading {}", files.src_dict.display()))?;
+    let tgt_dict =
+        Dictionary::load(&files.tgt_dict).with_context(|| format!("loading {}", files.tgt_dict.display()))?;
+    let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
+    let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, Kind::Float)
+        .with_context(|| format!("building the model of {}", path.display()))?;
+    Ok(Loaded { model, src_dict, tgt_dict, tokenizer: ckpt.config.tokenizer.clone(), bpe: ckpt.config.bpe.clone() })
+}
+
+/// Until the raw-text pipeline is wired in, input must already be in the model's subwords.
+fn check_pipeline(p: &PipelineArgs, tokenizer: Option<&str>, bpe: Option<&str>) -> Result<()> {
+    let tokenizer_none = match p.tokenizer {
+        Some(t) => t == TokenizerArg::None,
+        None => tokenizer.is_none_or(|t| t == "none"),
+    };
+    let bpe_none = match p.bpe {
+        Some(b) => b == BpeArg::None,
+        None => bpe.is_none_or(|b| b == "none"),
+    };
+    if !(tokenizer_none && bpe_none) {
+        bail!(
+            "the raw-text pipeline (tokenizer/BPE) is not available in this build yet; \
+             pass pre-tokenized subword input with --tokenizer none --bpe none"
+        );
+    }
+    Ok(())
+}
+
+pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
+    let format = ImageFormat::from_path(&a.output)?;
+    let head = match a.head.as_str() {
+        "mean" => None,
+        h => Some(h.parse::<usize>().map_err(|_| anyhow::anyhow!("--head must be a head number or `mean`, not `{h}`"))?),
+    };
+    if a.grid && head.is_some() {
+        bail!("--grid draws every head; leave out --head");
+    }
+    let loaded = load_one(global, &a.model)?;
+    check_pipeline(&a.pipeline, loaded.tokenizer.as_deref(), loaded.bpe.as_deref())?;
+    let Loaded { model, src_dict, tgt_dict, .. } = &loaded;
+    let kind = match a.kind {
+        AttentionKindArg::Cross => AttentionKind::Cross,
+        AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
+        AttentionKindArg::DecoderSelf => AttentionKind::DecoderSelf,
+    };
+    let (num_layers, num_heads) = match kind {
+        AttentionKind::EncoderSelf => {
+            (model.encoder.layers.len(), model.encoder.layers.first().map_or(0, |l| l.self_attn.num_heads))
+        }
+        AttentionKind::Cross => (model.decoder.layers.len(), model.decoder.layers.first().map_or(0, |l| l.encoder_attn.num_heads)),
+        AttentionKind::DecoderSelf => {
+            (model.decoder.layers.len(), model.decoder.layers.first().map_or(0, |l| l.self_attn.num_heads))
+        }
+    };
+    if num_layers == 0 {
+        bail!("the {} has no layers", side_name(kind));
+    }
+    let layer = a.layer.unwrap_or(num_layers - 1);
+    if layer >= num_layers {
+        bail!("--layer {layer}: the {} has {num_layers} layers (0..{})", side_name(kind), num_layers - 1);
+    }
+    if let Some(h) = head {
+        if h as i64 >= num_heads {
+            bail!("--head {h}: layer {layer} has {num_heads} heads (0..{})", num_heads - 1);
+        }
+    }
+    let sentence = a.sentence.trim_matches(is_py_space);
+    let src = src_dict.encode_line(sentence, true);
+    let max_src = model.max_source_positions();
+    if src.len() > max_src {
+        bail!("the sentence is {} tokens long (EOS included) but the model accepts at most {max_src}", src.len());
+    }
+    let src_tokens = Tensor::from_slice(&src).f_view([1, -1])?.f_to_device(model.device)?;
+    let target: Vec<i64> = match &a.target {
+        Some(t) => tgt_dict.encode_line(t.trim_matches(is_py_space), true),
+        None => translate(model, tgt_dict, &src_tokens, a)?,
+    };
+    let eos = tgt_dict.eos();
+    // the decoder input: EOS first, the target shifted right
+    let prev: Vec<i64> = std::iter::once(eos).chain(target[..target.len() - 1].iter().copied()).collect();
+    let prev_output_tokens = Tensor::from_slice(&prev).f_view([1, -1])?.f_to_device(model.device)?;
+    let maps = capture_attention(model, &src_tokens, &prev_output_tokens)?;
+    let weights = maps
+        .layers(kind)
+        .get(layer)
+        .ok_or_else(|| anyhow::anyhow!("internal error: no attention captured for layer {layer}"))?;
+
+    let sym = |d: &Dictionary, ids: &[i64]| -> Vec<String> { ids.iter().map(|&i| d.symbol(i).to_string()).collect() };
+    let (src_labels, tgt_labels, prev_labels) = (sym(src_dict, &src), sym(tgt_dict, &target), sym(tgt_dict, &prev));
+    let (rows, cols, row_title, col_title) = match kind {
+        AttentionKind::Cross => (tgt_labels, src_labels, "target (predicted token)", "source"),
+        AttentionKind::EncoderSelf => (src_labels.clone(), src_labels, "source (query)", "source (key)"),
+        AttentionKind::DecoderSelf => (tgt_labels, prev_labels, "target (predicted token)", "decoder input (key)"),
+    };
+    let heads: Vec<Option<usize>> = if a.grid { (0..num_heads as usize).map(Some).chain([None]).collect() } else { vec![head] };
+    let mut panels = Vec::new();
+    for h in &heads {
+        let values = select(weights, 0, h.map(|h| h as i64))?;
+        let title = match h {
+            Some(h) => format!("head {h}"),
+            None => format!("mean of {num_heads} heads"),
+        };
+        panels.push(Heatmap {
+            title,
+            values,
+            rows: Axis::Tokens(rows.clone()),
+            cols: Axis::Tokens(cols.clone()),
+            row_title: row_title.into(),
+            col_title: col_title.into(),
+        });
+    }
+    let max = panels.iter().flat_map(|p| p.values.iter().flatten()).fold(0f32, |m, &v| if v > m { v } else { m });
+    let figure = Figure {
+        title: format!("{}, {} layer {layer} of {num_layers}", kind.describe(), side_name(kind)),
+        columns: (panels.len() as f64).sqrt().ceil() as usize,
+        panels,
+        scale: Scale { min: 0.0, max: if max > 0.0 { max } else { 1.0 }, label: "attention weight".into() },
+    };
+    let (w, h) = render(&figure, &a.output, format, a.font.as_deref())?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", tgt_dict.string(&target, None, false, &[eos]))?;
+    writeln!(out, "wrote {} ({w}x{h} px)", a.output.display())?;
+    Ok(Outcome::Ok)
+}
+
+fn side_name(kind: AttentionKind) -> &'static str {
+    match kind {
+        AttentionKind::EncoderSelf => "encoder",
+        AttentionKind::Cross | AttentionKind::DecoderSelf => "decoder",
+    }
+}
+
+/// The best beam-search hypothesis (final EOS included), as `translate` finds it.
+fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, a: &AttentionArgs) -> Result<Vec<i64>> {
+    if a.beam == 0 {
+        bail!("--beam must be at least 1");
+    }
+    let cfg = GeneratorConfig {
+        beam_size: a.beam,
+        max_len_a: a.max_len_a,
+        max_len_b: i64::try_from(a.max_len_b).context("--max-len-b is too large")?,
+        min_len: i64::try_from(a.min_len).context("--min-len is too large")?,
+        normalize_scores: true,
+        len_penalty: a.lenpen,
+        unk_penalty: a.unkpen,
+        temperature: 1.0,
+        no_repeat_ngram_size: a.no_repeat_ngram_size,
+        ngram_mode: NgramMode::Intended,
+        search: SearchStrategy::Beam,
+        need_attn: false,
+    };
+    let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
+    let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
+    let models = std::slice::from_ref(model);
+    let mut ensemble = EnsembleModel::new(models)?;
+    let hypos = generator.generate(&mut ensemble, src_tokens)?;
+    let best = hypos.into_iter().next().and_then(|h| h.into_iter().next());
+    match best {
+        Some(h) if !h.tokens.is_empty() => Ok(h.tokens),
+        _ => bail!("beam search returned no hypothesis"),
+    }
+}
