@@ -3,10 +3,12 @@
 # each part can be rerun alone:
 #   reference/fixtures.sh       tiny synthetic models + goldens, wild checkpoint goldens
 #   reference/text_goldens.sh   text-pipeline goldens (if present)
+#   reference/alignment_goldens.sh  --print-alignment goldens for the fixtures
 #   reference/train_multi30k.sh the bundled Multi30k model (if present)
+#   reference/bundled_goldens.sh    goldens of the committed bundled model (if present)
 set -euo pipefail
 REF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-for part in fixtures text_goldens train_multi30k; do
+for part in fixtures alignment_goldens text_goldens train_multi30k bundled_goldens; do
     script="$REF/$part.sh"
     if [ -f "$script" ]; then
         echo "== reference/$part.sh"
