@@ -79,14 +79,13 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let mut models = Vec::new();
     let mut first_config: Option<TransformerConfig> = None;
     for path in &files.checkpoints {
-        let mut ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
+        let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
         // fairseq builds (randomly initializes) each model before loading its weights
         replay_model_init(
             &ckpt.state_dict,
             ckpt.config.share_all_embeddings,
             ckpt.config.share_decoder_input_output_embed,
         )?;
-        as_parameters(&mut ckpt.state_dict, device, kind)?;
         let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
             .with_context(|| format!("building the model of {}", path.display()))?;
         if first_config.is_none() {
@@ -194,26 +193,6 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         );
     }
     Ok(Outcome::Ok)
-}
-
-/// fairseq's weights are `nn.Parameter`s: leaf tensors (not views of a storage) that keep
-/// `requires_grad=True` under `no_grad`. libtorch's `matmul` picks its kernel from that flag
-/// (`should_fold`: a 3-d input times a weight that requires grad is folded into one `mm`,
-/// otherwise it is broadcast to `bmm`, with other low bits), e.g. in the bias-less output
-/// projection once the beam has more than one row. Weights are cast to the run dtype and device
-/// here, which the model then keeps as they are, so the flag reaches its weights.
-fn as_parameters(state_dict: &mut indexmap::IndexMap<String, Tensor>, device: Device, kind: Kind) -> Result<()> {
-    let _guard = tch::no_grad_guard();
-    for t in state_dict.values_mut() {
-        if t.is_floating_point() {
-            // fairseq copies the stored values into parameters of the model's dtype
-            let cast = t.f_to_device(device)?.f_to_kind(kind)?;
-            let mut owned = cast.f_empty_like()?;
-            owned.f_copy_(&cast)?;
-            *t = owned.set_requires_grad(true);
-        }
-    }
-    Ok(())
 }
 
 fn validate(a: &TranslateArgs) -> Result<()> {
