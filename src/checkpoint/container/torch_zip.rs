@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Cursor, Read};
 
+use ::zip::read::{ArchiveOffset, Config};
 use ::zip::{CompressionMethod, ZipArchive};
 
 use super::{ContainerError, ContainerFormat, RawFile, StorageSource, MAX_PICKLE_BYTES};
@@ -58,7 +59,7 @@ fn read_entry<'a>(data: &'a [u8], e: &Entry) -> Result<Cow<'a, [u8]>, ContainerE
         if e.size > data.len() as u64 * 1032 {
             return Err(ContainerError::Zip(format!("entry {} declares an impossible size {}", e.name, e.size)));
         }
-        let mut archive = ZipArchive::new(Cursor::new(data)).map_err(zip_err)?;
+        let mut archive = open_archive(data)?;
         let mut f = archive.by_index(e.index).map_err(zip_err)?;
         let mut out = Vec::with_capacity(usize::try_from(e.size).unwrap_or(0).min(1 << 30));
         (&mut f).take(e.size).read_to_end(&mut out).map_err(|err| ContainerError::Zip(format!("entry {}: {err}", e.name)))?;
@@ -71,8 +72,15 @@ fn read_entry<'a>(data: &'a [u8], e: &Entry) -> Result<Cow<'a, [u8]>, ContainerE
     Ok(bytes)
 }
 
+/// torch writes the archive from byte 0. The zip crate's default offset detection can misplace
+/// the central directory of a valid torch file (seen with a 22-entry `torch.save` to a path), so
+/// the offset is pinned to 0.
+fn open_archive(data: &[u8]) -> Result<ZipArchive<Cursor<&[u8]>>, ContainerError> {
+    ZipArchive::with_config(Config { archive_offset: ArchiveOffset::Known(0) }, Cursor::new(data)).map_err(zip_err)
+}
+
 pub fn read(data: &[u8]) -> Result<RawFile, ContainerError> {
-    let mut archive = ZipArchive::new(Cursor::new(data)).map_err(zip_err)?;
+    let mut archive = open_archive(data)?;
     let mut entries = Vec::with_capacity(archive.len());
     for index in 0..archive.len() {
         let f = archive.by_index_raw(index).map_err(zip_err)?;
