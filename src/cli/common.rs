@@ -3,7 +3,11 @@
 use anyhow::{bail, Result};
 use tch::Device;
 
-use super::args::DeviceArg;
+use tchseq::checkpoint::model_dir::ModelFiles;
+use tchseq::config::TransformerConfig;
+use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
+
+use super::args::{BpeArg, DeviceArg, ModelArgs, PipelineArgs, TokenizerArg};
 
 /// Applies `--threads` (default: all cores, libtorch's own default).
 pub fn apply_threads(threads: Option<usize>) -> Result<()> {
@@ -54,4 +58,63 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
     }
     parts.join(": ")
+}
+
+/// Text-pipeline options in increasing precedence: defaults, the checkpoint config, the model
+/// directory's files (`bpecodes`, `sentencepiece.bpe.model`), the command line.
+pub fn pipeline_options(
+    model: &ModelArgs,
+    pipeline: &PipelineArgs,
+    files: Option<&ModelFiles>,
+    config: Option<&TransformerConfig>,
+) -> PipelineOptions {
+    let mut opts = config.map(PipelineOptions::from_config).unwrap_or_default();
+    if let Some(f) = files {
+        opts.bpe_codes = f.bpe_codes.clone();
+        opts.sentencepiece_model = f.sentencepiece_model.clone();
+    }
+    if let Some(t) = pipeline.tokenizer {
+        let name = match t {
+            TokenizerArg::Moses => "moses",
+            TokenizerArg::Space => "space",
+            TokenizerArg::None => "none",
+        };
+        opts.tokenizer = Some(name.to_string());
+    }
+    if let Some(b) = pipeline.bpe {
+        let name = match b {
+            BpeArg::SubwordNmt => "subword_nmt",
+            BpeArg::Fastbpe => "fastbpe",
+            BpeArg::Sentencepiece => "sentencepiece",
+            BpeArg::None => "none",
+        };
+        opts.bpe = Some(name.to_string());
+    }
+    if pipeline.bpe_codes.is_some() {
+        opts.bpe_codes = pipeline.bpe_codes.clone();
+    }
+    if pipeline.sentencepiece_model.is_some() {
+        opts.sentencepiece_model = pipeline.sentencepiece_model.clone();
+    }
+    if let Some(dir) = &model.data {
+        opts = opts.with_model_dir(dir);
+    }
+    if let Some(l) = &model.source_lang {
+        opts.source_lang = l.clone();
+    }
+    if let Some(l) = &model.target_lang {
+        opts.target_lang = l.clone();
+    }
+    opts.moses_no_dash_splits |= pipeline.moses_no_dash_splits;
+    opts.moses_no_escape |= pipeline.moses_no_escape;
+    opts
+}
+
+/// Builds the pipeline, warning once per language Moses has no data for.
+pub fn text_pipeline(opts: &PipelineOptions) -> Result<TextPipeline> {
+    let pipeline = TextPipeline::new(opts)?;
+    for lang in pipeline.fallback_languages() {
+        eprintln!("warning: Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
+    }
+    Ok(pipeline)
 }

@@ -8,9 +8,10 @@ use anyhow::{bail, Context, Result};
 use tchseq::checkpoint::model_dir::ModelFiles;
 use tchseq::checkpoint::read_summary;
 use tchseq::text::dictionary::Dictionary;
-use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
+use tchseq::text::pipeline::TextPipeline;
 
-use super::args::{BpeArg, EncodeArgs, GlobalArgs, ModelArgs, PipelineArgs, Side, TokenizerArg};
+use super::args::{EncodeArgs, GlobalArgs, ModelArgs, PipelineArgs, Side};
+use super::common;
 use super::Outcome;
 
 /// The text pipeline for one side, and that side's dictionary when `--ids` asks for it.
@@ -33,46 +34,11 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
     } else {
         None
     };
-    let mut opts = match files.as_ref().and_then(|f| f.checkpoints.first()) {
-        Some(ckpt) => PipelineOptions::from_config(&read_summary(ckpt)?.config),
-        None => PipelineOptions::default(),
+    let config = match files.as_ref().and_then(|f| f.checkpoints.first()) {
+        Some(ckpt) => Some(read_summary(ckpt)?.config),
+        None => None,
     };
-    if let Some(f) = &files {
-        opts.bpe_codes = f.bpe_codes.clone();
-        opts.sentencepiece_model = f.sentencepiece_model.clone();
-    }
-    if let Some(t) = pipeline.tokenizer {
-        opts.tokenizer = Some(
-            match t {
-                TokenizerArg::Moses => "moses",
-                TokenizerArg::Space => "space",
-                TokenizerArg::None => "none",
-            }
-            .to_string(),
-        );
-    }
-    if let Some(b) = pipeline.bpe {
-        opts.bpe = Some(
-            match b {
-                BpeArg::SubwordNmt => "subword_nmt",
-                BpeArg::Fastbpe => "fastbpe",
-                BpeArg::Sentencepiece => "sentencepiece",
-                BpeArg::None => "none",
-            }
-            .to_string(),
-        );
-    }
-    if pipeline.bpe_codes.is_some() {
-        opts.bpe_codes = pipeline.bpe_codes.clone();
-    }
-    if pipeline.sentencepiece_model.is_some() {
-        opts.sentencepiece_model = pipeline.sentencepiece_model.clone();
-    }
-    if let Some(dir) = &model.data {
-        opts = opts.with_model_dir(dir);
-    }
-    opts.moses_no_dash_splits |= pipeline.moses_no_dash_splits;
-    opts.moses_no_escape |= pipeline.moses_no_escape;
+    let mut opts = common::pipeline_options(model, pipeline, files.as_ref(), config.as_ref());
     // One side's text is tokenized and detokenized with that side's language.
     let lang = match side {
         Side::Source => model.source_lang.clone().unwrap_or(opts.source_lang.clone()),
@@ -81,10 +47,7 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
     opts.source_lang = lang.clone();
     opts.target_lang = lang;
 
-    let text = TextPipeline::new(&opts)?;
-    for lang in text.fallback_languages() {
-        eprintln!("warning: Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
-    }
+    let text = common::text_pipeline(&opts)?;
     let dict = if ids {
         let path = match (&files, side) {
             (Some(f), Side::Source) => f.src_dict.clone(),

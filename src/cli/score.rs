@@ -719,13 +719,14 @@ fn format_row(
 
 /// The real backend: fairseq checkpoints, their dictionaries and text pipeline.
 mod model_backend {
-    use anyhow::{bail, Context, Result};
+    use anyhow::{Context, Result};
     use tch::Kind;
 
     use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
     use tchseq::generate::scorer::{collate, SequenceScorer};
     use tchseq::model::TransformerModel;
     use tchseq::text::dictionary::Dictionary;
+    use tchseq::text::pipeline::TextPipeline;
 
     use super::{Backend, Encoded, Scored};
     use crate::cli::args::{GlobalArgs, ScoreArgs};
@@ -740,13 +741,13 @@ mod model_backend {
         left_pad_target: bool,
         max_source_positions: usize,
         max_target_positions: usize,
+        /// Tokenizer + BPE for (source, target) unless `--tokenized`; each side's text is
+        /// tokenized with its own language.
+        pipelines: Option<(TextPipeline, TextPipeline)>,
     }
 
     impl ModelBackend {
         pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
-            if !a.tokenized {
-                bail!("raw text needs the Moses+BPE pipeline, which is not in this build yet; pass --tokenized with tokenized, BPE'd text");
-            }
             let device = common::resolve_device(global.device)?;
             let files = ModelFiles::resolve(
                 a.model.model.as_deref(),
@@ -761,12 +762,14 @@ mod model_backend {
                 .with_context(|| format!("cannot load {}", files.tgt_dict.display()))?;
             let mut models = Vec::with_capacity(files.checkpoints.len());
             let mut pads = None;
+            let mut first_config = None;
             for path in &files.checkpoints {
                 let ckpt = load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
                 // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
                 let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, Kind::Float)
                     .with_context(|| format!("cannot build the model of {}", path.display()))?;
                 pads.get_or_insert((ckpt.config.left_pad_source, ckpt.config.left_pad_target));
+                first_config.get_or_insert(ckpt.config);
                 models.push(model);
             }
             let (left_pad_source, left_pad_target) = pads.context("no checkpoint to score with")?;
@@ -774,7 +777,16 @@ mod model_backend {
             let max_source_positions = models.iter().map(|m| m.max_source_positions()).min().unwrap_or(0);
             let max_target_positions = models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(0);
             let scorer = SequenceScorer::new(tgt_dict.pad(), tgt_dict.eos());
+            let pipelines = if a.tokenized {
+                None
+            } else {
+                let opts = common::pipeline_options(&a.model, &a.pipeline, Some(&files), first_config.as_ref());
+                let mut target_opts = opts.clone();
+                target_opts.source_lang = opts.target_lang.clone();
+                Some((common::text_pipeline(&opts)?, common::text_pipeline(&target_opts)?))
+            };
             Ok(Self {
+                pipelines,
                 models,
                 scorer,
                 src_dict,
@@ -802,8 +814,13 @@ mod model_backend {
 
     impl Backend for ModelBackend {
         fn encode(&self, source: &str, target: &str) -> std::result::Result<Encoded, String> {
-            let source_ids = self.src_dict.encode_line(source, true);
-            let target_ids = self.tgt_dict.encode_line(target, true);
+            let (source_ids, target_ids) = match &self.pipelines {
+                Some((src, tgt)) => (
+                    self.src_dict.encode_line(&src.encode(source), true),
+                    self.tgt_dict.encode_line(&tgt.encode(target), true),
+                ),
+                None => (self.src_dict.encode_line(source, true), self.tgt_dict.encode_line(target, true)),
+            };
             check_len(&source_ids, "source", self.max_source_positions, "max_source_positions")?;
             check_len(&target_ids, "target", self.max_target_positions, "max_target_positions")?;
             Ok(Encoded { source: source_ids, target: target_ids })

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 
-use super::args::{BpeArg, DtypeArg, GlobalArgs, TokenizerArg, TranslateArgs, TranslateFormat};
+use super::args::{DtypeArg, GlobalArgs, TranslateArgs, TranslateFormat};
 use super::common;
 use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
@@ -22,7 +22,7 @@ use tchseq::generate::sequence_generator::Specials;
 use tchseq::generate::{EnsembleModel, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
 use tchseq::text::dictionary::{is_py_space, Dictionary};
-use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
+use tchseq::text::pipeline::TextPipeline;
 
 /// fairseq-interactive's task default `--max-source-positions` (the model's own limit may be
 /// lower).
@@ -94,7 +94,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         models.push(model);
     }
     let config = first_config.context("no checkpoint to load")?;
-    let pipeline = build_pipeline(a, &files, &config)?;
+    let pipeline = common::text_pipeline(&common::pipeline_options(&a.model, &a.pipeline, Some(&files), Some(&config)))?;
 
     let max_source_positions = models
         .iter()
@@ -243,52 +243,6 @@ fn batching_sizes(a: &TranslateArgs) -> Result<(Option<usize>, usize)> {
 /// The tokenizer + BPE of the checkpoint config and model directory, with the command line's
 /// overrides; source text is tokenized in the source language, hypotheses detokenized in the
 /// target language.
-fn build_pipeline(a: &TranslateArgs, files: &ModelFiles, config: &TransformerConfig) -> Result<TextPipeline> {
-    let p = &a.pipeline;
-    let mut opts = PipelineOptions::from_config(config);
-    opts.bpe_codes = files.bpe_codes.clone();
-    opts.sentencepiece_model = files.sentencepiece_model.clone();
-    if let Some(t) = p.tokenizer {
-        let name = match t {
-            TokenizerArg::Moses => "moses",
-            TokenizerArg::Space => "space",
-            TokenizerArg::None => "none",
-        };
-        opts.tokenizer = Some(name.to_string());
-    }
-    if let Some(b) = p.bpe {
-        let name = match b {
-            BpeArg::SubwordNmt => "subword_nmt",
-            BpeArg::Fastbpe => "fastbpe",
-            BpeArg::Sentencepiece => "sentencepiece",
-            BpeArg::None => "none",
-        };
-        opts.bpe = Some(name.to_string());
-    }
-    if p.bpe_codes.is_some() {
-        opts.bpe_codes = p.bpe_codes.clone();
-    }
-    if p.sentencepiece_model.is_some() {
-        opts.sentencepiece_model = p.sentencepiece_model.clone();
-    }
-    if let Some(dir) = &a.model.data {
-        opts = opts.with_model_dir(dir);
-    }
-    if let Some(l) = &a.model.source_lang {
-        opts.source_lang = l.clone();
-    }
-    if let Some(l) = &a.model.target_lang {
-        opts.target_lang = l.clone();
-    }
-    opts.moses_no_dash_splits |= p.moses_no_dash_splits;
-    opts.moses_no_escape |= p.moses_no_escape;
-    let pipeline = TextPipeline::new(&opts)?;
-    for lang in pipeline.fallback_languages() {
-        eprintln!("warning: Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
-    }
-    Ok(pipeline)
-}
-
 fn py_strip(s: &str) -> &str {
     s.trim_matches(is_py_space)
 }
