@@ -402,3 +402,52 @@ fn no_repeat_ngram_blocks_repeats_unless_fairseq_compat() {
 fn golden_batched(fx: &Fixture, set: &str) -> BTreeMap<usize, Entry> {
     parse_fairseq(&std::fs::read_to_string(fx.dir.join(format!("interactive/{set}.txt"))).unwrap())
 }
+
+/// The real checkpoints other people trained (tests/fixtures/wild): beam 5, batched and one
+/// sentence at a time, against fairseq-interactive's output on them.
+#[test]
+fn wild_checkpoints_match_fairseq_interactive() {
+    let text = std::fs::read_to_string(fixture("wild/manifest.json")).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for e in m["models"].as_array().unwrap() {
+        let dir = repo(e["dir"].as_str().unwrap());
+        let g = &e["goldens"];
+        let golden_dir = dir.join(g["dir"].as_str().unwrap());
+        let input = golden_dir.join(g["inputs"].as_str().unwrap());
+        for (set, batchings) in g["interactive"].as_object().unwrap() {
+            for (bname, b) in batchings.as_object().unwrap() {
+                let argv: Vec<String> = b["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+                // fairseq-interactive DATA --path CKPT ... --input FILE <search/batching flags>
+                let after_input = argv.iter().position(|a| a == "--input").unwrap() + 2;
+                let mut cmd = tchseq();
+                cmd.args(["--threads", "1", "--device", "cpu", "translate", "--path"])
+                    .arg(repo(&argv[argv.iter().position(|a| a == "--path").unwrap() + 1]))
+                    .arg("--data")
+                    .arg(repo(&argv[1]))
+                    .args(["-s", e["source_lang"].as_str().unwrap(), "-t", e["target_lang"].as_str().unwrap()])
+                    .args(["--tokenizer", "none", "--bpe", "none", "--format", "fairseq", "--input"])
+                    .arg(&input)
+                    .args(&argv[after_input..]);
+                let out = cmd.output().unwrap();
+                runs += 1;
+                let name = format!("{}/{set}/{bname}", e["name"].as_str().unwrap());
+                if !out.status.success() {
+                    failures.push(format!("{name}: {}", String::from_utf8_lossy(&out.stderr)));
+                    continue;
+                }
+                let want = parse_fairseq(&std::fs::read_to_string(golden_dir.join(b["file"].as_str().unwrap())).unwrap());
+                let c = compare(&want, &parse_fairseq(&String::from_utf8_lossy(&out.stdout)));
+                eprintln!(
+                    "{name:<40} sentences {:>3} identical lines {:>4}/{:<4} max |dH| {:.2e} max |dP| {:.2e}",
+                    c.sentences, c.identical_lines, c.total_lines, c.max_h_diff, c.max_p_diff
+                );
+                assert!(c.sentences > 0 && c.sentences == want.len(), "{name}: {} of {} sentences", c.sentences, want.len());
+                failures.extend(c.problems.iter().take(5).map(|p| format!("{name}: {p}")));
+            }
+        }
+    }
+    assert!(runs >= 6, "expected beam5 batched + bs1 goldens for the 3 wild models, ran {runs}");
+    assert!(failures.is_empty(), "{} problem(s):\n{}", failures.len(), failures.join("\n"));
+}
