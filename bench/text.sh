@@ -5,7 +5,7 @@
 # 4,652 lines/s = 9.0x (412,879 tokens on both sides).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CORPUS="${1:-/work/shared/data/multi30k/train.en.gz}"
+CORPUS="${1:-$ROOT/../shared/data/multi30k/train.en.gz}"
 CODES="$ROOT/tests/fixtures/text/bpecodes"
 cargo build --release --example text_bench --manifest-path "$ROOT/Cargo.toml" >/dev/null
 zcat -f "$CORPUS" | "$ROOT/target/release/examples/text_bench" en "$CODES"

@@ -6,7 +6,7 @@
 # /work/shared/data/multi30k (override with DATA=).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DATA="${DATA:-/work/shared/data/multi30k}"
+DATA="${DATA:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/data/multi30k}"
 MODEL="${MODEL:-$ROOT/weights/multi30k.en-de}"
 THREADS="${THREADS:-1}"
 BATCH="${BATCH:-64}"

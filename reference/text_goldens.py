@@ -37,8 +37,9 @@ from fairseq.data.encoders.moses_tokenizer import MosesTokenizer as FairseqMoses
 from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
 from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE
 
-MULTI30K = "/work/shared/data/multi30k"
-KNNSEQ_SPM = "/work/shared/wild/knnseq-toy-en-ja/spm"
+SHARED = os.environ.get("TCHSEQ_SHARED", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+MULTI30K = os.path.join(SHARED, "data", "multi30k")
+KNNSEQ_SPM = os.path.join(SHARED, "wild", "knnseq-toy-en-ja", "spm")
 LANGS = ["en", "de", "fr"]
 VAL_LINES = 500  # keeps the fixtures small; every rule fires many times in 500 lines
 MOSES_VARIANTS = {
@@ -314,7 +315,7 @@ def pipeline_goldens(out):
 def ids_goldens(out):
     """fairseq Dictionary.encode_line on encoded text and Dictionary.string back (knn-seq en)."""
     from fairseq.data import Dictionary
-    shutil.copyfile("/work/shared/wild/knnseq-toy-en-ja/data-bin/dict.en.txt", os.path.join(out, "dict.knnseq.en.txt"))
+    shutil.copyfile(os.path.join(SHARED, "wild", "knnseq-toy-en-ja", "data-bin", "dict.en.txt"), os.path.join(out, "dict.knnseq.en.txt"))
     d = Dictionary.load(os.path.join(out, "dict.knnseq.en.txt"))
     bpe = SentencepieceBPE(Namespace(sentencepiece_model=os.path.join(out, "spm/knnseq-en.model"),
                                      sentencepiece_enable_sampling=False, sentencepiece_alpha=None))
