@@ -9,7 +9,7 @@
 #
 # Env: DATA (raw multi30k dir), WORK (scratch, default reference/work/multi30k), THREADS (1:
 #      on a loaded 2-core machine one intra-op thread trained 2.5x faster than two),
-#      NICE (15), MAX_EPOCH (30), STOP_HOURS (1.1), SEED (1), MERGES (8000).
+#      NICE (15), MAX_EPOCH (30), STOP_HOURS (1.1), SEED (1), MERGES (8000), RESUME (0).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh
@@ -54,7 +54,8 @@ if run prep; then
 fi
 
 if run train; then
-  rm -rf "$WORK/checkpoints"
+  # RESUME=1 continues from checkpoint_last.pt; --stop-time-hours counts cumulative training time.
+  [ "${RESUME:-0}" = 1 ] || rm -rf "$WORK/checkpoints"
   # --tokenizer/--bpe are stored in the checkpoint's cfg so hub-style loaders know the pipeline.
   OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS nice -n "$NICE" \
     fairseq-train "$WORK/data-bin" --cpu --seed "$SEED" --num-workers 0 \
@@ -70,7 +71,7 @@ if run train; then
     --tokenizer moses --bpe subword_nmt --bpe-codes "$OUT/bpecodes" \
     --save-dir "$WORK/checkpoints" --no-epoch-checkpoints \
     --log-format simple --log-interval 25 \
-    2>&1 | tee "$WORK/train.log"
+    2>&1 | tee -a "$WORK/train.log"
 fi
 
 if run ship; then
