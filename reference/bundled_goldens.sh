@@ -15,7 +15,7 @@ mkdir -p "$G" "$SR"
 drop_log() { grep -v -E '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \| [A-Z]+ \| ' || true; }
 
 # 30 Multi30k test sentences + hand-written ones (punctuation, quotes, numbers, hyphens, non-ASCII).
-{ gzip -dc "$DATA/test_2016_flickr.en.gz" | head -n 30; cat reference/multi30k/extra_inputs.en; } > "$G/input.en"
+{ gzip -dc "$DATA/test_2016_flickr.en.gz" | sed -n 1,30p; cat reference/multi30k/extra_inputs.en; } > "$G/input.en"
 
 interactive() {
   fairseq-interactive "$M" --path "$M/model.pt" --cpu -s en -t de \
@@ -26,7 +26,7 @@ interactive --batch-size 1 > "$G/interactive_batch1.txt"
 
 # --score-reference on the first 100 test_2016_flickr pairs, tokenized + BPE'd as training did.
 for l in en de; do
-  gzip -dc "$DATA/test_2016_flickr.$l.gz" | head -n 100 \
+  gzip -dc "$DATA/test_2016_flickr.$l.gz" | sed -n 1,100p \
     | python reference/multi30k/moses_tok.py "$l" 2>/dev/null \
     | subword-nmt apply-bpe -c "$M/bpecodes" > "$SR/test.bpe.$l"
 done
