@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh   # OMP_NUM_THREADS=1
 
-DATA=${DATA:-/work/shared/data/multi30k}
+DATA=${DATA:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/data/multi30k}
 M=weights/multi30k.en-de
 G=tests/fixtures/bundled
 SR=$G/score_reference

@@ -5,10 +5,10 @@
 #   reference/text_goldens.sh   text-pipeline goldens (if present)
 #   reference/alignment_goldens.sh  --print-alignment goldens for the fixtures
 #   reference/train_multi30k.sh the bundled Multi30k model (if present)
-#   reference/bundled_goldens.sh    goldens of the committed bundled model (if present)
+#     (ends with reference/bundled_goldens.sh: goldens of the committed bundled model)
 set -euo pipefail
 REF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-for part in fixtures alignment_goldens text_goldens train_multi30k bundled_goldens; do
+for part in fixtures alignment_goldens text_goldens train_multi30k; do
     script="$REF/$part.sh"
     if [ -f "$script" ]; then
         echo "== reference/$part.sh"

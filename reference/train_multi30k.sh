@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh
 
-DATA=${DATA:-/work/shared/data/multi30k}
+DATA=${DATA:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/data/multi30k}
 WORK=${WORK:-reference/work/multi30k}
 OUT=weights/multi30k.en-de
 THREADS=${THREADS:-1}
