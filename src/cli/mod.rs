@@ -55,6 +55,9 @@ pub fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
     common::apply_threads(cli.global.threads)?;
+    if !matches!(cli.command, Command::Doctor(_)) {
+        common::mute_nested_tensor_warning();
+    }
     match cli.command {
         Command::Attention(a) => attention::run(&cli.global, &a),
         Command::Positions(a) => positions::run(&cli.global, &a),
