@@ -5,10 +5,11 @@ use std::io::{self, Write};
 use anyhow::{bail, Context, Result};
 use tch::{Kind, Tensor};
 
-use super::args::{AttentionArgs, AttentionKindArg, BpeArg, GlobalArgs, ModelArgs, PipelineArgs, TokenizerArg};
+use super::args::{AttentionArgs, AttentionKindArg, GlobalArgs, ModelArgs};
 use super::common;
 use super::Outcome;
 use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+use tchseq::config::TransformerConfig;
 use tchseq::generate::sequence_generator::Specials;
 use tchseq::generate::{EnsembleModel, GeneratorConfig, NgramMode, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
@@ -22,8 +23,8 @@ pub(super) struct Loaded {
     pub model: TransformerModel,
     pub src_dict: Dictionary,
     pub tgt_dict: Dictionary,
-    pub tokenizer: Option<String>,
-    pub bpe: Option<String>,
+    pub files: ModelFiles,
+    pub config: TransformerConfig,
 }
 
 pub(super) fn load_one(global: &GlobalArgs, m: &ModelArgs) -> Result<Loaded> {
@@ -45,26 +46,7 @@ pub(super) fn load_one(global: &GlobalArgs, m: &ModelArgs) -> Result<Loaded> {
     let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
     let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, Kind::Float)
         .with_context(|| format!("building the model of {}", path.display()))?;
-    Ok(Loaded { model, src_dict, tgt_dict, tokenizer: ckpt.config.tokenizer.clone(), bpe: ckpt.config.bpe.clone() })
-}
-
-/// Until the raw-text pipeline is wired in, input must already be in the model's subwords.
-fn check_pipeline(p: &PipelineArgs, tokenizer: Option<&str>, bpe: Option<&str>) -> Result<()> {
-    let tokenizer_none = match p.tokenizer {
-        Some(t) => t == TokenizerArg::None,
-        None => tokenizer.is_none_or(|t| t == "none"),
-    };
-    let bpe_none = match p.bpe {
-        Some(b) => b == BpeArg::None,
-        None => bpe.is_none_or(|b| b == "none"),
-    };
-    if !(tokenizer_none && bpe_none) {
-        bail!(
-            "the raw-text pipeline (tokenizer/BPE) is not available in this build yet; \
-             pass pre-tokenized subword input with --tokenizer none --bpe none"
-        );
-    }
-    Ok(())
+    Ok(Loaded { model, src_dict, tgt_dict, files, config: ckpt.config })
 }
 
 pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
@@ -77,8 +59,11 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         bail!("--grid draws every head; leave out --head");
     }
     let loaded = load_one(global, &a.model)?;
-    check_pipeline(&a.pipeline, loaded.tokenizer.as_deref(), loaded.bpe.as_deref())?;
-    let Loaded { model, src_dict, tgt_dict, .. } = &loaded;
+    let Loaded { model, src_dict, tgt_dict, files, config } = &loaded;
+    // each side's text is tokenized with its own language
+    let source_opts = common::pipeline_options(&a.model, &a.pipeline, Some(files), Some(config));
+    let mut target_opts = source_opts.clone();
+    target_opts.source_lang = source_opts.target_lang.clone();
     let kind = match a.kind {
         AttentionKindArg::Cross => AttentionKind::Cross,
         AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
@@ -106,14 +91,14 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         }
     }
     let sentence = a.sentence.trim_matches(is_py_space);
-    let src = src_dict.encode_line(sentence, true);
+    let src = src_dict.encode_line(&common::text_pipeline(&source_opts)?.encode(sentence), true);
     let max_src = model.max_source_positions();
     if src.len() > max_src {
         bail!("the sentence is {} tokens long (EOS included) but the model accepts at most {max_src}", src.len());
     }
     let src_tokens = Tensor::from_slice(&src).f_view([1, -1])?.f_to_device(model.device)?;
     let target: Vec<i64> = match &a.target {
-        Some(t) => tgt_dict.encode_line(t.trim_matches(is_py_space), true),
+        Some(t) => tgt_dict.encode_line(&common::text_pipeline(&target_opts)?.encode(t.trim_matches(is_py_space)), true),
         None => translate(model, tgt_dict, &src_tokens, a)?,
     };
     let eos = tgt_dict.eos();
