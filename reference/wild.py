@@ -16,7 +16,7 @@ import sys
 
 REF = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(REF)
-SHARED = os.environ.get("WILD_SOURCE", "/work/shared/wild")
+SHARED = os.environ.get("WILD_SOURCE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "wild"))
 DEST = "tests/fixtures/wild"
 PY = sys.executable
 sys.path.insert(0, REF)
