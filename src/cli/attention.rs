@@ -29,13 +29,7 @@ pub(super) struct Loaded {
 
 pub(super) fn load_one(global: &GlobalArgs, m: &ModelArgs) -> Result<Loaded> {
     let device = common::resolve_device(global.device)?;
-    let files = ModelFiles::resolve(
-        m.model.as_deref(),
-        m.path.as_deref(),
-        m.data.as_deref(),
-        m.source_lang.as_deref(),
-        m.target_lang.as_deref(),
-    )?;
+    let files = common::model_files(m)?;
     let [path] = files.checkpoints.as_slice() else {
         bail!("plots are drawn for one checkpoint, not an ensemble of {}", files.checkpoints.len());
     };

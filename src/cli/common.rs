@@ -60,6 +60,17 @@ pub fn one_line(err: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
+/// The checkpoint(s), dictionaries and BPE files `--model/--path/--data/-s/-t` point at.
+pub fn model_files(m: &ModelArgs) -> Result<ModelFiles> {
+    Ok(ModelFiles::resolve(
+        m.model.as_deref(),
+        m.path.as_deref(),
+        m.data.as_deref(),
+        m.source_lang.as_deref(),
+        m.target_lang.as_deref(),
+    )?)
+}
+
 /// Text-pipeline options in increasing precedence: defaults, the checkpoint config, the model
 /// directory's files (`bpecodes`, `sentencepiece.bpe.model`), the command line.
 pub fn pipeline_options(

@@ -5,7 +5,6 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{bail, Context, Result};
 
-use tchseq::checkpoint::model_dir::ModelFiles;
 use tchseq::checkpoint::read_summary;
 use tchseq::text::dictionary::Dictionary;
 use tchseq::text::pipeline::TextPipeline;
@@ -24,13 +23,7 @@ pub(super) struct SideText {
 /// files (`bpecodes`, `sentencepiece.bpe.model`), the command line.
 pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids: bool) -> Result<SideText> {
     let files = if model.model.is_some() || model.path.is_some() {
-        Some(ModelFiles::resolve(
-            model.model.as_deref(),
-            model.path.as_deref(),
-            model.data.as_deref(),
-            model.source_lang.as_deref(),
-            model.target_lang.as_deref(),
-        )?)
+        Some(common::model_files(model)?)
     } else {
         None
     };

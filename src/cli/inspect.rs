@@ -5,14 +5,16 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use super::args::{GlobalArgs, InspectArgs};
-use super::Outcome;
-use tchseq::checkpoint::{self, dtype_name, ModelFiles};
+use tchseq::checkpoint::{self, dtype_name};
 use tchseq::text::dictionary::Dictionary;
+
+use super::args::{GlobalArgs, InspectArgs};
+use super::common;
+use super::Outcome;
 
 pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
     let m = &a.model;
-    let files = ModelFiles::resolve(m.model.as_deref(), m.path.as_deref(), m.data.as_deref(), m.source_lang.as_deref(), m.target_lang.as_deref())?;
+    let files = common::model_files(m)?;
     let src_dict = Dictionary::load(&files.src_dict).with_context(|| files.src_dict.display().to_string())?;
     let tgt_dict = Dictionary::load(&files.tgt_dict).with_context(|| files.tgt_dict.display().to_string())?;
     let mut out = std::io::stdout().lock();

@@ -722,7 +722,7 @@ mod model_backend {
     use anyhow::{Context, Result};
     use tch::Kind;
 
-    use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+    use tchseq::checkpoint::load_checkpoint;
     use tchseq::generate::scorer::{collate, SequenceScorer};
     use tchseq::model::TransformerModel;
     use tchseq::text::dictionary::Dictionary;
@@ -749,13 +749,7 @@ mod model_backend {
     impl ModelBackend {
         pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
             let device = common::resolve_device(global.device)?;
-            let files = ModelFiles::resolve(
-                a.model.model.as_deref(),
-                a.model.path.as_deref(),
-                a.model.data.as_deref(),
-                a.model.source_lang.as_deref(),
-                a.model.target_lang.as_deref(),
-            )?;
+            let files = common::model_files(&a.model)?;
             let src_dict = Dictionary::load(&files.src_dict)
                 .with_context(|| format!("cannot load {}", files.src_dict.display()))?;
             let tgt_dict = Dictionary::load(&files.tgt_dict)

@@ -14,7 +14,7 @@ use super::args::{DtypeArg, GlobalArgs, TranslateArgs, TranslateFormat};
 use super::common;
 use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
-use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
+use tchseq::checkpoint::load_checkpoint;
 use tchseq::config::TransformerConfig;
 use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
 use tchseq::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
@@ -64,13 +64,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         tch::Cuda::manual_seed_all(a.seed);
     }
 
-    let files = ModelFiles::resolve(
-        a.model.model.as_deref(),
-        a.model.path.as_deref(),
-        a.model.data.as_deref(),
-        a.model.source_lang.as_deref(),
-        a.model.target_lang.as_deref(),
-    )?;
+    let files = common::model_files(&a.model)?;
     let src_dict =
         Dictionary::load(&files.src_dict).with_context(|| format!("loading {}", files.src_dict.display()))?;
     let tgt_dict =
