@@ -86,7 +86,8 @@ fn open(path: &Path) -> Result<FileBytes, CheckpointError> {
     }
     // SAFETY: the map is read-only and private to this process; a checkpoint modified while it
     // is being loaded is outside what any loader can defend against (torch.load included).
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    // populate: fault the whole file in with one call instead of page by page
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?;
     Ok(FileBytes { map })
 }
 
