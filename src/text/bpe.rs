@@ -43,7 +43,12 @@ pub struct Bpe {
     /// Merged symbols seen so far (fastBPE refuses a codes file that repeats one).
     merged: std::collections::HashSet<u32>,
     separator: String,
+    /// word -> pieces, as subword-nmt's own cache (bounded: cleared when it grows past
+    /// `CACHE_LIMIT` words).
+    cache: std::sync::Mutex<HashMap<String, Vec<String>>>,
 }
+
+const CACHE_LIMIT: usize = 1 << 20;
 
 #[derive(Debug, Clone)]
 struct Symbol {
@@ -110,7 +115,7 @@ impl Bpe {
     }
 
     fn empty(flavor: BpeFlavor) -> Self {
-        Bpe { flavor, symbols: HashMap::new(), merges: HashMap::new(), merged: Default::default(), separator: "@@".to_string() }
+        Bpe { flavor, symbols: HashMap::new(), merges: HashMap::new(), merged: Default::default(), separator: "@@".to_string(), cache: Default::default() }
     }
 
     fn intern(&mut self, s: &str) -> u32 {
@@ -187,6 +192,20 @@ impl Bpe {
 
     /// The subword units of one word (without separators).
     pub fn segment_word(&self, word: &str) -> Vec<String> {
+        if let Some(pieces) = self.cache.lock().ok().and_then(|c| c.get(word).cloned()) {
+            return pieces;
+        }
+        let pieces = self.segment_word_uncached(word);
+        if let Ok(mut cache) = self.cache.lock() {
+            if cache.len() >= CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(word.to_string(), pieces.clone());
+        }
+        pieces
+    }
+
+    fn segment_word_uncached(&self, word: &str) -> Vec<String> {
         let chars: Vec<char> = word.chars().collect();
         if chars.len() <= 1 && matches!(self.flavor, BpeFlavor::SubwordNmt { .. }) {
             return vec![word.to_string()];
