@@ -15,7 +15,8 @@ use std::io::{IsTerminal, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tchseq::generate::scorer::{batch_by_size, ordered_indices};
+use tchseq::generate::batching::batch_by_size;
+use tchseq::generate::scorer::ordered_indices;
 
 use super::args::{GlobalArgs, ScoreArgs, ScoreFormat};
 use super::Outcome;

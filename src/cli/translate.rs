@@ -257,7 +257,9 @@ fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> 
             ok
         })
         .collect();
-    let batches = batch_by_size(&order, &sizes, ctx.max_tokens, ctx.batch_size);
+    // fairseq-interactive's get_batch_iterator keeps required_batch_size_multiple = 1
+    let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
+    let batches = batch_by_size(&order, &order_sizes, ctx.max_tokens, ctx.batch_size, 1);
     // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
     replay_dataloader_iter()?;
     let mut ensemble = EnsembleModel::new(&ctx.models)?;

@@ -1,6 +1,7 @@
 //! How fairseq-interactive turns a buffer of lines into batches: the inference
 //! `LanguagePairDataset` (`ordered_indices`, `filter_indices_by_size`, `collater`) and
-//! `data_utils.batch_by_size` (the Cython `batch_by_size_vec`, `required_batch_size_multiple=1`).
+//! `data_utils.batch_by_size` (the Cython `batch_by_size_vec`; fairseq-interactive passes
+//! `required_batch_size_multiple=1`, fairseq-generate 8).
 //!
 //! The order matters for parity: padding and GEMM shapes depend on which sentences share a
 //! batch, and fairseq's low bits follow them.
@@ -97,35 +98,72 @@ pub fn ordered_indices(src_sizes: &[usize]) -> Vec<usize> {
     indices
 }
 
-/// `batch_by_size_vec(indices, num_tokens, max_tokens, max_sentences, bsz_mult=1)`.
-///
-/// fairseq asserts that no sentence exceeds `max_tokens`; here such a sentence gets a batch of
-/// its own instead.
+/// `data_utils.batch_by_size` (`batch_by_size_vec` of `data_utils_fast.pyx`): splits the ordered
+/// `indices` into batches of at most `max_sentences` sentences and at most `max_tokens` tokens
+/// (batch size × longest sentence), with sizes that are multiples of `bsz_mult` where
+/// possible. `num_tokens[k]` is the size of `indices[k]` (fairseq: max(src, tgt) length).
+/// Unlike fairseq, a sentence longer than `max_tokens` is not an error: it gets a batch of its
+/// own.
 pub fn batch_by_size(
     indices: &[usize],
     num_tokens: &[usize],
     max_tokens: Option<usize>,
     max_sentences: Option<usize>,
+    bsz_mult: usize,
 ) -> Vec<Vec<usize>> {
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    let mut current_max = 0usize;
-    for &idx in indices {
-        let n = num_tokens[idx];
-        let new_max = current_max.max(n);
-        let new_len = current.len() + 1;
-        let overflow = max_sentences.is_some_and(|m| m > 0 && new_len > m)
-            || max_tokens.is_some_and(|m| m > 0 && new_len * new_max > m);
-        if overflow && !current.is_empty() {
-            batches.push(std::mem::take(&mut current));
-            current_max = n;
-        } else {
-            current_max = new_max;
-        }
-        current.push(idx);
+    let n = indices.len();
+    if n == 0 {
+        return Vec::new();
     }
-    if !current.is_empty() {
-        batches.push(current);
+    let bsz_mult = bsz_mult.max(1);
+    let over_sentences = |s: usize| max_sentences.is_some_and(|m| m > 0 && s > m);
+    let over_tokens = |t: usize| max_tokens.is_some_and(|m| m > 0 && t > m);
+
+    let mut batches_ends: Vec<usize> = vec![0; n + 1];
+    let mut batches_count = 0usize;
+    let mut batch_start = 0usize;
+    let mut tail_max_tokens = 0usize;
+    let mut batch_max_tokens = 0usize;
+    for pos in 0..n {
+        tail_max_tokens = tail_max_tokens.max(num_tokens[pos]);
+        let new_batch_end = pos + 1;
+        let mut new_batch_max_tokens = batch_max_tokens.max(tail_max_tokens);
+        let new_batch_sentences = new_batch_end - batch_start;
+        let new_batch_num_tokens = new_batch_sentences * new_batch_max_tokens;
+
+        let overflow = over_sentences(new_batch_sentences) || over_tokens(new_batch_num_tokens);
+        let size_matches_with_bsz_mult =
+            new_batch_sentences < bsz_mult || new_batch_sentences % bsz_mult == 0;
+
+        if overflow {
+            let tail_num_tokens = tail_max_tokens * (new_batch_end - batches_ends[batches_count]);
+            if over_tokens(tail_num_tokens) {
+                batches_count += 1;
+                batches_ends[batches_count] = pos;
+                tail_max_tokens = num_tokens[pos];
+            }
+            batch_start = batches_ends[batches_count];
+            batches_count += 1;
+            new_batch_max_tokens = tail_max_tokens;
+        }
+        if overflow || size_matches_with_bsz_mult {
+            batches_ends[batches_count] = new_batch_end;
+            batch_max_tokens = new_batch_max_tokens;
+            tail_max_tokens = 0;
+        }
+    }
+    if batches_ends[batches_count] != n {
+        batches_count += 1;
+    }
+    // np.split(indices, batches_ends[:batches_count]); empty pieces (fairseq yields one only
+    // for a sentence over max_tokens at the very start) are dropped.
+    let mut batches = Vec::with_capacity(batches_count + 1);
+    let mut start = 0;
+    for &end in batches_ends[..batches_count].iter().chain(std::iter::once(&n)) {
+        if end > start {
+            batches.push(indices[start..end].to_vec());
+        }
+        start = start.max(end);
     }
     batches
 }
@@ -181,8 +219,9 @@ mod tests {
         let sizes = [3, 5, 1, 4, 4, 2, 7, 3, 5, 1, 1, 6, 4, 3, 2, 2, 8, 5];
         let idx = ordered_indices(&sizes);
         assert_eq!(idx, vec![2, 10, 9, 14, 15, 5, 13, 7, 0, 3, 4, 12, 1, 17, 8, 11, 6, 16]);
+        let by_position: Vec<usize> = idx.iter().map(|&i| sizes[i]).collect();
         assert_eq!(
-            batch_by_size(&idx, &sizes, None, Some(4)),
+            batch_by_size(&idx, &by_position, None, Some(4), 1),
             vec![vec![2, 10, 9, 14], vec![15, 5, 13, 7], vec![0, 3, 4, 12], vec![1, 17, 8, 11], vec![6, 16]]
         );
     }
@@ -193,16 +232,16 @@ mod tests {
         let idx: Vec<usize> = (0..10).collect();
         let nt = [3, 3, 4, 5, 5, 6, 7, 9, 9, 12];
         assert_eq!(
-            batch_by_size(&idx, &nt, Some(20), None),
+            batch_by_size(&idx, &nt, Some(20), None, 1),
             vec![vec![0, 1, 2, 3], vec![4, 5], vec![6, 7], vec![8], vec![9]]
         );
-        assert_eq!(batch_by_size(&idx, &nt, None, Some(3)), vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8], vec![9]]);
+        assert_eq!(batch_by_size(&idx, &nt, None, Some(3), 1), vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8], vec![9]]);
         assert_eq!(
-            batch_by_size(&idx, &nt, Some(24), Some(3)),
+            batch_by_size(&idx, &nt, Some(24), Some(3), 1),
             vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7], vec![8, 9]]
         );
         // longer than the budget: its own batch, nothing dropped
-        assert_eq!(batch_by_size(&[0, 1, 2], &[3, 30, 3], Some(10), None), vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(batch_by_size(&[0, 1, 2], &[3, 30, 3], Some(10), None, 1), vec![vec![0], vec![1], vec![2]]);
     }
 
     #[test]

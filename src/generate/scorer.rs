@@ -1,6 +1,7 @@
 //! fairseq's `SequenceScorer` (`fairseq-generate --score-reference`) and the batching
 //! `fairseq-generate` feeds it with (`LanguagePairDataset.ordered_indices`,
-//! `data_utils.batch_by_size`, `language_pair_dataset.collate`).
+//! `language_pair_dataset.collate`; `data_utils.batch_by_size` is [`super::batching::batch_by_size`]
+//! with `required_batch_size_multiple` 8).
 
 use tch::{Kind, Tensor};
 
@@ -27,76 +28,6 @@ pub fn ordered_indices(src_sizes: &[usize], tgt_sizes: &[usize]) -> Vec<usize> {
     indices.sort_by_key(|&i| tgt_sizes.get(i).copied().unwrap_or(0));
     indices.sort_by_key(|&i| src_sizes[i]);
     indices
-}
-
-/// `data_utils.batch_by_size` (`batch_by_size_vec` of `data_utils_fast.pyx`): splits the ordered
-/// `indices` into batches of at most `max_sentences` sentences and at most `max_tokens` tokens
-/// (batch size × longest sentence), with sizes that are multiples of `bsz_mult` where
-/// possible. `num_tokens[k]` is the size of `indices[k]` (fairseq: max(src, tgt) length).
-/// Unlike fairseq, a sentence longer than `max_tokens` is not an error: it gets a batch of its
-/// own.
-pub fn batch_by_size(
-    indices: &[usize],
-    num_tokens: &[usize],
-    max_tokens: Option<usize>,
-    max_sentences: Option<usize>,
-    bsz_mult: usize,
-) -> Vec<Vec<usize>> {
-    let n = indices.len();
-    if n == 0 {
-        return Vec::new();
-    }
-    let bsz_mult = bsz_mult.max(1);
-    let over_sentences = |s: usize| max_sentences.is_some_and(|m| m > 0 && s > m);
-    let over_tokens = |t: usize| max_tokens.is_some_and(|m| m > 0 && t > m);
-
-    let mut batches_ends: Vec<usize> = vec![0; n + 1];
-    let mut batches_count = 0usize;
-    let mut batch_start = 0usize;
-    let mut tail_max_tokens = 0usize;
-    let mut batch_max_tokens = 0usize;
-    for pos in 0..n {
-        tail_max_tokens = tail_max_tokens.max(num_tokens[pos]);
-        let new_batch_end = pos + 1;
-        let mut new_batch_max_tokens = batch_max_tokens.max(tail_max_tokens);
-        let new_batch_sentences = new_batch_end - batch_start;
-        let new_batch_num_tokens = new_batch_sentences * new_batch_max_tokens;
-
-        let overflow = over_sentences(new_batch_sentences) || over_tokens(new_batch_num_tokens);
-        let size_matches_with_bsz_mult =
-            new_batch_sentences < bsz_mult || new_batch_sentences % bsz_mult == 0;
-
-        if overflow {
-            let tail_num_tokens = tail_max_tokens * (new_batch_end - batches_ends[batches_count]);
-            if over_tokens(tail_num_tokens) {
-                batches_count += 1;
-                batches_ends[batches_count] = pos;
-                tail_max_tokens = num_tokens[pos];
-            }
-            batch_start = batches_ends[batches_count];
-            batches_count += 1;
-            new_batch_max_tokens = tail_max_tokens;
-        }
-        if overflow || size_matches_with_bsz_mult {
-            batches_ends[batches_count] = new_batch_end;
-            batch_max_tokens = new_batch_max_tokens;
-            tail_max_tokens = 0;
-        }
-    }
-    if batches_ends[batches_count] != n {
-        batches_count += 1;
-    }
-    // np.split(indices, batches_ends[:batches_count]); empty pieces (fairseq yields one only
-    // for a sentence over max_tokens at the very start) are dropped.
-    let mut batches = Vec::with_capacity(batches_count + 1);
-    let mut start = 0;
-    for &end in batches_ends[..batches_count].iter().chain(std::iter::once(&n)) {
-        if end > start {
-            batches.push(indices[start..end].to_vec());
-        }
-        start = start.max(end);
-    }
-    batches
 }
 
 /// A collated batch (`language_pair_dataset.collate`): rows sorted by descending source length.
@@ -264,6 +195,7 @@ fn hypos_from_probs(avg_probs: &Tensor, target: &Tensor, pad: i64) -> Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generate::batching::batch_by_size;
 
     #[test]
     fn ordered_indices_sorts_by_source_then_target() {
