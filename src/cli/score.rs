@@ -412,6 +412,20 @@ pub fn score_input(
     let started = Instant::now();
     let mut summary = Summary::default();
     let (input_len, input_modified_ns) = input_stamp(&opts.input)?;
+    // What a checkpoint of the output file records: where the input stands and what was written.
+    let progress_at = |input: &Input, output_bytes: u64, summary: &Summary| {
+        let pos = input.reader.position();
+        Progress {
+            fingerprint: opts.fingerprint.clone(),
+            input_len,
+            input_modified_ns,
+            input_byte: pos.byte(),
+            input_line: pos.line(),
+            input_record: pos.record(),
+            output_bytes,
+            summary: summary.clone(),
+        }
+    };
     let mut sink = match &opts.output {
         None => {
             let mut s = Sink::Stdout(std::io::stdout());
@@ -435,17 +449,7 @@ pub fn score_input(
         Some(path) => {
             let mut sink = FileSink::create(path)?;
             sink.write(&header_bytes(&input, opts)?)?;
-            let pos = input.reader.position().clone();
-            sink.checkpoint(&Progress {
-                fingerprint: opts.fingerprint.clone(),
-                input_len,
-                input_modified_ns,
-                input_byte: pos.byte(),
-                input_line: pos.line(),
-                input_record: pos.record(),
-                output_bytes: sink.bytes,
-                summary: summary.clone(),
-            })?;
+            sink.checkpoint(&progress_at(&input, sink.bytes, &summary))?;
             Sink::File(sink)
         }
     };
@@ -486,18 +490,7 @@ pub fn score_input(
         }
         sink.write(&data)?;
         if let Sink::File(f) = &mut sink {
-            let pos = input.reader.position().clone();
-            let progress = Progress {
-                fingerprint: opts.fingerprint.clone(),
-                input_len,
-                input_modified_ns,
-                input_byte: pos.byte(),
-                input_line: pos.line(),
-                input_record: pos.record(),
-                output_bytes: f.bytes,
-                summary: summary.clone(),
-            };
-            f.checkpoint(&progress)?;
+            f.checkpoint(&progress_at(&input, f.bytes, &summary))?;
         }
         bar.inc(chunk.len() as u64);
     }
