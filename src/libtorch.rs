@@ -33,3 +33,21 @@ pub fn version() -> String {
         })
         .unwrap_or_else(|| BUILD_VERSION.to_string())
 }
+
+/// Keeps the memory libtorch frees inside the process for reuse.
+///
+/// libtorch's CPU allocator is glibc's `posix_memalign`. With glibc's defaults every tensor of a
+/// few MB (the `[batch × beam, vocab]` log-probs of each decoding step) is a fresh `mmap`, and
+/// the kernel zeroes its pages again on first touch; a sixth of translation time went there.
+/// Raising the mmap and trim thresholds lets those blocks come back from the heap instead.
+/// Values are unchanged: only where the memory comes from.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; called before any worker thread starts.
+    unsafe {
+        // glibc caps M_MMAP_THRESHOLD at 32 MiB on 64-bit targets (HEAP_MAX / 2).
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
+    }
+}

@@ -22,9 +22,14 @@ pub struct Cli {
 /// Options every command accepts.
 #[derive(Debug, Args, Clone)]
 pub struct GlobalArgs {
-    /// Intra-op threads for libtorch (default: all cores).
+    /// Intra-op threads for libtorch (default: all cores; 1 with --inter-threads above 1).
     #[arg(long, global = true, value_name = "N")]
     pub threads: Option<usize>,
+    /// Batches decoded at the same time by `translate` and `score`, one thread each
+    /// (CTranslate2's inter_threads). Outputs do not change; on a CPU, `--inter-threads <cores>`
+    /// is the fastest way through a large input. Sampling keeps one batch at a time.
+    #[arg(long = "inter-threads", global = true, value_name = "N", default_value_t = 1)]
+    pub inter_threads: usize,
     /// Where to run the model.
     #[arg(long, global = true, value_enum, default_value_t = DeviceArg::Auto)]
     pub device: DeviceArg,

@@ -9,8 +9,13 @@ use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
 
 use super::args::{BpeArg, DeviceArg, ModelArgs, PipelineArgs, TokenizerArg};
 
-/// Applies `--threads` (default: all cores, libtorch's own default).
-pub fn apply_threads(threads: Option<usize>) -> Result<()> {
+/// Applies `--threads` (default: all cores, libtorch's own default; one per worker when
+/// `--inter-threads` is above 1).
+pub fn apply_threads(threads: Option<usize>, inter_threads: usize) -> Result<()> {
+    if inter_threads == 0 {
+        bail!("--inter-threads must be at least 1");
+    }
+    let threads = threads.or((inter_threads > 1).then_some(1));
     if let Some(n) = threads {
         if n == 0 {
             bail!("--threads must be at least 1");

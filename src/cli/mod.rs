@@ -54,7 +54,8 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
-    common::apply_threads(cli.global.threads)?;
+    tchseq::libtorch::keep_freed_memory();
+    common::apply_threads(cli.global.threads, cli.global.inter_threads)?;
     if !matches!(cli.command, Command::Doctor(_)) {
         common::mute_nested_tensor_warning();
     }

@@ -68,6 +68,10 @@ pub trait Backend {
     fn encode(&self, source: &str, target: &str) -> std::result::Result<Encoded, String>;
     /// Scores one batch; one result per item, in the order given.
     fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>>;
+    /// Scores several batches, possibly at the same time; one result per batch, in order.
+    fn score_batches(&mut self, batches: &[Vec<&Encoded>]) -> Vec<Result<Vec<Scored>>> {
+        batches.iter().map(|b| self.score(b)).collect()
+    }
     /// The target dictionary's symbol for `id`.
     fn target_symbol(&self, id: i64) -> String;
 }
@@ -566,10 +570,11 @@ fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backend, chunk: 
         opts.batch_size,
         REQUIRED_BATCH_SIZE_MULTIPLE,
     );
-    for batch in batches {
-        let members: Vec<usize> = batch.iter().map(|&k| indices[k]).collect();
-        let items: Vec<&Encoded> = members.iter().map(|&i| &encoded[i].1).collect();
-        match backend.score(&items) {
+    let members: Vec<Vec<usize>> = batches.iter().map(|b| b.iter().map(|&k| indices[k]).collect()).collect();
+    let items: Vec<Vec<&Encoded>> = members.iter().map(|m| m.iter().map(|&i| &encoded[i].1).collect()).collect();
+    let scored = backend.score_batches(&items);
+    for ((members, items), scored) in members.iter().zip(&items).zip(scored) {
+        match scored {
             Ok(scored) if scored.len() == items.len() => {
                 for (&i, s) in members.iter().zip(scored) {
                     let (row, e) = &encoded[i];
@@ -578,7 +583,7 @@ fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backend, chunk: 
             }
             // a failing batch: score its rows one by one so only the culprits get an error
             _ => {
-                for &i in &members {
+                for &i in members {
                     let (row, e) = &encoded[i];
                     results[*row] = Some(match backend.score(&[e]) {
                         Ok(mut s) if s.len() == 1 => {
@@ -718,6 +723,8 @@ mod model_backend {
 
     use tchseq::checkpoint::load_checkpoint;
     use tchseq::generate::scorer::{collate, SequenceScorer};
+    use tchseq::generate::workers::run_jobs;
+    use tchseq::generate::GenerateError;
     use tchseq::model::TransformerModel;
     use tchseq::text::dictionary::Dictionary;
     use tchseq::text::pipeline::TextPipeline;
@@ -728,13 +735,12 @@ mod model_backend {
 
     pub struct ModelBackend {
         models: Vec<TransformerModel>,
-        scorer: SequenceScorer,
+        batch_scorer: BatchScorer,
         src_dict: Dictionary,
         tgt_dict: Dictionary,
-        left_pad_source: bool,
-        left_pad_target: bool,
         max_source_positions: usize,
         max_target_positions: usize,
+        inter_threads: usize,
         /// Tokenizer + BPE for (source, target) unless `--tokenized`; each side's text is
         /// tokenized with its own language.
         pipelines: Option<(TextPipeline, TextPipeline)>,
@@ -773,17 +779,47 @@ mod model_backend {
                 target_opts.source_lang = opts.target_lang.clone();
                 Some((common::text_pipeline(&opts)?, common::text_pipeline(&target_opts)?))
             };
+            let batch_scorer =
+                BatchScorer { scorer, pad: src_dict.pad(), eos: src_dict.eos(), left_pad_source, left_pad_target };
             Ok(Self {
                 pipelines,
                 models,
-                scorer,
+                batch_scorer,
                 src_dict,
                 tgt_dict,
-                left_pad_source,
-                left_pad_target,
                 max_source_positions,
                 max_target_positions,
+                inter_threads: global.inter_threads,
             })
+        }
+    }
+
+    /// What scoring a batch needs besides the models (kept apart from them so that worker
+    /// threads can share it).
+    #[derive(Clone, Copy)]
+    struct BatchScorer {
+        scorer: SequenceScorer,
+        pad: i64,
+        eos: i64,
+        left_pad_source: bool,
+        left_pad_target: bool,
+    }
+
+    impl BatchScorer {
+        fn score(&self, models: &[TransformerModel], batch: &[&Encoded]) -> Result<Vec<Scored>> {
+            let pairs: Vec<(&[i64], &[i64])> =
+                batch.iter().map(|e| (e.source.as_slice(), e.target.as_slice())).collect();
+            let sample = collate(&pairs, self.pad, self.eos, self.left_pad_source, self.left_pad_target)?;
+            let hypos = self.scorer.generate(models, &sample)?;
+            let mut out: Vec<Option<Scored>> = vec![None; batch.len()];
+            for (hypo, &k) in hypos.into_iter().zip(&sample.order) {
+                out[k] = Some(Scored {
+                    logprob: hypo.sum,
+                    avg_logprob: hypo.score,
+                    positional_scores: hypo.positional_scores,
+                });
+            }
+            out.into_iter().map(|s| s.context("the scorer lost a sentence of the batch")).collect()
         }
     }
 
@@ -815,25 +851,20 @@ mod model_backend {
         }
 
         fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>> {
-            let pairs: Vec<(&[i64], &[i64])> =
-                batch.iter().map(|e| (e.source.as_slice(), e.target.as_slice())).collect();
-            let sample = collate(
-                &pairs,
-                self.src_dict.pad(),
-                self.src_dict.eos(),
-                self.left_pad_source,
-                self.left_pad_target,
-            )?;
-            let hypos = self.scorer.generate(&self.models, &sample)?;
-            let mut out: Vec<Option<Scored>> = vec![None; batch.len()];
-            for (hypo, &k) in hypos.into_iter().zip(&sample.order) {
-                out[k] = Some(Scored {
-                    logprob: hypo.sum,
-                    avg_logprob: hypo.score,
-                    positional_scores: hypo.positional_scores,
-                });
+            self.batch_scorer.score(&self.models, batch)
+        }
+
+        fn score_batches(&mut self, batches: &[Vec<&Encoded>]) -> Vec<Result<Vec<Scored>>> {
+            let jobs: Vec<&[&Encoded]> = batches.iter().map(Vec::as_slice).collect();
+            let scorer = self.batch_scorer;
+            // a failing batch is a result here, not an error that stops the other workers
+            let run = run_jobs(&self.models, jobs, self.inter_threads, Some(tch::get_num_threads()), |models, batch| {
+                Ok::<_, GenerateError>(scorer.score(models, batch))
+            });
+            match run {
+                Ok(results) => results,
+                Err(e) => batches.iter().map(|_| Err(anyhow::anyhow!("{e}"))).collect(),
             }
-            out.into_iter().map(|s| s.context("the scorer lost a sentence of the batch")).collect()
         }
 
         fn target_symbol(&self, id: i64) -> String {

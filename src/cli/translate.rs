@@ -18,8 +18,9 @@ use tchseq::checkpoint::load_checkpoint;
 use tchseq::config::TransformerConfig;
 use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
 use tchseq::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
+use tchseq::generate::workers::run_jobs;
 use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{EnsembleModel, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator};
+use tchseq::generate::{EnsembleModel, GenerateError, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
 use tchseq::text::dictionary::{is_py_space, Dictionary};
 use tchseq::text::pipeline::TextPipeline;
@@ -47,6 +48,7 @@ struct Session {
     nbest: usize,
     format: TranslateFormat,
     print_alignment: bool,
+    inter_threads: usize,
 }
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
@@ -133,6 +135,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         nbest: a.nbest,
         format: a.format,
         print_alignment: a.print_alignment,
+        // fairseq's random draws (sampling) happen in batch order
+        inter_threads: if a.sampling { 1 } else { global.inter_threads },
     };
 
     let out: Box<dyn Write> = match &a.output {
@@ -262,22 +266,29 @@ fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> 
     let batches = batch_by_size(&order, &order_sizes, ctx.max_tokens, ctx.batch_size, 1);
     // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
     replay_dataloader_iter()?;
-    let mut ensemble = EnsembleModel::new(&ctx.models)?;
-    for batch in batches {
+    let (generator, device, pad) = (&ctx.generator, ctx.device, ctx.src_dict.pad());
+    let (print_alignment, tgt_pad, tgt_eos) = (ctx.print_alignment, ctx.tgt_dict.pad(), ctx.tgt_dict.eos());
+    let tokens = &tokens;
+    let translated = run_jobs(&ctx.models, batches, ctx.inter_threads, Some(tch::get_num_threads()), |models, batch| {
         let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens[i].as_slice())).collect();
-        let collated = collate(&samples, ctx.src_dict.pad())?;
-        let src_tokens = collated.src_tokens.f_to_device(ctx.device)?;
+        let collated = collate(&samples, pad)?;
+        let src_tokens = collated.src_tokens.f_to_device(device)?;
         let start = Instant::now();
-        let hypos = ctx.generator.generate(&mut ensemble, &src_tokens)?;
+        let mut hypos = generator.generate(&mut EnsembleModel::new(models)?, &src_tokens)?;
         let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
-        for (row, (id, mut hs)) in collated.ids.iter().zip(hypos).enumerate() {
-            if ctx.print_alignment {
+        if print_alignment {
+            for (row, hs) in hypos.iter_mut().enumerate() {
                 let src_row = Vec::<i64>::try_from(collated.src_tokens.f_select(0, row as i64)?)?;
                 for h in hs.iter_mut() {
-                    h.alignment = Some(hard_alignment(h, &src_row, ctx.tgt_dict.pad(), ctx.tgt_dict.eos()));
+                    h.alignment = Some(hard_alignment(h, &src_row, tgt_pad, tgt_eos));
                 }
             }
-            results[*id] = Some(LineResult::Translated { src_tokens: tokens[*id].clone(), hypos: hs, seconds });
+        }
+        Ok::<_, GenerateError>((collated.ids, hypos, seconds))
+    })?;
+    for (ids, hypos, seconds) in translated {
+        for (id, hs) in ids.into_iter().zip(hypos) {
+            results[id] = Some(LineResult::Translated { src_tokens: tokens[id].clone(), hypos: hs, seconds });
         }
     }
     results

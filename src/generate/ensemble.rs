@@ -40,9 +40,15 @@ impl StepModel for EnsembleModel<'_> {
     }
 
     fn reorder(&mut self, new_order: &Tensor) -> Result<(), GenerateError> {
+        let rows = new_order.size().first().copied().unwrap_or(0);
         for (enc, inc) in self.state.iter_mut() {
             inc.reorder(new_order);
-            *enc = enc.reorder(new_order);
+            // Between shrinks `new_order` only moves rows among the beams of one sentence, and
+            // those rows of the encoder output are identical copies: fairseq's per-step
+            // reorder_encoder_out then changes nothing, so it is skipped.
+            if enc.encoder_out.size().get(1).copied() != Some(rows) {
+                *enc = enc.reorder(new_order);
+            }
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ pub mod rng_replay;
 pub mod scorer;
 pub mod search;
 pub mod sequence_generator;
+pub mod workers;
 
 pub use ensemble::EnsembleModel;
 pub use ngram::NgramMode;

@@ -159,8 +159,8 @@ impl SequenceGenerator {
             let prefix = tokens.f_narrow(1, 0, step + 1)?;
             let (mut lprobs, avg_attn) = model.forward_decoder(&prefix, self.cfg.temperature, self.cfg.need_attn)?;
 
-            let nan = lprobs.f_ne_tensor(&lprobs)?;
-            let _ = lprobs.f_masked_fill_(&nan, f64::NEG_INFINITY)?;
+            // lprobs[lprobs != lprobs] = -inf, in one pass
+            let _ = lprobs.f_nan_to_num_(f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY)?;
             let _ = lprobs.f_select(1, pad)?.f_fill_(f64::NEG_INFINITY)?;
             let _ = lprobs.f_select(1, unk)?.f_sub_scalar_(self.cfg.unk_penalty)?;
             if step >= max_len {

@@ -240,6 +240,25 @@ fn hypotheses_do_not_depend_on_the_batch_size() {
 }
 
 #[test]
+fn inter_threads_decode_batches_side_by_side_with_fairseq_s_exact_output() {
+    let m = manifest();
+    for fx in fixtures(&m) {
+        for set in ["beam5", "beam4_lenpen0.6_nbest3"] {
+            let want = parse_fairseq(&std::fs::read_to_string(fx.dir.join(format!("interactive/{set}.txt"))).unwrap());
+            let opts: Vec<String> =
+                m["option_sets"][set].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+            // fairseq's batching (16 of the 72 sentences per batch: 5 batches over 3 workers)
+            let mut extra: Vec<&str> = opts.iter().map(String::as_str).collect();
+            extra.extend(["--buffer-size", "1024", "--batch-size", "16", "--inter-threads", "3"]);
+            let c = compare(&want, &parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &extra))));
+            assert!(c.problems.is_empty(), "{}/{set}: {:?}", fx.name, &c.problems[..c.problems.len().min(5)]);
+            assert_eq!(c.identical_lines, c.total_lines, "{}/{set}: every line bit-identical", fx.name);
+            assert!(c.sentences == want.len() && c.sentences > 0);
+        }
+    }
+}
+
+#[test]
 fn max_tokens_puts_a_long_sentence_in_its_own_batch_and_drops_nothing() {
     let (m, fx) = first_fixture();
     let want = golden_beam5_bs1(&fx);

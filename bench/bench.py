@@ -1,0 +1,337 @@
+"""`make bench`: tchseq against fairseq 0.12.2 and CTranslate2 on the same machine, input and
+thread count. Writes bench/results.md (medians of --reps runs, ratios to fairseq).
+
+    bash bench/run.sh [--threads 2] [--reps 3] [--sizes bundled,base]
+
+Run through bench/run.sh, which sources reference/env.sh (fairseq's fixes) first. Every timing
+is the wall time of one process, start to exit, as a user would see it; peak RSS comes from
+wait4(). Outputs are compared too: tchseq's hypotheses must equal fairseq's.
+"""
+import argparse
+import datetime
+import gzip
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TCHSEQ = ROOT / "target" / "release" / "tchseq"
+
+
+def run(argv, stdout=None, env=None, cwd=ROOT):
+    """Runs argv; returns (wall seconds, peak RSS in MB, stdout text). stdout goes to a file
+    (default: a scratch one) and the child is reaped with wait4 for its own rusage."""
+    out_path = Path(stdout) if stdout else ROOT / "bench" / "work" / ".stdout"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    err_path = out_path.with_suffix(".stderr")
+    with open(out_path, "w", encoding="utf-8") as out, open(err_path, "w", encoding="utf-8") as err:
+        t = time.perf_counter()
+        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
+    p.returncode = code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        tail = err_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+        sys.exit(f"bench: {shlex.join(map(str, argv))} failed ({code}):\n{tail}")
+    return wall, usage.ru_maxrss / 1024, out_path.read_text(encoding="utf-8")
+
+
+def timed(argv, env=None, reps=3, stdout=None):
+    """Median wall time and the peak RSS over `reps` runs, and the first run's stdout."""
+    walls, rss, first = [], 0.0, None
+    for _ in range(reps):
+        w, r, text = run(argv, stdout=stdout, env=env)
+        walls.append(w)
+        rss = max(rss, r)
+        first = text if first is None else first
+    return statistics.median(walls), rss, first
+
+
+def hyps(text):
+    """id -> best hypothesis string from H- lines."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            head, _, rest = line.partition("\t")
+            i = int(head[2:])
+            if i not in out:
+                out[i] = rest.split("\t", 1)[1] if "\t" in rest else ""
+    return out
+
+
+def w_lines(text):
+    return [float(l.split("\t")[1]) for l in text.splitlines() if l.startswith("W-")]
+
+
+def thread_env(threads):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def prepare_input(work, data, bpecodes, n=None):
+    """test_2016_flickr, Moses-tokenized and BPE'd as fairseq's encoders do (cached)."""
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+
+    paths = {l: work / f"test.bpe.{l}" for l in ("en", "de")}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    bpe = BPE(open(bpecodes, encoding="utf-8"))
+    for lang, path in paths.items():
+        tok = MosesTokenizer(lang=lang)
+        lines = gzip.open(data / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+        text = "".join(
+            bpe.process_line(tok.tokenize(l, aggressive_dash_splits=True, return_str=True, escape=True)) + "\n"
+            for l in lines[:n]
+        )
+        path.write_text(text, encoding="utf-8")
+    return paths
+
+
+def ct2_model(model_dir, work):
+    out = work / "ct2"
+    if not (out / "model.bin").exists():
+        run(["ct2-fairseq-converter", "--model_path", model_dir / "model.pt", "--data_dir", model_dir,
+             "--source_lang", "en", "--target_lang", "de", "--output_dir", out, "--force"])
+    return out
+
+
+def bench_model(name, model_dir, work, data, threads, reps, lines):
+    work.mkdir(parents=True, exist_ok=True)
+    env = thread_env(threads)
+    inputs = prepare_input(work, data, model_dir / "bpecodes")
+    src = work / "input.en"
+    src.write_text("".join(inputs["en"].read_text(encoding="utf-8").splitlines(True)[:lines]), encoding="utf-8")
+    n = sum(1 for _ in open(src, encoding="utf-8"))
+    ct2 = ct2_model(model_dir, work)
+    fairseq = ["fairseq-interactive", model_dir, "--path", model_dir / "model.pt", "-s", "en", "-t", "de", "--cpu",
+               "--beam", "5"]
+    tch = [TCHSEQ, "--device", "cpu"]
+    tch_tr = ["translate", "-m", model_dir, "--tokenizer", "none", "--bpe", "none", "--format", "fairseq",
+              "--beam", "5"]
+    ct2_cmd = [sys.executable, ROOT / "bench" / "ct2_translate.py", ct2]
+    r = {"name": name, "sentences": n, "threads": threads, "translate": [], "latency": [], "score": [], "load": []}
+
+    # 1. translate throughput
+    systems = [
+        ("fairseq-interactive", fairseq + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"CTranslate2 fp32 (intra {threads})", ct2_cmd + [src, "--compute-type", "float32", "--intra-threads", threads]),
+        (f"CTranslate2 int8 (intra {threads})", ct2_cmd + [src, "--compute-type", "int8", "--intra-threads", threads]),
+        (f"CTranslate2 fp32 (inter {threads})", ct2_cmd + [src, "--compute-type", "float32", "--inter-threads", threads]),
+        (f"CTranslate2 int8 (inter {threads})", ct2_cmd + [src, "--compute-type", "int8", "--inter-threads", threads]),
+        (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads] + tch_tr
+         + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+    ]
+    reference = None
+    for label, argv in systems:
+        wall, rss, text = timed(argv, env=env, reps=reps, stdout=work / "out.txt")
+        h = hyps(text)
+        if reference is None:
+            reference = h
+            tokens = sum(len(x.split()) + 1 for x in h.values())
+        same = sum(reference.get(i) == x for i, x in h.items())
+        r["translate"].append({"system": label, "argv": shlex.join(map(str, argv)), "seconds": wall,
+                               "tok_s": tokens / wall, "identical": same, "count": len(h), "rss_mb": rss})
+        print(f"[{name}] translate {label}: {wall:.2f}s {tokens / wall:.0f} tok/s, {same}/{len(h)} as fairseq, {rss:.0f} MB",
+              flush=True)
+    r["target_tokens"] = tokens
+
+    # 2. latency: batch 1 over the first 100 sentences, median of the per-sentence W- times
+    first = work / "first100.en"
+    first.write_text("".join(src.read_text(encoding="utf-8").splitlines(True)[:100]), encoding="utf-8")
+    lat = [
+        ("fairseq-interactive", fairseq + ["--buffer-size", "1", "--batch-size", "1", "--input", first]),
+        (f"CTranslate2 fp32 (intra {threads})", ct2_cmd + [first, "--compute-type", "float32", "--intra-threads", threads,
+                                                          "--latency"]),
+        (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--batch-size", "1", "--input", first]),
+    ]
+    for label, argv in lat:
+        medians = []
+        for _ in range(reps):
+            _, _, text = run(argv, env=env)
+            medians.append(statistics.median(w_lines(text)) * 1000)
+        r["latency"].append({"system": label, "argv": shlex.join(map(str, argv)), "ms": statistics.median(medians)})
+        print(f"[{name}] latency {label}: {statistics.median(medians):.1f} ms", flush=True)
+
+    # 3. scoring throughput
+    pairs = work / "pairs.csv"
+    import csv
+    with open(pairs, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["source", "target"])
+        en = inputs["en"].read_text(encoding="utf-8").splitlines()[:lines]
+        de = inputs["de"].read_text(encoding="utf-8").splitlines()[:lines]
+        w.writerows(zip(en, de))
+    binned = work / "score-bin"
+    if not (binned / "test.en-de.en.idx").exists():
+        for lang, lines_ in (("en", en), ("de", de)):
+            (work / f"score.{lang}").write_text("".join(l + "\n" for l in lines_), encoding="utf-8")
+        run(["fairseq-preprocess", "-s", "en", "-t", "de", "--srcdict", model_dir / "dict.en.txt", "--tgtdict",
+             model_dir / "dict.de.txt", "--testpref", work / "score", "--destdir", binned, "--workers", "1"])
+    scoring = [
+        ("fairseq-generate --score-reference", ["fairseq-generate", binned, "--path", model_dir / "model.pt", "-s", "en",
+                                                "-t", "de", "--gen-subset", "test", "--cpu", "--score-reference",
+                                                "--batch-size", "64"]),
+        (f"tchseq score --threads {threads}", tch + ["--threads", threads, "score", "-m", model_dir, "--tokenized",
+                                                     "--input", pairs, "--output", work / "scores.csv",
+                                                     "--batch-size", "64", "-q"]),
+        (f"tchseq score --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads, "score", "-m",
+                                                           model_dir, "--tokenized", "--input", pairs, "--output",
+                                                           work / "scores.csv", "--batch-size", "64", "-q"]),
+    ]
+    fair_scores = None
+    for label, argv in scoring:
+        wall, rss, text = timed(argv, env=env, reps=reps)
+        if fair_scores is None:
+            fair_scores = {int(l.split("\t")[0][2:]): float(l.split("\t")[1]) * math.log(2)
+                           for l in text.splitlines() if l.startswith("H-")}
+            diff = 0.0
+        else:
+            rows = list(csv.DictReader(open(work / "scores.csv", encoding="utf-8")))
+            diff = max(abs(float(row["avg_logprob"]) - fair_scores[i]) for i, row in enumerate(rows))
+        r["score"].append({"system": label, "argv": shlex.join(map(str, argv)), "seconds": wall,
+                           "rows_s": len(en) / wall, "max_diff": diff, "rss_mb": rss})
+        print(f"[{name}] score {label}: {len(en) / wall:.1f} rows/s, max diff {diff:.2e}", flush=True)
+
+    # 4. load: one sentence, start to exit; and libtorch's own floor (no model)
+    one = work / "one.en"
+    one.write_text(src.read_text(encoding="utf-8").splitlines(True)[0], encoding="utf-8")
+    loads = [
+        ("fairseq-interactive", fairseq + ["--input", one]),
+        ("CTranslate2 fp32", ct2_cmd + [one, "--compute-type", "float32", "--intra-threads", threads]),
+        ("tchseq", tch + ["--threads", threads] + tch_tr + ["--input", one]),
+        ("tchseq doctor (libtorch, no model)", tch + ["doctor"]),
+    ]
+    for label, argv in loads:
+        wall, rss, _ = timed(argv, env=env, reps=reps)
+        r["load"].append({"system": label, "argv": shlex.join(map(str, argv)), "seconds": wall, "rss_mb": rss})
+        print(f"[{name}] load {label}: {wall:.2f}s {rss:.0f} MB", flush=True)
+    return r
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo", encoding="utf-8"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def ratio(x, base, higher_is_better=True):
+    return f"{(x / base if higher_is_better else base / x):.2f}×"
+
+
+def markdown(results, args):
+    versions = subprocess.run([TCHSEQ, "--version"], capture_output=True, text=True).stdout.strip()
+    import ctranslate2
+    import fairseq
+    import torch
+    out = [
+        "# Benchmarks: tchseq vs fairseq 0.12.2 vs CTranslate2",
+        "",
+        f"Written by `make bench` (`bench/run.sh --threads {args.threads} --reps {args.reps}`) on "
+        f"{datetime.date.today().isoformat()}: {os.cpu_count()} cores ({cpu_model()}), Linux, CPU only. "
+        f"{versions}, fairseq {fairseq.__version__} on torch {torch.__version__}, CTranslate2 {ctranslate2.__version__}. "
+        f"Every number is the median of {args.reps} runs; every run is one process, start to exit. "
+        "Ratios are to fairseq (higher is better); absolute times on a shared machine are noisy.",
+        "",
+    ]
+    for r in results:
+        t = r["threads"]
+        out += [
+            f"## {r['title']}",
+            "",
+            f"### Translate: {r['sentences']} sentences of Multi30k test_2016_flickr (tokenized + BPE'd), beam 5, "
+            f"batch 32, {t} threads",
+            "",
+            f"{r['target_tokens']} target tokens (EOS included) in fairseq's output.",
+            "",
+            "| system | seconds | target tok/s | vs fairseq | hypotheses equal to fairseq's | peak RSS (MB) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        base = r["translate"][0]
+        for x in r["translate"]:
+            out.append(f"| {x['system']} | {x['seconds']:.2f} | {x['tok_s']:.0f} | {ratio(x['tok_s'], base['tok_s'])} | "
+                       f"{x['identical']}/{x['count']} | {x['rss_mb']:.0f} |")
+        out += ["", f"### Latency: batch 1, the first 100 sentences, median time per sentence ({t} threads)", "",
+                "| system | ms / sentence | vs fairseq |", "|---|---:|---:|"]
+        base = r["latency"][0]
+        for x in r["latency"]:
+            out.append(f"| {x['system']} | {x['ms']:.1f} | {ratio(x['ms'], base['ms'], False)} |")
+        out += ["", f"### Scoring: {r['sentences']} (source, target) pairs, batch 64, {t} threads", "",
+                "| system | seconds | rows/s | vs fairseq | max \\|avg_logprob − fairseq's\\| | peak RSS (MB) |",
+                "|---|---:|---:|---:|---:|---:|"]
+        base = r["score"][0]
+        for x in r["score"]:
+            out.append(f"| {x['system']} | {x['seconds']:.2f} | {x['rows_s']:.1f} | {ratio(x['rows_s'], base['rows_s'])} | "
+                       f"{x['max_diff']:.1e} | {x['rss_mb']:.0f} |")
+        out += ["", "### Start-up: one sentence, start to exit (load time) and peak RSS", "",
+                "| system | seconds | vs fairseq | peak RSS (MB) | RSS vs fairseq |", "|---|---:|---:|---:|---:|"]
+        base = r["load"][0]
+        for x in r["load"]:
+            out.append(f"| {x['system']} | {x['seconds']:.2f} | {ratio(x['seconds'], base['seconds'], False)} | "
+                       f"{x['rss_mb']:.0f} | {x['rss_mb'] / base['rss_mb']:.2f} |")
+        out += ["", "<details><summary>Exact commands</summary>", "", "```sh"]
+        for section in ("translate", "latency", "score", "load"):
+            for x in r[section]:
+                out.append(f"# {section}: {x['system']}")
+                out.append(x["argv"].replace(str(ROOT) + "/", ""))
+        out += ["```", "", "</details>", ""]
+    out += [
+        "## Notes",
+        "",
+        "- fairseq-interactive and fairseq-generate run with `OMP_NUM_THREADS`/`MKL_NUM_THREADS` set to the thread "
+        "count and the fixes in `reference/sitecustomize.py`; their times include Python start-up and imports "
+        "(see the start-up table).",
+        "- `--inter-threads N` decodes N batches at once with one intra-op thread each (CTranslate2's "
+        "`inter_threads`); its output is bit-identical to fairseq's single-threaded output.",
+        "- CTranslate2 differs from fairseq by design: its length penalty divides by the length without EOS, "
+        "its int8 mode quantizes weights, and its kernels differ; the `equal` column counts its mismatches.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--sizes", default="bundled,base")
+    p.add_argument("--base-lines", type=int, default=200,
+                   help="sentences for the transformer-base size (it is ~20x slower per sentence)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
+    args = p.parse_args()
+    data = Path(os.environ.get("DATA", ROOT.parent / "shared" / "data" / "multi30k"))
+    work = ROOT / "bench" / "work"
+    results = []
+    for size in args.sizes.split(","):
+        if size == "bundled":
+            r = bench_model(size, ROOT / "weights" / "multi30k.en-de", work / "bundled", data, args.threads,
+                            args.reps, 1000)
+            r["title"] = "Bundled model (weights/multi30k.en-de: d128, 3+3 layers, 7.9k joint dictionary)"
+        elif size == "base":
+            base = work / "base-model"
+            if not (base / "model.pt").exists():
+                subprocess.run(["bash", ROOT / "bench" / "make_base.sh", base], check=True)
+            info = json.loads((base / "info.json").read_text())
+            r = bench_model(size, base, work / "base", data, args.threads, args.reps, args.base_lines)
+            r["title"] = (f"transformer-base size (d512, 6+6 layers, 8 heads, FFN 2048, {info['dict']} joint "
+                          f"dictionary; {info['updates']} updates on Multi30k, made by bench/make_base.sh)")
+        else:
+            sys.exit(f"bench: unknown size {size!r} (bundled, base)")
+        results.append(r)
+        (work / f"{size}.json").write_text(json.dumps(r, indent=1))
+    Path(args.out).write_text(markdown(results, args), encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
