@@ -305,6 +305,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--sizes", default="bundled,base")
+    p.add_argument("--bundled-lines", type=int, default=1000)
     p.add_argument("--base-lines", type=int, default=200,
                    help="sentences for the transformer-base size (it is ~20x slower per sentence)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
@@ -315,7 +316,7 @@ def main():
     for size in args.sizes.split(","):
         if size == "bundled":
             r = bench_model(size, ROOT / "weights" / "multi30k.en-de", work / "bundled", data, args.threads,
-                            args.reps, 1000)
+                            args.reps, args.bundled_lines)
             r["title"] = "Bundled model (weights/multi30k.en-de: d128, 3+3 layers, 7.9k joint dictionary)"
         elif size == "base":
             base = work / "base-model"
