@@ -98,6 +98,10 @@ STRESS = [
     "'",
     "\"",
     "''",
+    # sacremoses leaves spaces at the ends and inside for a lone closing quote after a period
+    ".'",
+    ":.'",
+    "a :.' b",
     "--",
     "-",
     "@",

@@ -164,31 +164,12 @@ pub enum DtypeArg {
     Bf16,
 }
 
-#[derive(Debug, Args)]
-pub struct TranslateArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
-    /// Sentences to translate; when none are given, lines are read from --input or stdin.
-    #[arg(value_name = "SENTENCE")]
-    pub sentences: Vec<String>,
-    /// Input file (default: stdin).
-    #[arg(long, value_name = "FILE")]
-    pub input: Option<PathBuf>,
-    /// Output file (default: stdout).
-    #[arg(long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Output format. Scores are base 2 in `fairseq` (as fairseq-interactive prints them),
-    /// natural log in `jsonl`.
-    #[arg(long, value_enum, default_value_t = TranslateFormat::Text)]
-    pub format: TranslateFormat,
+/// fairseq's search flags with their defaults, shared by `translate` and `attention`.
+#[derive(Debug, Args, Clone)]
+pub struct SearchArgs {
     /// Beam size (with --sampling: the number of samples).
     #[arg(long, default_value_t = 5)]
     pub beam: usize,
-    /// Hypotheses printed per sentence.
-    #[arg(long, default_value_t = 1)]
-    pub nbest: usize,
     /// Length penalty: scores are divided by length^lenpen (EOS counted); <1 favors shorter.
     #[arg(long, default_value_t = 1.0)]
     pub lenpen: f64,
@@ -215,6 +196,32 @@ pub struct TranslateArgs {
     /// match outputs made with fairseq 0.12.x without the CUDA extension.
     #[arg(long = "fairseq-compat-ngram")]
     pub fairseq_compat_ngram: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Sentences to translate; when none are given, lines are read from --input or stdin.
+    #[arg(value_name = "SENTENCE")]
+    pub sentences: Vec<String>,
+    /// Input file (default: stdin).
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Output file (default: stdout).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Output format. Scores are base 2 in `fairseq` (as fairseq-interactive prints them),
+    /// natural log in `jsonl`.
+    #[arg(long, value_enum, default_value_t = TranslateFormat::Text)]
+    pub format: TranslateFormat,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    /// Hypotheses printed per sentence.
+    #[arg(long, default_value_t = 1)]
+    pub nbest: usize,
     /// Sample instead of beam search (requires --nbest equal to --beam). Draws come from
     /// libtorch's generator in fairseq's order, so samples equal fairseq-interactive's for the
     /// same --seed, models, batching and device.
@@ -414,21 +421,8 @@ pub struct AttentionArgs {
     /// TrueType font for PNG labels (default: DejaVu Sans or Liberation Sans if installed).
     #[arg(long, value_name = "FILE.ttf")]
     pub font: Option<PathBuf>,
-    /// Beam size.
-    #[arg(long, default_value_t = 5)]
-    pub beam: usize,
-    #[arg(long, default_value_t = 1.0)]
-    pub lenpen: f64,
-    #[arg(long, default_value_t = 0.0)]
-    pub unkpen: f64,
-    #[arg(long = "max-len-a", default_value_t = 0.0)]
-    pub max_len_a: f64,
-    #[arg(long = "max-len-b", default_value_t = 200)]
-    pub max_len_b: usize,
-    #[arg(long = "min-len", default_value_t = 1)]
-    pub min_len: usize,
-    #[arg(long = "no-repeat-ngram-size", default_value_t = 0)]
-    pub no_repeat_ngram_size: usize,
+    #[command(flatten)]
+    pub search: SearchArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

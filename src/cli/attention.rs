@@ -11,7 +11,7 @@ use super::Outcome;
 use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
 use tchseq::config::TransformerConfig;
 use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{EnsembleModel, GeneratorConfig, NgramMode, SearchStrategy, SequenceGenerator};
+use tchseq::generate::{EnsembleModel, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
 use tchseq::plot::capture::{capture_attention, select};
 use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
@@ -152,23 +152,7 @@ fn side_name(kind: AttentionKind) -> &'static str {
 
 /// The best beam-search hypothesis (final EOS included), as `translate` finds it.
 fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, a: &AttentionArgs) -> Result<Vec<i64>> {
-    if a.beam == 0 {
-        bail!("--beam must be at least 1");
-    }
-    let cfg = GeneratorConfig {
-        beam_size: a.beam,
-        max_len_a: a.max_len_a,
-        max_len_b: i64::try_from(a.max_len_b).context("--max-len-b is too large")?,
-        min_len: i64::try_from(a.min_len).context("--min-len is too large")?,
-        normalize_scores: true,
-        len_penalty: a.lenpen,
-        unk_penalty: a.unkpen,
-        temperature: 1.0,
-        no_repeat_ngram_size: a.no_repeat_ngram_size,
-        ngram_mode: NgramMode::Intended,
-        search: SearchStrategy::Beam,
-        need_attn: false,
-    };
+    let cfg = common::generator_config(&a.search, SearchStrategy::Beam, 1.0, false)?;
     let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
     let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
     let models = std::slice::from_ref(model);

@@ -1,13 +1,14 @@
 //! Helpers shared by the commands: threads, devices, error formatting.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tch::Device;
 
 use tchseq::checkpoint::model_dir::ModelFiles;
 use tchseq::config::TransformerConfig;
 use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
 
-use super::args::{BpeArg, DeviceArg, ModelArgs, PipelineArgs, TokenizerArg};
+use super::args::{BpeArg, DeviceArg, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
+use tchseq::generate::{GeneratorConfig, NgramMode, SearchStrategy};
 
 /// Applies `--threads` (default: all cores, libtorch's own default; one per worker when
 /// `--inter-threads` is above 1).
@@ -157,4 +158,30 @@ pub fn mute_nested_tensor_warning() {
             libc::close(saved);
         }
     }
+}
+
+/// fairseq's `GenerationConfig` from the shared search flags.
+pub fn generator_config(
+    s: &SearchArgs,
+    search: SearchStrategy,
+    temperature: f64,
+    need_attn: bool,
+) -> Result<GeneratorConfig> {
+    if s.beam == 0 {
+        bail!("--beam must be at least 1");
+    }
+    Ok(GeneratorConfig {
+        beam_size: s.beam,
+        max_len_a: s.max_len_a,
+        max_len_b: i64::try_from(s.max_len_b).context("--max-len-b is too large")?,
+        min_len: i64::try_from(s.min_len).context("--min-len is too large")?,
+        normalize_scores: !s.unnormalized,
+        len_penalty: s.lenpen,
+        unk_penalty: s.unkpen,
+        temperature,
+        no_repeat_ngram_size: s.no_repeat_ngram_size,
+        ngram_mode: if s.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
+        search,
+        need_attn,
+    })
 }

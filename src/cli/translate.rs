@@ -20,7 +20,7 @@ use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
 use tchseq::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
 use tchseq::generate::workers::run_jobs;
 use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{EnsembleModel, GenerateError, GeneratorConfig, Hypothesis, NgramMode, SearchStrategy, SequenceGenerator};
+use tchseq::generate::{EnsembleModel, GenerateError, Hypothesis, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
 use tchseq::text::dictionary::{is_py_space, Dictionary};
 use tchseq::text::pipeline::TextPipeline;
@@ -104,20 +104,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     } else {
         SearchStrategy::Beam
     };
-    let cfg = GeneratorConfig {
-        beam_size: a.beam,
-        max_len_a: a.max_len_a,
-        max_len_b: i64::try_from(a.max_len_b).context("--max-len-b is too large")?,
-        min_len: i64::try_from(a.min_len).context("--min-len is too large")?,
-        normalize_scores: !a.unnormalized,
-        len_penalty: a.lenpen,
-        unk_penalty: a.unkpen,
-        temperature: a.temperature,
-        no_repeat_ngram_size: a.no_repeat_ngram_size,
-        ngram_mode: if a.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
-        search,
-        need_attn: a.print_alignment,
-    };
+    let cfg = common::generator_config(&a.search, search, a.temperature, a.print_alignment)?;
     let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
     let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
 
@@ -194,13 +181,14 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 }
 
 fn validate(a: &TranslateArgs) -> Result<()> {
-    if a.beam == 0 {
+    let beam = a.search.beam;
+    if beam == 0 {
         bail!("--beam must be at least 1");
     }
-    if a.nbest == 0 || a.nbest > a.beam {
-        bail!("--nbest must be between 1 and --beam ({})", a.beam);
+    if a.nbest == 0 || a.nbest > beam {
+        bail!("--nbest must be between 1 and --beam ({beam})");
     }
-    if a.sampling && a.nbest != a.beam {
+    if a.sampling && a.nbest != beam {
         bail!("--sampling requires --nbest to be equal to --beam");
     }
     if !a.sampling && (a.sampling_topk > 0 || a.sampling_topp > 0.0) {

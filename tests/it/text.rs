@@ -167,14 +167,20 @@ mod properties {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        // a fixed seed: CI runs the same cases every time (new cases come from changing it)
+        #![proptest_config(ProptestConfig {
+            cases: 256,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(20261121),
+            ..ProptestConfig::default()
+        })]
 
         #[test]
         fn moses_never_panics_and_leaves_no_markers(s in "\\PC{0,60}|[ -~]{0,60}|.{0,40}") {
             let (tok, detok) = moses();
             for (dash, escape) in [(true, true), (false, false)] {
                 let t = tok.tokenize(&s, dash, escape);
-                prop_assert!(!t.starts_with(' ') && !t.ends_with(' ') && !t.contains("  "));
+                // (no spacing property: sacremoses itself turns ":.'" into ":  . &apos; ", in the
+                // stress goldens)
                 prop_assert!(!t.contains("DOTMULTI") || s.contains("DOTMULTI"));
                 let d = detok.detokenize_str(&t).expect("fr detokenizer never errors");
                 prop_assert!(!d.contains("  "));
