@@ -153,6 +153,7 @@ def bench_model(name, model_dir, work, data, threads, reps, lines):
         (f"CTranslate2 fp32 (intra {threads})", ct2_cmd + [first, "--compute-type", "float32", "--intra-threads", threads,
                                                           "--latency"]),
         (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--batch-size", "1", "--input", first]),
+        ("tchseq --threads 1", tch + ["--threads", "1"] + tch_tr + ["--batch-size", "1", "--input", first]),
     ]
     for label, argv in lat:
         medians = []

@@ -73,7 +73,10 @@ impl StepModel for EnsembleModel<'_> {
             };
             let t = out.logits.size()[1];
             let mut last = out.logits.f_narrow(1, t - 1, 1)?;
-            let last = last.f_div_scalar_(temperature)?;
+            // fairseq divides by the temperature unconditionally; x / 1.0 is x, so skip that pass
+            if temperature != 1.0 {
+                let _ = last.f_div_scalar_(temperature)?;
+            }
             let probs = get_normalized_probs(&last, true);
             let probs = probs.f_select(1, -1)?;
             if n == 1 {
