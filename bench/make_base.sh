@@ -4,14 +4,14 @@
 # joint dictionary (a 32k-merge joint BPE on Multi30k, padded to 32,000 types with fairseq's own
 # --padding-factor), trained UPDATES updates on Multi30k so that its outputs are not degenerate.
 # At this size arithmetic dominates: the comparison is about kernels and batching.
-#   bash bench/make_base.sh OUT_DIR        # UPDATES=300, THREADS=2
+#   bash bench/make_base.sh OUT_DIR        # UPDATES=230 (one epoch at --max-tokens 2048), THREADS=2
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 cd "$ROOT"
 source reference/env.sh
 DATA=${DATA:-$(cd "$ROOT/.." && pwd)/shared/data/multi30k}
-UPDATES=${UPDATES:-300}
+UPDATES=${UPDATES:-230}
 THREADS=${THREADS:-2}
 W="$OUT/work"
 mkdir -p "$W"
@@ -41,5 +41,5 @@ end=$(date +%s)
 cp "$W/checkpoints/checkpoint_last.pt" "$OUT/model.pt"
 cp "$W/bin/dict.en.txt" "$W/bin/dict.de.txt" "$OUT/"
 types=$(( $(wc -l < "$OUT/dict.en.txt") + 4 ))
-printf '{"dict": %d, "updates": %d, "train_seconds": %d}\n' "$types" "$UPDATES" "$((end - start))" > "$OUT/info.json"
+printf '{"dict": %d, "updates": %d, "threads": %d, "train_seconds": %d}\n' "$types" "$UPDATES" "$THREADS" "$((end - start))" > "$OUT/info.json"
 cat "$OUT/info.json"

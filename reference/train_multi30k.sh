@@ -9,7 +9,7 @@
 #
 # Env: DATA (raw multi30k dir), WORK (scratch, default reference/work/multi30k), THREADS (1:
 #      on a loaded 2-core machine one intra-op thread trained 2.5x faster than two),
-#      NICE (15), MAX_EPOCH (30), STOP_HOURS (1.1), SEED (1), MERGES (8000), RESUME (0).
+#      NICE (15), MAX_EPOCH (30), STOP_HOURS (1.3), SEED (1), MERGES (8000), RESUME (0).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh
@@ -20,7 +20,7 @@ OUT=weights/multi30k.en-de
 THREADS=${THREADS:-1}
 NICE=${NICE:-15}
 MAX_EPOCH=${MAX_EPOCH:-30}
-STOP_HOURS=${STOP_HOURS:-1.1}
+STOP_HOURS=${STOP_HOURS:-1.3}
 SEED=${SEED:-1}
 MERGES=${MERGES:-8000}
 STAGE=${STAGE:-all}
