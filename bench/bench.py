@@ -99,7 +99,8 @@ def prepare_input(work, data, bpecodes, n=None):
 
 def ct2_model(model_dir, work):
     out = work / "ct2"
-    if not (out / "model.bin").exists():
+    converted = out / "model.bin"
+    if not converted.exists() or converted.stat().st_mtime < (model_dir / "model.pt").stat().st_mtime:
         run(["ct2-fairseq-converter", "--model_path", model_dir / "model.pt", "--data_dir", model_dir,
              "--source_lang", "en", "--target_lang", "de", "--output_dir", out, "--force"])
     return out
@@ -317,12 +318,17 @@ def main():
     p.add_argument("--base-lines", type=int, default=100,
                    help="sentences for the transformer-base size (it is ~20x slower per sentence)")
     p.add_argument("--base-max-len-b", type=int, default=25)
+    p.add_argument("--reuse", default="", help="sizes whose saved results (bench/work/<size>.json) are reused")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
     args = p.parse_args()
     data = Path(os.environ.get("DATA", ROOT.parent / "shared" / "data" / "multi30k"))
     work = ROOT / "bench" / "work"
     results = []
     for size in args.sizes.split(","):
+        saved = work / f"{size}.json"
+        if size in args.reuse.split(",") and saved.exists():
+            results.append(json.loads(saved.read_text()))
+            continue
         if size == "bundled":
             r = bench_model(size, ROOT / "weights" / "multi30k.en-de", work / "bundled", data, args.threads,
                             args.reps, args.bundled_lines)
