@@ -8,6 +8,7 @@ is the wall time of one process, start to exit, as a user would see it; peak RSS
 wait4(). Outputs are compared too: tchseq's hypotheses must equal fairseq's.
 """
 import argparse
+import csv
 import datetime
 import gzip
 import json
@@ -167,7 +168,6 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
 
     # 3. scoring throughput
     pairs = work / "pairs.csv"
-    import csv
     with open(pairs, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(["source", "target"])

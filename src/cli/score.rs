@@ -858,7 +858,7 @@ mod model_backend {
             let jobs: Vec<&[&Encoded]> = batches.iter().map(Vec::as_slice).collect();
             let scorer = self.batch_scorer;
             // a failing batch is a result here, not an error that stops the other workers
-            let run = run_jobs(&self.models, jobs, self.inter_threads, Some(tch::get_num_threads()), |models, batch| {
+            let run = run_jobs(&self.models, jobs, self.inter_threads, |models, batch| {
                 Ok::<_, GenerateError>(scorer.score(models, batch))
             });
             match run {

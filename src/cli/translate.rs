@@ -257,7 +257,7 @@ fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> 
     let (generator, device, pad) = (&ctx.generator, ctx.device, ctx.src_dict.pad());
     let (print_alignment, tgt_pad, tgt_eos) = (ctx.print_alignment, ctx.tgt_dict.pad(), ctx.tgt_dict.eos());
     let tokens = &tokens;
-    let translated = run_jobs(&ctx.models, batches, ctx.inter_threads, Some(tch::get_num_threads()), |models, batch| {
+    let translated = run_jobs(&ctx.models, batches, ctx.inter_threads, |models, batch| {
         let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens[i].as_slice())).collect();
         let collated = collate(&samples, pad)?;
         let src_tokens = collated.src_tokens.f_to_device(device)?;

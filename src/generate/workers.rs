@@ -27,13 +27,12 @@ unsafe impl Sync for SharedModels<'_> {}
 /// Results come back in the order of `jobs`. The first error stops the remaining jobs and is
 /// returned (the error of the earliest job, as a sequential run would report it).
 ///
-/// `intra_threads` sets libtorch's intra-op threads inside each worker. With one thread (or one
-/// job) everything runs on the calling thread.
+/// Each worker uses the calling thread's intra-op thread count. With one thread (or one job)
+/// everything runs on the calling thread.
 pub fn run_jobs<J, R, E, F>(
     models: &[TransformerModel],
     jobs: Vec<J>,
     inter_threads: usize,
-    intra_threads: Option<i32>,
     job: F,
 ) -> Result<Vec<R>, E>
 where
@@ -47,6 +46,7 @@ where
         return jobs.into_iter().map(|j| job(models, j)).collect();
     }
     let n = jobs.len();
+    let intra_threads = tch::get_num_threads();
     let queue = Mutex::new(jobs.into_iter().enumerate().collect::<VecDeque<_>>());
     let failed = AtomicBool::new(false);
     let shared = SharedModels(models);
@@ -56,9 +56,7 @@ where
             let tx = tx.clone();
             let (queue, failed, shared, job) = (&queue, &failed, &shared, &job);
             scope.spawn(move || {
-                if let Some(t) = intra_threads {
-                    tch::set_num_threads(t);
-                }
+                tch::set_num_threads(intra_threads);
                 while !failed.load(Ordering::Relaxed) {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                     let Some((i, j)) = next else { break };

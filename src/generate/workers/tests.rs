@@ -39,7 +39,7 @@ fn outputs_do_not_depend_on_the_number_of_workers() {
     let vocab = models[0].decoder.output_projection.weight.size()[0] as usize;
     let generator = SequenceGenerator::new(GeneratorConfig::default(), vocab, Specials::default()).unwrap();
     let run = |workers: usize| -> Vec<Vec<Vec<Hypothesis>>> {
-        run_jobs(&models, batches(), workers, None, |models, src| {
+        run_jobs(&models, batches(), workers, |models, src| {
             generator.generate(&mut EnsembleModel::new(models)?, &src)
         })
         .unwrap()
@@ -55,7 +55,7 @@ fn outputs_do_not_depend_on_the_number_of_workers() {
 fn the_earliest_failing_job_is_reported() {
     let models = vec![fixture_model()];
     let jobs: Vec<usize> = (0..9).collect();
-    let err = run_jobs(&models, jobs, 3, None, |_, i| {
+    let err = run_jobs(&models, jobs, 3, |_, i| {
         if i % 4 == 3 {
             Err(GenerateError::Invariant(format!("job {i}")))
         } else {
@@ -64,6 +64,6 @@ fn the_earliest_failing_job_is_reported() {
     })
     .unwrap_err();
     assert_eq!(err.to_string(), "internal search invariant violated: job 3");
-    let ok = run_jobs(&models, (0..9).collect(), 4, None, |_, i: usize| Ok::<_, GenerateError>(i * 2)).unwrap();
+    let ok = run_jobs(&models, (0..9).collect(), 4, |_, i: usize| Ok::<_, GenerateError>(i * 2)).unwrap();
     assert_eq!(ok, (0..9).map(|i| i * 2).collect::<Vec<_>>());
 }
