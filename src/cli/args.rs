@@ -30,17 +30,19 @@ pub struct GlobalArgs {
     /// is the fastest way through a large input. Sampling keeps one batch at a time.
     #[arg(long = "inter-threads", global = true, value_name = "N", default_value_t = 1)]
     pub inter_threads: usize,
-    /// Where to run the model.
-    #[arg(long, global = true, value_enum, default_value_t = DeviceArg::Auto)]
+    /// Where to run the model: the CPU unless asked (fairseq's `--cpu` is our default; `auto`
+    /// takes a GPU when libtorch sees one).
+    #[arg(long, global = true, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DeviceArg {
+    Cpu,
+    /// The first GPU libtorch sees; an error when it sees none.
+    Cuda,
     /// CUDA when libtorch sees a GPU, else CPU.
     Auto,
-    Cpu,
-    Cuda,
 }
 
 #[derive(Debug, Subcommand)]
@@ -447,4 +449,17 @@ pub struct PositionsArgs {
     /// TrueType font for PNG labels (default: DejaVu Sans or Liberation Sans if installed).
     #[arg(long, value_name = "FILE.ttf")]
     pub font: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_is_the_default_device() {
+        let cli = Cli::try_parse_from(["tchseq", "doctor"]).unwrap();
+        assert_eq!(cli.global.device, DeviceArg::Cpu);
+        let cli = Cli::try_parse_from(["tchseq", "doctor", "--device", "auto"]).unwrap();
+        assert_eq!(cli.global.device, DeviceArg::Auto);
+    }
 }
