@@ -107,7 +107,7 @@ def ct2_model(model_dir, work):
     return out
 
 
-def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200, latency_lines=100):
+def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200, min_len=1, latency_lines=100):
     work.mkdir(parents=True, exist_ok=True)
     env = thread_env(threads)
     inputs = prepare_input(work, data, model_dir / "bpecodes")
@@ -115,12 +115,14 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
     src.write_text("".join(inputs["en"].read_text(encoding="utf-8").splitlines(True)[:lines]), encoding="utf-8")
     n = sum(1 for _ in open(src, encoding="utf-8"))
     ct2 = ct2_model(model_dir, work)
-    search = ["--beam", "5", "--max-len-b", max_len_b]
+    search = ["--beam", "5", "--max-len-b", max_len_b] + (["--min-len", min_len] if min_len > 1 else [])
     fairseq = ["fairseq-interactive", model_dir, "--path", model_dir / "model.pt", "-s", "en", "-t", "de", "--cpu"] + search
     tch = [TCHSEQ, "--device", "cpu"]
     tch_tr = ["translate", "-m", model_dir, "--tokenizer", "none", "--bpe", "none", "--format", "fairseq"] + search
-    ct2_cmd = [sys.executable, ROOT / "bench" / "ct2_translate.py", ct2, "--max-len", max_len_b]
-    r = {"name": name, "sentences": n, "threads": threads, "max_len_b": max_len_b, "latency_lines": latency_lines,
+    ct2_cmd = [sys.executable, ROOT / "bench" / "ct2_translate.py", ct2, "--max-len", max_len_b] + (
+        ["--min-len", min_len] if min_len > 1 else [])
+    r = {"name": name, "sentences": n, "threads": threads, "max_len_b": max_len_b, "min_len": min_len,
+         "latency_lines": latency_lines, "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
          "translate": [], "latency": [], "score": [], "load": []}
 
     # 1. translate throughput
@@ -232,6 +234,13 @@ def ratio(x, base, higher_is_better=True):
     return f"{(x / base if higher_is_better else base / x):.2f}×"
 
 
+def length_note(r):
+    lo, hi = r.get("min_len", 1), r["max_len_b"]
+    if lo == hi:
+        return f", exactly {hi} tokens + EOS per sentence (`--min-len {lo} --max-len-b {hi}`)"
+    return f", at most {hi} tokens (`--max-len-b {hi}`)" if hi != 200 else ""
+
+
 def markdown(results, args):
     versions = subprocess.run([TCHSEQ, "--version"], capture_output=True, text=True).stdout.strip()
     import ctranslate2
@@ -240,7 +249,7 @@ def markdown(results, args):
     out = [
         "# Benchmarks: tchseq vs fairseq 0.12.2 vs CTranslate2",
         "",
-        f"Written by `make bench` (`bench/run.sh --threads {args.threads} --reps {args.reps}`) on "
+        f"Written by `{shlex.join(['bench/run.sh'] + sys.argv[1:])}` (`make bench` runs `bench/run.sh`) on "
         f"{datetime.date.today().isoformat()}: {os.cpu_count()} cores ({cpu_model()}), Linux, CPU only. "
         f"{versions}, fairseq {fairseq.__version__} on torch {torch.__version__}, CTranslate2 {ctranslate2.__version__}. "
         f"Every number is the median of {args.reps} runs; every run is one process, start to exit. "
@@ -252,9 +261,10 @@ def markdown(results, args):
         out += [
             f"## {r['title']}",
             "",
+            f"Measured {r['measured']}." if "measured" in r else "Measured by an earlier run (`--reuse`).",
+            "",
             f"### Translate: {r['sentences']} sentences of Multi30k test_2016_flickr (tokenized + BPE'd), beam 5, "
-            f"batch 32, {t} threads" + (f", at most {r['max_len_b']} tokens (`--max-len-b {r['max_len_b']}`)"
-                                        if r['max_len_b'] != 200 else ""),
+            f"batch 32, {t} threads" + length_note(r),
             "",
             f"{r['target_tokens']} target tokens (EOS included) in fairseq's output.",
             "",
@@ -300,10 +310,11 @@ def markdown(results, args):
         "`inter_threads`); its output is bit-identical to fairseq's single-threaded output.",
         "- CTranslate2 differs from fairseq by design: its length penalty divides by the length without EOS, "
         "its int8 mode quantizes weights, and its kernels differ; the `equal` column counts its mismatches.",
-        "- The transformer-base-size model has had only a few hundred updates and still repeats one word until "
-        "the length limit, so every system there is capped at the same `--max-len-b` (CTranslate2: "
-        "`max_decoding_length`): that part measures a fixed number of beam steps per sentence, i.e. kernels and "
-        "batching, which is what a model of that size is about.",
+        "- The transformer-base-size model has had only a few hundred updates, and its output is degenerate (one "
+        "word repeated, or a few tokens; which one depends on the training run). So every system there decodes "
+        "exactly the same number of tokens per sentence (`--min-len N --max-len-b N`; CTranslate2: "
+        "`min_decoding_length`/`max_decoding_length`): that part measures a fixed number of beam steps per "
+        "sentence, i.e. kernels and batching, which is what a model of that size is about.",
         "",
     ]
     return "\n".join(out)
@@ -317,7 +328,8 @@ def main():
     p.add_argument("--bundled-lines", type=int, default=1000)
     p.add_argument("--base-lines", type=int, default=100,
                    help="sentences for the transformer-base size (it is ~20x slower per sentence)")
-    p.add_argument("--base-max-len-b", type=int, default=25)
+    p.add_argument("--base-len", type=int, default=25,
+                   help="transformer-base size: every sentence is decoded to exactly this many tokens")
     p.add_argument("--reuse", default="", help="sizes whose saved results (bench/work/<size>.json) are reused")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
     args = p.parse_args()
@@ -338,9 +350,9 @@ def main():
             if not (base / "model.pt").exists():
                 subprocess.run(["bash", ROOT / "bench" / "make_base.sh", base], check=True)
             info = json.loads((base / "info.json").read_text())
-            # a model this young repeats one word until max_len (200): cap it, for every system alike
+            # a model this young is degenerate: decode a fixed length, for every system alike
             r = bench_model(size, base, work / "base", data, args.threads, args.reps, args.base_lines,
-                            max_len_b=args.base_max_len_b, latency_lines=30)
+                            max_len_b=args.base_len, min_len=args.base_len, latency_lines=30)
             r["title"] = (f"transformer-base size (d512, 6+6 layers, 8 heads, FFN 2048, {info['dict']} joint "
                           f"dictionary; {info['updates']} updates on Multi30k, made by bench/make_base.sh)")
         else:

@@ -27,6 +27,7 @@ def main():
     p.add_argument("--inter-threads", type=int, default=1)
     p.add_argument("--intra-threads", type=int, default=1)
     p.add_argument("--max-len", type=int, default=200, help="fairseq's --max-len-b (with --max-len-a 0)")
+    p.add_argument("--min-len", type=int, default=1, help="fairseq's --min-len")
     p.add_argument("--latency", action="store_true")
     a = p.parse_args()
     translator = ctranslate2.Translator(
@@ -35,7 +36,8 @@ def main():
     lines = [l.split() for l in open(a.input, encoding="utf-8").read().splitlines()]
     # fairseq's defaults: max_len_b 200 (EOS included), lenpen 1 (CTranslate2 divides by the
     # length without EOS; fairseq divides by the length with it)
-    opts = dict(beam_size=a.beam, length_penalty=1.0, max_decoding_length=a.max_len, return_scores=True)
+    opts = dict(beam_size=a.beam, length_penalty=1.0, max_decoding_length=a.max_len,
+                min_decoding_length=a.min_len, return_scores=True)
     out = sys.stdout
     if a.latency:
         for i, toks in enumerate(lines):

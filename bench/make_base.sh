@@ -2,7 +2,8 @@
 # The transformer-base-size model of `make bench` (git-ignored, never committed): fairseq's
 # `transformer` arch (d512, 6+6 layers, 8 heads, FFN 2048, shared embeddings) with a 32,000-type
 # joint dictionary (a 32k-merge joint BPE on Multi30k, padded to 32,000 types with fairseq's own
-# --padding-factor), trained UPDATES updates on Multi30k so that its outputs are not degenerate.
+# --padding-factor), trained UPDATES updates on Multi30k. That is not enough for real translations
+# (its output is degenerate), so bench.py decodes a fixed number of tokens per sentence at this size.
 # At this size arithmetic dominates: the comparison is about kernels and batching.
 #   bash bench/make_base.sh OUT_DIR        # UPDATES=230 (one epoch at --max-tokens 2048), THREADS=2
 set -euo pipefail
