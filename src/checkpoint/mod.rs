@@ -20,6 +20,7 @@ pub mod pickle;
 pub mod pyjson;
 pub mod upgrade;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -77,7 +78,9 @@ struct FileBytes {
     map: memmap2::Mmap,
 }
 
-fn open(path: &Path) -> Result<FileBytes, CheckpointError> {
+/// `populate`: fault the whole file in with one call instead of page by page (for loads that
+/// read every storage; a summary reads only the pickle).
+fn open(path: &Path, populate: bool) -> Result<FileBytes, CheckpointError> {
     let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
     let file = std::fs::File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
@@ -86,9 +89,40 @@ fn open(path: &Path) -> Result<FileBytes, CheckpointError> {
     }
     // SAFETY: the map is read-only and private to this process; a checkpoint modified while it
     // is being loaded is outside what any loader can defend against (torch.load included).
-    // populate: fault the whole file in with one call instead of page by page
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?;
+    let mut options = memmap2::MmapOptions::new();
+    if populate {
+        options.populate();
+    }
+    let map = unsafe { options.map(&file) }.map_err(io)?;
     Ok(FileBytes { map })
+}
+
+/// Hands the mapped pages wholly inside `part` (a slice of `map`) back to the kernel. Each
+/// storage is copied into its tensor once; keeping its file pages mapped would count the
+/// checkpoint twice in peak RSS. The map stays valid: a later read faults the file back in.
+fn release_pages(map: &[u8], part: &[u8]) {
+    #[cfg(unix)]
+    {
+        let range = map.as_ptr_range();
+        let (start, end) = (part.as_ptr() as usize, part.as_ptr() as usize + part.len());
+        if start < range.start as usize || end > range.end as usize {
+            return;
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = match usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }) {
+            Ok(p) if p.is_power_of_two() => p,
+            _ => return,
+        };
+        let first = (start + page - 1) & !(page - 1);
+        let last = end & !(page - 1);
+        if last > first {
+            // SAFETY: [first, last) lies inside the read-only file mapping; MADV_DONTNEED only
+            // drops its pages from this process, and the contents read back are the file's.
+            unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (map, part);
 }
 
 fn read_container(path: &Path, bytes: &[u8]) -> Result<RawFile, CheckpointError> {
@@ -170,6 +204,9 @@ impl Materializer<'_> {
                 Tensor::f_from_data_size(&data, &[numel], kind)
             }
             .map_err(|e| err(e.to_string()))?;
+            if let Cow::Borrowed(part) = data {
+                release_pages(self.bytes, part);
+            }
             self.storages.insert(t.storage, st);
         }
         let st = &self.storages[&t.storage];
@@ -184,7 +221,7 @@ fn invalid(path: &Path, msg: impl Into<String>) -> CheckpointError {
 /// Any torch.save'd dict of tensors (zip or legacy) or a .safetensors file; used by `verify`.
 /// Entries that are not tensors are skipped; a nested `model`/`state_dict` is not unwrapped.
 pub fn load_tensor_dict(path: &Path) -> Result<IndexMap<String, Tensor>, CheckpointError> {
-    let file = open(path)?;
+    let file = open(path, true)?;
     let raw = read_container(path, &file.map)?;
     let root = raw.pickle.dict(&raw.pickle.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a dict of tensors", raw.pickle.type_name(&raw.pickle.root))))?;
     let mut m = Materializer { path, raw: &raw, bytes: &file.map, storages: HashMap::new() };
@@ -230,7 +267,7 @@ fn model_dict<'a>(path: &Path, p: &'a Pickle, root: &'a pickle::Dict) -> Result<
 }
 
 pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
-    let file = open(path)?;
+    let file = open(path, true)?;
     let raw = read_container(path, &file.map)?;
     let p = &raw.pickle;
     let root = p.dict(&p.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a fairseq checkpoint dict", p.type_name(&p.root))))?;
@@ -261,7 +298,7 @@ pub struct CheckpointSummary {
 
 /// Parses the container and the config only (storages are not read).
 pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
-    let file = open(path)?;
+    let file = open(path, false)?;
     let raw = read_container(path, &file.map)?;
     let p = &raw.pickle;
     let root = p.dict(&p.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a fairseq checkpoint dict", p.type_name(&p.root))))?;
@@ -298,4 +335,23 @@ pub fn check_dictionaries(ckpt: &Checkpoint, src: &crate::text::dictionary::Dict
         return Err(invalid(&ckpt.path, "--share-all-embeddings requires a joined dictionary, but the source and target dictionaries differ"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn released_pages_read_back_as_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        let data: Vec<u8> = (0..5 * 4096 + 123).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = open(&path, true).unwrap();
+        let map: &[u8] = &file.map;
+        release_pages(map, &map[100..4 * 4096 + 5]);
+        // a slice that is not part of the map is left alone
+        release_pages(map, &data[..]);
+        assert_eq!(map, &data[..]);
+    }
 }

@@ -76,12 +76,15 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let mut first_config: Option<TransformerConfig> = None;
     for path in &files.checkpoints {
         let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
-        // fairseq builds (randomly initializes) each model before loading its weights
-        replay_model_init(
-            &ckpt.state_dict,
-            ckpt.config.share_all_embeddings,
-            ckpt.config.share_decoder_input_output_embed,
-        )?;
+        // fairseq builds (randomly initializes) each model before loading its weights; only
+        // sampling draws from the generator afterwards, so only sampling needs those draws
+        if a.sampling {
+            replay_model_init(
+                &ckpt.state_dict,
+                ckpt.config.share_all_embeddings,
+                ckpt.config.share_decoder_input_output_embed,
+            )?;
+        }
         let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
             .with_context(|| format!("building the model of {}", path.display()))?;
         if first_config.is_none() {

@@ -30,6 +30,8 @@ struct Inner<'a> {
     ties: HashMap<String, String>,
     /// fairseq state-dict name -> the tensor the model computes with.
     named: IndexMap<String, Tensor>,
+    /// state-dict key -> its parameter, so tied names share one tensor as they do in fairseq.
+    parameters: HashMap<String, Tensor>,
     warnings: Vec<String>,
 }
 
@@ -47,6 +49,7 @@ impl<'a> StateDict<'a> {
             used: HashSet::new(),
             ties: HashMap::new(),
             named: IndexMap::new(),
+            parameters: HashMap::new(),
             warnings: Vec::new(),
         };
         Self { inner: Rc::new(RefCell::new(inner)) }
@@ -111,6 +114,28 @@ pub struct Weights<'a> {
     prefix: String,
 }
 
+/// libtorch's CPU allocator aligns every allocation to 64 bytes.
+const ALIGNMENT: usize = 64;
+
+/// The parameter fairseq would copy `raw` into. A conversion already allocates; otherwise the
+/// checkpoint's own (aligned) memory is shared rather than copied, so loading does not hold the
+/// weights twice. A misaligned view into a checkpoint storage is copied: small GEMMs take other
+/// kernels, with other bits, on misaligned operands.
+fn parameter(raw: &Tensor, device: Device, kind: Kind) -> Result<Tensor, ModelError> {
+    let converted = raw.f_to_device(device)?.f_to_kind(kind)?.f_contiguous()?;
+    let tensor = if converted.data_ptr() != raw.data_ptr() {
+        converted
+    } else if converted.data_ptr() as usize % ALIGNMENT == 0 {
+        // a separate, non-view handle: requires_grad below must not touch the checkpoint's
+        converted.f_detach()?
+    } else {
+        let mut fresh = converted.f_empty_like()?;
+        fresh.f_copy_(&converted)?;
+        fresh
+    };
+    Ok(tensor.f_set_requires_grad(true)?)
+}
+
 impl<'a> Weights<'a> {
     pub fn sub(&self, name: &str) -> Weights<'a> {
         Weights { inner: Rc::clone(&self.inner), prefix: self.key(name) }
@@ -143,10 +168,10 @@ impl<'a> Weights<'a> {
     }
 
     /// The tensor under `name` as the `nn.Parameter` fairseq copies it into: cast to the model
-    /// dtype and device, freshly allocated, and `requires_grad` (which is not inert even under
-    /// no_grad: `matmul` folds a 3-D input into one `mm` only when the weight requires grad, and
-    /// the output projection of a decoding step gives other bits when it does not).
-    /// `expected` entries of -1 accept any size.
+    /// dtype and device, 64-byte aligned like a fresh allocation, and `requires_grad` (which is
+    /// not inert even under no_grad: `matmul` folds a 3-D input into one `mm` only when the
+    /// weight requires grad, and the output projection of a decoding step gives other bits when
+    /// it does not). Tied names get one shared tensor. `expected` entries of -1 accept any size.
     pub fn get(&self, name: &str, expected: &[i64]) -> Result<Tensor, ModelError> {
         let key = self.key(name);
         let mut inner = self.inner.borrow_mut();
@@ -160,17 +185,14 @@ impl<'a> Weights<'a> {
         if !fits {
             return Err(ModelError::Shape { key, expected: expected.to_vec(), actual });
         }
-        // A fresh allocation, like the parameter fairseq copies the value into: a view into
-        // the checkpoint's storage can be misaligned, and small GEMMs then take other kernels.
-        let tensor = raw.f_to_device(inner.device)?.f_to_kind(inner.kind)?.f_contiguous()?;
-        let tensor = if tensor.data_ptr() == raw.data_ptr() {
-            let mut fresh = tensor.f_empty_like()?;
-            fresh.f_copy_(&tensor)?;
-            fresh
-        } else {
-            tensor
+        let tensor = match inner.parameters.get(&source) {
+            Some(shared) => shared.shallow_clone(),
+            None => {
+                let tensor = parameter(raw, inner.device, inner.kind)?;
+                inner.parameters.insert(source, tensor.shallow_clone());
+                tensor
+            }
         };
-        let tensor = tensor.f_set_requires_grad(true)?;
         inner.used.insert(key.clone());
         inner.named.insert(key, tensor.shallow_clone());
         Ok(tensor)
@@ -217,5 +239,42 @@ impl<'a> Weights<'a> {
             inner.named.insert(key, buffer);
         }
         Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_dict(entries: &[(&str, Tensor)]) -> IndexMap<String, Tensor> {
+        entries.iter().map(|(k, t)| (k.to_string(), t.shallow_clone())).collect()
+    }
+
+    #[test]
+    fn aligned_weights_are_shared_misaligned_views_copied_and_ties_are_one_tensor() {
+        let storage = Tensor::arange(33, (Kind::Float, Device::Cpu));
+        let aligned = storage.narrow(0, 0, 16).view([4, 4]);
+        // one f32 past an aligned start: 4 bytes off the 64-byte alignment
+        let misaligned = storage.narrow(0, 17, 16).view([4, 4]);
+        let sd = state_dict(&[("a.weight", aligned.shallow_clone()), ("b.weight", misaligned.shallow_clone())]);
+        let state = StateDict::new(&sd, Device::Cpu, Kind::Float);
+        state.tie(&["a.weight", "c.weight"]).unwrap();
+        let root = state.root();
+        let a = root.sub("a").get("weight", &[4, 4]).unwrap();
+        let b = root.sub("b").get("weight", &[-1, 4]).unwrap();
+        let c = root.sub("c").get("weight", &[4, 4]).unwrap();
+        assert_eq!(a.data_ptr(), aligned.data_ptr());
+        assert_ne!(b.data_ptr(), misaligned.data_ptr());
+        assert_eq!(b.data_ptr() as usize % ALIGNMENT, 0);
+        assert_eq!(c.data_ptr(), a.data_ptr());
+        assert!(a.requires_grad() && b.requires_grad() && c.requires_grad());
+        // the checkpoint's own tensors are left as they were
+        assert!(!aligned.requires_grad());
+        assert!(b.equal(&misaligned) && a.equal(&aligned));
+        // a conversion allocates anyway
+        let half = StateDict::new(&sd, Device::Cpu, Kind::Half);
+        let h = half.root().sub("a").get("weight", &[4, 4]).unwrap();
+        assert_ne!(h.data_ptr(), aligned.data_ptr());
+        assert_eq!(h.kind(), Kind::Half);
     }
 }
