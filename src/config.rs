@@ -244,7 +244,7 @@ impl TransformerConfig {
         let mut m = model.clone();
         // A None stored for a dimension means "not set" (getattr would return None and the
         // dataclass would then use its default); drop those so the arch defaults apply.
-        m.retain(|_, v| !v.is_null() || false);
+        m.retain(|_, v| !v.is_null());
         let arch = match (m.get("arch"), m.get("_name")) {
             (Some(Value::String(a)), _) => a.clone(),
             (_, Some(Value::String(a))) => a.clone(),

@@ -185,7 +185,7 @@ impl Materializer<'_> {
         if t.storage_offset < 0 || t.size.iter().any(|&d| d < 0) || t.stride.iter().any(|&d| d < 0) {
             return Err(err(format!("negative size/stride/offset (size {:?}, stride {:?}, offset {})", t.size, t.stride, t.storage_offset)));
         }
-        let empty = t.size.iter().any(|&d| d == 0);
+        let empty = t.size.contains(&0);
         if !empty {
             let last = t.size.iter().zip(&t.stride).try_fold(i128::from(t.storage_offset), |acc, (&d, &st)| acc.checked_add(i128::from(d - 1) * i128::from(st)));
             if last.is_none_or(|l| l >= i128::from(s.numel)) {

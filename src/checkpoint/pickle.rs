@@ -37,8 +37,9 @@ pub enum PickleError {
 pub type NodeId = usize;
 
 /// A pickled value. Scalars are inline; containers and objects are arena nodes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub enum Value {
+    #[default]
     None,
     Bool(bool),
     Int(i64),
@@ -224,11 +225,6 @@ pub struct Pickle {
     pub storages: HashMap<String, NodeId>,
 }
 
-impl Default for Value {
-    fn default() -> Self {
-        Value::None
-    }
-}
 
 impl Pickle {
     pub fn node(&self, v: &Value) -> Option<&Node> {

@@ -160,7 +160,7 @@ pub fn upgrade_state_dict(cfg: &TransformerConfig, mut sd: StateDict) -> Result<
         if !(if side == "encoder" { cfg.encoder_learned_pos } else { cfg.decoder_learned_pos }) {
             sd.shift_remove(&format!("{side}.embed_positions.weights"));
             if !cfg.no_token_positional_embeddings {
-                sd.insert(format!("{side}.embed_positions._float_tensor"), Tensor::f_zeros(&[1], (Kind::Float, tch::Device::Cpu)).map_err(|e| terr("_float_tensor", e))?);
+                sd.insert(format!("{side}.embed_positions._float_tensor"), Tensor::f_zeros([1], (Kind::Float, tch::Device::Cpu)).map_err(|e| terr("_float_tensor", e))?);
             }
         }
         if side == "decoder" && !sd.contains_key("decoder.output_projection.weight") {

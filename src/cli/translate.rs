@@ -174,7 +174,6 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
     }
     flush(&mut buffer, &mut out, &mut next_id)?;
-    drop(flush);
     if failed > 0 {
         bail!(
             "{failed} input line(s) were not translated: longer than max_source_positions={max_source_positions} tokens (EOS included)"
