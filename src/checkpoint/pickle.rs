@@ -225,7 +225,6 @@ pub struct Pickle {
     pub storages: HashMap<String, NodeId>,
 }
 
-
 impl Pickle {
     pub fn node(&self, v: &Value) -> Option<&Node> {
         match v {
