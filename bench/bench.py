@@ -115,12 +115,12 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
     src.write_text("".join(inputs["en"].read_text(encoding="utf-8").splitlines(True)[:lines]), encoding="utf-8")
     n = sum(1 for _ in open(src, encoding="utf-8"))
     ct2 = ct2_model(model_dir, work)
-    search = ["--beam", "5", "--max-len-b", max_len_b] + (["--min-len", min_len] if min_len > 1 else [])
+    min_len_flag = ["--min-len", min_len] if min_len > 1 else []  # fairseq's and ct2_translate.py's
+    search = ["--beam", "5", "--max-len-b", max_len_b] + min_len_flag
     fairseq = ["fairseq-interactive", model_dir, "--path", model_dir / "model.pt", "-s", "en", "-t", "de", "--cpu"] + search
     tch = [TCHSEQ, "--device", "cpu"]
     tch_tr = ["translate", "-m", model_dir, "--tokenizer", "none", "--bpe", "none", "--format", "fairseq"] + search
-    ct2_cmd = [sys.executable, ROOT / "bench" / "ct2_translate.py", ct2, "--max-len", max_len_b] + (
-        ["--min-len", min_len] if min_len > 1 else [])
+    ct2_cmd = [sys.executable, ROOT / "bench" / "ct2_translate.py", ct2, "--max-len", max_len_b] + min_len_flag
     r = {"name": name, "sentences": n, "threads": threads, "max_len_b": max_len_b, "min_len": min_len,
          "latency_lines": latency_lines, "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
          "translate": [], "latency": [], "score": [], "load": []}
