@@ -52,3 +52,34 @@ pub fn keep_freed_memory() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
     }
 }
+
+/// The environment that pins libtorch's CPU kernels: MKL's conditional numerical
+/// reproducibility on its AVX2 code path, and ATen's AVX2 kernels. With both set before
+/// libtorch computes anything, results no longer depend on the thread count, and an AVX-512
+/// machine computes what an AVX2-only one does. fairseq run under the same variables gives the
+/// same bits.
+pub const REPRODUCIBLE_ENV: [(&str, &str); 2] = [("MKL_CBWR", "AVX2"), ("ATEN_CPU_CAPABILITY", "avx2")];
+
+/// The variable that asks for [`pin_reproducible_kernels`] from the environment.
+pub const REPRODUCIBLE_VAR: &str = "TCHSEQ_REPRODUCIBLE";
+
+/// Whether `TCHSEQ_REPRODUCIBLE` asks for the reproducible mode (`1`, `true`, `yes`, `on`).
+pub fn reproducible_requested() -> bool {
+    std::env::var(REPRODUCIBLE_VAR)
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+        .unwrap_or(false)
+}
+
+/// Sets [`REPRODUCIBLE_ENV`], overriding other values of those variables. MKL and ATen read them
+/// once, at their first computation, so this must run before any tensor is computed and before
+/// any other thread starts; later calls change nothing.
+pub fn pin_reproducible_kernels() {
+    for (name, value) in REPRODUCIBLE_ENV {
+        std::env::set_var(name, value);
+    }
+}
+
+/// True when both variables of [`REPRODUCIBLE_ENV`] hold their pinned values.
+pub fn reproducible_kernels_pinned() -> bool {
+    REPRODUCIBLE_ENV.iter().all(|(name, value)| std::env::var(name).is_ok_and(|v| v == *value))
+}

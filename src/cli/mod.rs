@@ -54,6 +54,10 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    // before libtorch computes anything
+    if cli.global.reproducible || tchseq::libtorch::reproducible_requested() {
+        tchseq::libtorch::pin_reproducible_kernels();
+    }
     tchseq::libtorch::keep_freed_memory();
     common::apply_threads(cli.global.threads, cli.global.inter_threads)?;
     if !matches!(cli.command, Command::Doctor(_)) {

@@ -52,7 +52,7 @@ fn usage_errors_exit_2_with_one_line_error() {
 
 #[test]
 fn zero_threads_is_a_usage_error() {
-    let out = tchseq().args(["--threads", "0", "doctor"]).output().unwrap();
+    let out = crate::util::tchseq_bare().args(["--threads", "0", "doctor"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.starts_with("error:") && err.trim().lines().count() == 1, "{err}");

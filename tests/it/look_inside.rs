@@ -148,7 +148,7 @@ fn print_alignment_matches_fairseq_interactive() {
         let golden = fx.dir.join("interactive/beam5_align.txt");
         let want = std::fs::read_to_string(&golden).expect("alignment golden (reference/alignment_goldens.sh)");
         let out = tchseq()
-            .args(["--threads", "1", "--device", "cpu", "translate", "-m"])
+            .args(["--device", "cpu", "translate", "-m"])
             .arg(&fx.dir)
             .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", "fairseq"])
             .args(["--beam", "5", "--buffer-size", "1024", "--batch-size", "16", "--print-alignment", "--input"])
@@ -176,7 +176,7 @@ fn jsonl_gives_the_soft_attention_behind_the_alignment() {
     // a long and a short line in one batch: the short one is left-padded
     std::fs::write(input.path(), "h b j 3 x c q u g b s n\na t r\n").unwrap();
     let out = tchseq()
-        .args(["--threads", "1", "translate", "-m"])
+        .args(["translate", "-m"])
         .arg(&fx.dir)
         .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", "jsonl"])
         .args(["--buffer-size", "2", "--batch-size", "2", "--print-alignment", "--input"])
@@ -218,7 +218,7 @@ fn jsonl_gives_the_soft_attention_behind_the_alignment() {
 
 fn attention_cmd(dir: &Path, sentence: &str, output: &Path, extra: &[&str]) -> std::process::Output {
     tchseq()
-        .args(["--threads", "1", "attention", "-m"])
+        .args(["attention", "-m"])
         .arg(dir)
         .args(["-s", "src", "-t", "tgt", sentence, "--output"])
         .arg(output)
@@ -315,7 +315,7 @@ fn positions_svg_is_valid_and_sized_by_length() {
     for len in [10, 60] {
         let path = tmp.path().join(format!("pe{len}.svg"));
         let out = tchseq()
-            .args(["--threads", "1", "positions", "-m"])
+            .args(["positions", "-m"])
             .arg(&fx.dir)
             .args(["-s", "src", "-t", "tgt", "--length", &len.to_string(), "--output"])
             .arg(&path)

@@ -3,10 +3,12 @@
 
 mod bundled;
 mod cli;
+mod fairseq_out;
 mod loader;
 mod look_inside;
 mod malformed;
 mod model;
+mod reproducible;
 mod score;
 mod text;
 mod translate;

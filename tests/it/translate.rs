@@ -3,122 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::fairseq_out::{compare, fixture_model_args, lenpen_of, parse_fairseq, settle_near_ties, Compare, Entry};
 use crate::util::{fixture, repo, tchseq};
 
-/// One hypothesis as fairseq-interactive prints it.
-#[derive(Debug, Clone)]
-struct Hyp {
-    h_score: f64,
-    h_str: String,
-    d_score: f64,
-    d_str: String,
-    p: Vec<f64>,
-}
-
-/// Per input id: the S- line and the hypotheses in printed (nbest) order, or an E- error.
-#[derive(Debug, Default, Clone)]
-struct Entry {
-    src: Option<String>,
-    hyps: Vec<Hyp>,
-    error: Option<String>,
-}
-
-fn parse_fairseq(text: &str) -> BTreeMap<usize, Entry> {
-    let mut out: BTreeMap<usize, Entry> = BTreeMap::new();
-    for line in text.lines() {
-        let Some((tag, rest)) = line.split_once('\t') else { continue };
-        let Some((kind, id)) = tag.split_once('-') else { continue };
-        let Ok(id) = id.parse::<usize>() else { continue };
-        let e = out.entry(id).or_default();
-        match kind {
-            "S" => e.src = Some(rest.to_string()),
-            "E" => e.error = Some(rest.to_string()),
-            "H" => {
-                let (score, s) = rest.split_once('\t').unwrap_or((rest, ""));
-                e.hyps.push(Hyp {
-                    h_score: score.parse().unwrap(),
-                    h_str: s.into(),
-                    d_score: f64::NAN,
-                    d_str: String::new(),
-                    p: vec![],
-                });
-            }
-            "D" => {
-                let (score, s) = rest.split_once('\t').unwrap_or((rest, ""));
-                let h = e.hyps.last_mut().expect("D- before H-");
-                h.d_score = score.parse().unwrap();
-                h.d_str = s.into();
-            }
-            "P" => {
-                let h = e.hyps.last_mut().expect("P- before H-");
-                h.p = rest.split(' ').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-#[derive(Debug, Default)]
-struct Compare {
-    sentences: usize,
-    hyps: usize,
-    identical_lines: usize,
-    total_lines: usize,
-    max_h_diff: f64,
-    max_p_diff: f64,
-    problems: Vec<String>,
-}
-
-/// Identical hypotheses (strings, order, count), scores within 1e-4.
-fn compare(want: &BTreeMap<usize, Entry>, got: &BTreeMap<usize, Entry>) -> Compare {
-    // printed P values have 4 decimals: a difference below 1e-4 may still flip the last digit
-    const TOL: f64 = 1e-4 + 1e-9;
-    let mut c = Compare::default();
-    if want.len() != got.len() {
-        c.problems.push(format!("{} sentences expected, {} printed", want.len(), got.len()));
-    }
-    for (id, w) in want {
-        c.sentences += 1;
-        let Some(g) = got.get(id) else {
-            c.problems.push(format!("id {id} missing"));
-            continue;
-        };
-        if w.src != g.src {
-            c.problems.push(format!("id {id}: S- differs: {:?} vs {:?}", w.src, g.src));
-        }
-        if w.hyps.len() != g.hyps.len() {
-            c.problems.push(format!("id {id}: {} hypotheses expected, {} printed", w.hyps.len(), g.hyps.len()));
-        }
-        for (k, (wh, gh)) in w.hyps.iter().zip(&g.hyps).enumerate() {
-            c.hyps += 1;
-            c.total_lines += 3;
-            if wh.h_str != gh.h_str || wh.d_str != gh.d_str {
-                c.problems.push(format!("id {id} hyp {k}: {:?} expected, {:?} printed", wh.h_str, gh.h_str));
-                continue;
-            }
-            let hd = (wh.h_score - gh.h_score).abs().max((wh.d_score - gh.d_score).abs());
-            c.max_h_diff = c.max_h_diff.max(hd);
-            if !(hd <= TOL) {
-                c.problems.push(format!("id {id} hyp {k}: score {} vs {}", wh.h_score, gh.h_score));
-            }
-            if wh.h_score.to_bits() == gh.h_score.to_bits() {
-                c.identical_lines += 2;
-            }
-            if wh.p.len() != gh.p.len() {
-                c.problems.push(format!("id {id} hyp {k}: {} positional scores vs {}", wh.p.len(), gh.p.len()));
-                continue;
-            }
-            let pd = wh.p.iter().zip(&gh.p).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            c.max_p_diff = c.max_p_diff.max(pd);
-            if !(pd <= TOL) {
-                c.problems.push(format!("id {id} hyp {k}: positional scores {:?} vs {:?}", wh.p, gh.p));
-            }
-            if wh.p == gh.p {
-                c.identical_lines += 1;
-            }
-        }
-    }
+/// [`compare`], then every differing hypothesis proven a near-tie or kept as a failure.
+fn compare_settled(want: &BTreeMap<usize, Entry>, got: &BTreeMap<usize, Entry>, model: &[String], lenpen: f64) -> Compare {
+    let mut c = compare(want, got);
+    settle_near_ties(&mut c, model, lenpen);
     c
 }
 
@@ -149,7 +40,7 @@ fn inputs(m: &serde_json::Value) -> PathBuf {
 /// `tchseq translate` with fairseq-interactive's flags on a fixture, pre-tokenized input.
 fn translate(dir: &Path, input: &Path, format: &str, extra: &[&str]) -> std::process::Output {
     let mut cmd = tchseq();
-    cmd.args(["--threads", "1", "--device", "cpu", "translate", "-m"])
+    cmd.args(["--device", "cpu", "translate", "-m"])
         .arg(dir)
         .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", format, "--input"])
         .arg(input)
@@ -192,7 +83,12 @@ fn every_fixture_option_set_and_batching_matches_fairseq_interactive() {
                     failures.push(format!("{}/{set}/{bname}: {}", fx.name, String::from_utf8_lossy(&out.stderr)));
                     continue;
                 }
-                let c = compare(&parse_fairseq(&want), &parse_fairseq(&String::from_utf8_lossy(&out.stdout)));
+                let c = compare_settled(
+                    &parse_fairseq(&want),
+                    &parse_fairseq(&String::from_utf8_lossy(&out.stdout)),
+                    &fixture_model_args(&fx.dir),
+                    lenpen_of(&opts),
+                );
                 eprintln!(
                     "{:<16} {:<30} {:<7} sentences {:>3} hyps {:>3} matched {:>3} identical lines {:>4}/{:<4} max |dH| {:.2e} max |dP| {:.2e}",
                     fx.name,
@@ -200,13 +96,13 @@ fn every_fixture_option_set_and_batching_matches_fairseq_interactive() {
                     bname,
                     c.sentences,
                     c.hyps,
-                    c.hyps - c.problems.len().min(c.hyps),
+                    c.hyps - c.failures().len().min(c.hyps),
                     c.identical_lines,
                     c.total_lines,
                     c.max_h_diff,
                     c.max_p_diff
                 );
-                for p in c.problems.iter().take(5) {
+                for p in c.failures().iter().take(5) {
                     failures.push(format!("{}/{set}/{bname}: {p}", fx.name));
                 }
             }
@@ -233,8 +129,8 @@ fn hypotheses_do_not_depend_on_the_batch_size() {
     for bs in ["1", "7", "64"] {
         let out =
             translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--batch-size", bs, "--buffer-size", "1024"]);
-        let c = compare(&want, &parse_fairseq(&stdout_ok(&out)));
-        assert!(c.problems.is_empty(), "--batch-size {bs}: {:?}", &c.problems[..c.problems.len().min(5)]);
+        let c = compare_settled(&want, &parse_fairseq(&stdout_ok(&out)), &fixture_model_args(&fx.dir), 1.0);
+        assert!(c.ok(), "--batch-size {bs}: {:?}", c.failures());
         assert!(c.sentences > 0 && c.sentences == want.len());
     }
 }
@@ -250,10 +146,15 @@ fn inter_threads_decode_batches_side_by_side_with_fairseq_s_exact_output() {
             // fairseq's batching (16 of the 72 sentences per batch: 5 batches over 3 workers)
             let mut extra: Vec<&str> = opts.iter().map(String::as_str).collect();
             extra.extend(["--buffer-size", "1024", "--batch-size", "16", "--inter-threads", "3"]);
-            let c = compare(&want, &parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &extra))));
-            assert!(c.problems.is_empty(), "{}/{set}: {:?}", fx.name, &c.problems[..c.problems.len().min(5)]);
-            assert_eq!(c.identical_lines, c.total_lines, "{}/{set}: every line bit-identical", fx.name);
+            let side_by_side = stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &extra));
+            let c = compare_settled(&want, &parse_fairseq(&side_by_side), &fixture_model_args(&fx.dir), lenpen_of(&opts));
+            assert!(c.ok(), "{}/{set}: {:?}", fx.name, c.failures());
             assert!(c.sentences == want.len() && c.sentences > 0);
+            // each batch computed exactly as it is alone: the same bits as one worker
+            extra.truncate(extra.len() - 2);
+            let one_worker = stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &extra));
+            let timeless = |s: &str| s.lines().filter(|l| !l.starts_with("W-")).map(str::to_string).collect::<Vec<_>>();
+            assert_eq!(timeless(&side_by_side), timeless(&one_worker), "{}/{set}: --inter-threads 3 vs 1", fx.name);
         }
     }
 }
@@ -270,8 +171,8 @@ fn max_tokens_puts_a_long_sentence_in_its_own_batch_and_drops_nothing() {
         translate(&fx.dir, &inputs(&m), "fairseq", &["--beam", "5", "--max-tokens", &budget, "--buffer-size", "1024"]);
     let got = parse_fairseq(&stdout_ok(&out));
     assert_eq!(got.len(), want.len());
-    let c = compare(&want, &got);
-    assert!(c.problems.is_empty(), "{:?}", &c.problems[..c.problems.len().min(5)]);
+    let c = compare_settled(&want, &got, &fixture_model_args(&fx.dir), 1.0);
+    assert!(c.ok(), "{:?}", c.failures());
 }
 
 #[test]
@@ -358,7 +259,7 @@ fn positional_sentences_are_translated() {
     let first: Vec<String> = std::fs::read_to_string(inputs(&m)).unwrap().lines().take(2).map(String::from).collect();
     let want = golden_beam5_bs1(&fx);
     let out = tchseq()
-        .args(["--threads", "1", "translate", "-m"])
+        .args(["translate", "-m"])
         .arg(&fx.dir)
         .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", &first[0], &first[1]])
         .output()
@@ -414,8 +315,8 @@ fn no_repeat_ngram_blocks_repeats_unless_fairseq_compat() {
     }
     // fairseq-compat equals fairseq 0.12.2's CPU output, i.e. plain beam search
     let plain = golden_batched(&fx, "beam5");
-    let c = compare(&plain, &compat);
-    assert!(c.problems.is_empty(), "{:?}", c.problems);
+    let c = compare_settled(&plain, &compat, &fixture_model_args(&fx.dir), 1.0);
+    assert!(c.ok(), "{:?}", c.failures());
 }
 
 fn golden_batched(fx: &Fixture, set: &str) -> BTreeMap<usize, Entry> {
@@ -441,7 +342,7 @@ fn wild_checkpoints_match_fairseq_interactive() {
                 // fairseq-interactive DATA --path CKPT ... --input FILE <search/batching flags>
                 let after_input = argv.iter().position(|a| a == "--input").unwrap() + 2;
                 let mut cmd = tchseq();
-                cmd.args(["--threads", "1", "--device", "cpu", "translate", "--path"])
+                cmd.args(["--device", "cpu", "translate", "--path"])
                     .arg(repo(&argv[argv.iter().position(|a| a == "--path").unwrap() + 1]))
                     .arg("--data")
                     .arg(repo(&argv[1]))
@@ -457,16 +358,69 @@ fn wild_checkpoints_match_fairseq_interactive() {
                     continue;
                 }
                 let want = parse_fairseq(&std::fs::read_to_string(golden_dir.join(b["file"].as_str().unwrap())).unwrap());
-                let c = compare(&want, &parse_fairseq(&String::from_utf8_lossy(&out.stdout)));
+                let model: Vec<String> = vec![
+                    "--path".into(),
+                    repo(&argv[argv.iter().position(|a| a == "--path").unwrap() + 1]).display().to_string(),
+                    "--data".into(),
+                    repo(&argv[1]).display().to_string(),
+                    "-s".into(),
+                    e["source_lang"].as_str().unwrap().into(),
+                    "-t".into(),
+                    e["target_lang"].as_str().unwrap().into(),
+                ];
+                let c = compare_settled(
+                    &want,
+                    &parse_fairseq(&String::from_utf8_lossy(&out.stdout)),
+                    &model,
+                    lenpen_of(&argv[after_input..]),
+                );
                 eprintln!(
                     "{name:<40} sentences {:>3} identical lines {:>4}/{:<4} max |dH| {:.2e} max |dP| {:.2e}",
                     c.sentences, c.identical_lines, c.total_lines, c.max_h_diff, c.max_p_diff
                 );
                 assert!(c.sentences > 0 && c.sentences == want.len(), "{name}: {} of {} sentences", c.sentences, want.len());
-                failures.extend(c.problems.iter().take(5).map(|p| format!("{name}: {p}")));
+                failures.extend(c.failures().iter().take(5).map(|p| format!("{name}: {p}")));
             }
         }
     }
     assert!(runs >= 6, "expected beam5 batched + bs1 goldens for the 3 wild models, ran {runs}");
     assert!(failures.is_empty(), "{} problem(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The near-tie proof computes beam search's own score (lenpen included), accepts a differing
+/// hypothesis that scores the same, and rejects one that does not.
+#[test]
+fn a_differing_hypothesis_passes_only_as_a_proven_near_tie() {
+    let (_, fx) = first_fixture();
+    let want = golden_batched(&fx, "beam4_lenpen0.6_nbest3");
+    let model = fixture_model_args(&fx.dir);
+    let hyps: Vec<(String, String, f64)> = want
+        .values()
+        .flat_map(|e| e.hyps.iter().map(|h| (e.src.clone().unwrap(), h.h_str.clone(), h.h_score)))
+        .collect();
+    let pairs: Vec<(String, String)> = hyps.iter().map(|(s, h, _)| (s.clone(), h.clone())).collect();
+    let forced = crate::fairseq_out::force_decoded_scores(&model, &pairs, 0.6);
+    for ((s, h, score), f) in hyps.iter().zip(&forced) {
+        assert!((score - f).abs() <= 1e-4, "{s:?} -> {h:?}: beam score {score}, force-decoded {f}");
+    }
+
+    let (id, far) = want
+        .iter()
+        .find(|(_, e)| e.hyps.len() >= 2 && (e.hyps[0].h_score - e.hyps[1].h_score).abs() > 1e-2)
+        .map(|(id, e)| (*id, e.clone()))
+        .expect("no sentence with two clearly different hypotheses");
+    let mut swapped = want.clone();
+    swapped.get_mut(&id).unwrap().hyps.swap(0, 1);
+    let c = compare_settled(&want, &swapped, &model, 0.6);
+    assert_eq!(c.differing.len(), 2, "{:?}", c.failures());
+    assert!(c.failures().iter().all(|f| f.contains("not a near-tie")), "{:?}", c.failures());
+    assert_eq!(c.near_ties, 0);
+
+    // the same tokens written differently: a differing line whose scores tie exactly
+    let mut respaced = want.clone();
+    let h = &mut respaced.get_mut(&id).unwrap().hyps[0];
+    h.h_str = format!("{} ", far.hyps[0].h_str);
+    let c = compare_settled(&want, &respaced, &model, 0.6);
+    assert!(c.ok(), "{:?}", c.failures());
+    assert_eq!(c.near_ties, 1);
 }
