@@ -135,6 +135,10 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
         (f"tchseq --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads] + tch_tr
          + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --reproducible --threads {threads}", tch + ["--reproducible", "--threads", threads] + tch_tr
+         + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --reproducible --inter-threads {threads}", tch + ["--reproducible", "--threads", "1", "--inter-threads", threads]
+         + tch_tr + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
     ]
     reference = None
     for label, argv in systems:
@@ -158,6 +162,8 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         (f"CTranslate2 fp32 (intra {threads})", ct2_cmd + [first, "--compute-type", "float32", "--intra-threads", threads,
                                                           "--latency"]),
         (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--batch-size", "1", "--input", first]),
+        (f"tchseq --reproducible --threads {threads}", tch + ["--reproducible", "--threads", threads] + tch_tr
+         + ["--batch-size", "1", "--input", first]),
         ("tchseq --threads 1", tch + ["--threads", "1"] + tch_tr + ["--batch-size", "1", "--input", first]),
     ]
     for label, argv in lat:

@@ -26,6 +26,10 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         "mkl": tch::utils::has_mkl(),
         "mkldnn": tch::utils::has_mkldnn(),
         "openmp": tch::utils::has_openmp(),
+        "cpu_vector_isa": cpu_vector_isa(),
+        "reproducible": tchseq::libtorch::reproducible_kernels_pinned(),
+        "MKL_CBWR": std::env::var("MKL_CBWR").ok(),
+        "ATEN_CPU_CAPABILITY": std::env::var("ATEN_CPU_CAPABILITY").ok(),
     });
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -43,4 +47,20 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// The widest x86 vector extension the CPU reports (what MKL and ATen pick kernels by).
+fn cpu_vector_isa() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Some("avx512");
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Some("avx2");
+        }
+        Some("sse")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
 }

@@ -73,3 +73,24 @@ fn closed_stdout_pipe_is_success() {
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn doctor_shows_whether_the_kernels_are_pinned() {
+    let report = |reproducible: bool| -> serde_json::Value {
+        let mut cmd = crate::util::tchseq_bare();
+        cmd.env_remove("TCHSEQ_REPRODUCIBLE").env_remove("MKL_CBWR").env_remove("ATEN_CPU_CAPABILITY");
+        if reproducible {
+            cmd.arg("--reproducible");
+        }
+        let out = cmd.args(["doctor", "--json"]).output().unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (plain, pinned) = (report(false), report(true));
+    assert_eq!(plain["reproducible"], false);
+    assert_eq!(plain["MKL_CBWR"], serde_json::Value::Null);
+    assert_eq!(pinned["reproducible"], true);
+    assert_eq!(pinned["MKL_CBWR"], "AVX2");
+    assert_eq!(pinned["ATEN_CPU_CAPABILITY"], "avx2");
+    assert!(pinned["cpu_vector_isa"].is_string());
+}
