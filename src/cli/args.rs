@@ -57,10 +57,17 @@ pub enum Command {
     #[command(after_help = "Batching follows fairseq-interactive: --buffer-size lines are read, ordered and batched \
 (--batch-size / --max-tokens) the way fairseq orders them, and printed in input order, so scores match fairseq \
 bit for bit on the same machine. A sentence longer than --max-tokens gets a batch of its own (fairseq refuses). \
-A line longer than the model's max_source_positions is not translated: `text` prints an empty line (and the \
-error on stderr), `fairseq` an E-<id> line, `jsonl` an object with an \"error\" field; the other lines are \
-translated and the command exits with status 2 at the end (fairseq stops, or skips silently with \
---skip-invalid-size-inputs-valid-test).\n\n\
+A line longer than the model's max_source_positions, or one that is not valid UTF-8, is not translated: `text` \
+prints an empty line (and `error: line N: ...` on stderr), `fairseq` an E-<id> line, `jsonl` an object with an \
+\"error\" field (its \"source\" is null when the line is not UTF-8); the other lines are translated and the \
+command exits with status 2 at the end, after one error line counting the lines that failed. fairseq differs on \
+purpose here: it stops at a line too long (or skips it silently with --skip-invalid-size-inputs-valid-test) and \
+dies with a UnicodeDecodeError at a line that is not UTF-8 (on stdin in the C locale it reads the bad bytes as \
+<unk> instead).\n\n\
+Lines are split as fairseq-interactive splits them, and ids count them that way: in --input FILE, `\\n`, `\\r\\n` \
+and a lone `\\r` each end a line (Python's universal newlines); on stdin only `\\n` (or `\\r\\n`) does, and a lone \
+`\\r` stays inside the line as whitespace. A NUL byte is an ordinary character (an unknown token), and an empty \
+line is translated (its source is EOS alone).\n\n\
 Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30k.en-de\n  tchseq translate -m weights/multi30k.en-de --format fairseq --beam 5 \"Two dogs play.\"")]
     Translate(TranslateArgs),
     /// Score (source, target) pairs from a CSV file: per-row log-probabilities.
@@ -73,10 +80,16 @@ Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30
     #[command(after_help = "Example:\n  tchseq inspect -m weights/multi30k.en-de --json")]
     Inspect(InspectArgs),
     /// Raw text lines in, the subword tokens (or ids) fairseq would feed the model out.
-    #[command(after_help = "Example:\n  echo 'A dog runs.' | tchseq encode -m weights/multi30k.en-de")]
+    #[command(after_help = "Reads stdin as fairseq-interactive does: `\\n` (or `\\r\\n`) ends a line, a lone `\\r` \
+stays inside it. One output line per input line: a line that is not valid UTF-8 gets an empty output line and \
+`error: line N: ...` on stderr, the other lines are encoded, and the command exits with status 2 at the end.\n\n\
+Example:\n  echo 'A dog runs.' | tchseq encode -m weights/multi30k.en-de")]
     Encode(EncodeArgs),
     /// Subword token lines (or ids) in, detokenized text out.
-    #[command(after_help = "Example:\n  echo 'ein Hund läuft .' | tchseq decode -m weights/multi30k.en-de")]
+    #[command(after_help = "Reads stdin as `encode` does. One output line per input line: a line that is not valid \
+UTF-8 (or, with --ids, holds something that is not an id) gets an empty output line and `error: line N: ...` on \
+stderr, the other lines are decoded, and the command exits with status 2 at the end.\n\n\
+Example:\n  echo 'ein Hund läuft .' | tchseq decode -m weights/multi30k.en-de")]
     Decode(DecodeArgs),
     /// Draw the attention of a translation as a labelled heatmap (SVG or PNG).
     #[command(after_help = "Rows are target tokens (the token each decoder position predicts, final EOS \
@@ -276,7 +289,9 @@ target tokens, EOS included), tokens (target tokens after BPE, EOS included), av
 fairseq-generate --score-reference's score, in base e where fairseq prints base 2), ppl (exp(-avg_logprob)) and \
 error; --per-token adds token_logprobs. Exactly one output row per input row, in input order; a row that cannot \
 be scored (ragged, missing/empty field, invalid UTF-8, longer than the model's max positions) keeps its place \
-with empty scores and the reason in `error`.\n\n\
+with empty scores and the reason in `error`. Rows are CSV records: a quoted field may hold line breaks, an \
+unquoted `\\r` ends a record and a blank line is no record (as in Python's csv module); a NUL byte is an ordinary \
+character.\n\n\
 --output is written as <output>.partial (plus <output>.partial.progress) and renamed to <output> when complete. \
 After an interruption, --resume continues from the last completed --buffer-size chunk.\n\n\
 Exit status: 0 when at least one row was scored (or the input has no rows); 1 when no row could be scored \

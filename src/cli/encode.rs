@@ -1,7 +1,7 @@
 //! `tchseq encode`: raw lines in, the subword lines (or dictionary ids) fairseq feeds the model
 //! out. The helpers here are shared with `tchseq decode`.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 
 use anyhow::{bail, Context, Result};
 
@@ -11,6 +11,7 @@ use tchseq::text::pipeline::TextPipeline;
 
 use super::args::{EncodeArgs, GlobalArgs, ModelArgs, PipelineArgs, Side};
 use super::common;
+use super::lines::{lines, BadLine, Failures, Newlines};
 use super::Outcome;
 
 /// The text pipeline for one side, and that side's dictionary when `--ids` asks for it.
@@ -62,36 +63,37 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
     Ok(SideText { text, dict })
 }
 
-/// Reads stdin line by line (UTF-8, `\n` or `\r\n` endings) and writes one line per input line.
-pub(super) fn stream(mut f: impl FnMut(&str) -> Result<String>) -> Result<Outcome> {
+/// Reads stdin line by line (as fairseq-interactive reads stdin: [`Newlines::Lf`]) and writes one
+/// line per input line. A line that `f` cannot take, or that is not UTF-8, gets an empty output
+/// line and its error on stderr; the run goes on and fails at the end, saying how many lines were
+/// not `done`.
+pub(super) fn stream(done: &str, mut f: impl FnMut(&str) -> std::result::Result<String, BadLine>) -> Result<Outcome> {
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
-    let mut input = stdin.lock();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let mut buf = Vec::new();
-    let mut lineno = 0usize;
-    loop {
-        buf.clear();
-        if input.read_until(b'\n', &mut buf).context("reading stdin")? == 0 {
-            break;
+    let mut failures = Failures::default();
+    for (i, line) in lines(stdin.lock(), Newlines::Lf).enumerate() {
+        match line.context("reading stdin")?.and_then(|l| f(&l)) {
+            Ok(result) => writeln!(out, "{result}")?,
+            Err(bad) => {
+                failures.add(bad.kind);
+                writeln!(out)?;
+                eprintln!("error: line {}: {}", i + 1, bad.reason);
+            }
         }
-        lineno += 1;
-        let line = std::str::from_utf8(&buf).with_context(|| format!("stdin line {lineno} is not valid UTF-8"))?;
-        let line = line.strip_suffix('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).unwrap_or(line);
-        let result = f(line).with_context(|| format!("stdin line {lineno}"))?;
-        writeln!(out, "{result}")?;
         if interactive {
             out.flush()?;
         }
     }
     out.flush()?;
+    failures.finish(done)?;
     Ok(Outcome::Ok)
 }
 
 pub fn run(_global: &GlobalArgs, a: &EncodeArgs) -> Result<Outcome> {
     let SideText { text, dict } = build(&a.model, &a.pipeline, a.side, a.ids)?;
-    stream(|line| {
+    stream("encoded", |line| {
         // fairseq-interactive strips every input line before encoding it.
         let encoded = text.encode(tchseq::text::pyutil::py_strip(line));
         Ok(match &dict {

@@ -10,6 +10,7 @@ mod common;
 mod decode;
 mod doctor;
 mod encode;
+mod lines;
 mod output;
 mod translate;
 mod inspect;

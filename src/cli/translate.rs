@@ -4,7 +4,7 @@
 //! does (`generate::batching`), decoded with `SequenceGenerator`, and printed in input order.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -12,6 +12,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::args::{DtypeArg, GlobalArgs, TranslateArgs, TranslateFormat};
 use super::common;
+use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
 use tchseq::checkpoint::load_checkpoint;
@@ -33,6 +34,7 @@ const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
 enum LineResult {
     Translated { src_tokens: Vec<i64>, hypos: Vec<Hypothesis>, seconds: f64 },
     TooLong { len: usize, max: usize },
+    Unreadable(BadLine),
 }
 
 struct Session {
@@ -134,51 +136,73 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         None => Box::new(io::stdout().lock()),
     };
     let mut out = out;
-    let mut failed = 0usize;
+    let mut failures = Failures::default();
+    let too_long = format!("longer than max_source_positions={max_source_positions} tokens (EOS included)");
     let mut next_id = 0usize;
-    let mut buffer: Vec<String> = Vec::with_capacity(buffer_size);
-    let mut flush = |buffer: &mut Vec<String>, out: &mut Box<dyn Write>, next_id: &mut usize| -> Result<()> {
+    // Unreadable lines wait at their place but take no room: the buffers of readable lines, and
+    // so their batches, are those of the same input without the unreadable lines.
+    let mut buffer: Vec<Result<String, BadLine>> = Vec::with_capacity(buffer_size);
+    let mut readable = 0usize;
+    let mut flush = |buffer: &mut Vec<Result<String, BadLine>>, out: &mut Box<dyn Write>, next_id: &mut usize| -> Result<()> {
         if buffer.is_empty() {
             return Ok(());
         }
-        let results = translate_buffer(&ctx, buffer)?;
-        for (i, (line, result)) in buffer.iter().zip(&results).enumerate() {
-            if matches!(result, LineResult::TooLong { .. }) {
-                failed += 1;
+        let good: Vec<&str> = buffer.iter().filter_map(|l| l.as_deref().ok()).collect();
+        // (an empty buffer must not reach translate_buffer: it draws from the generator)
+        let translated = if good.is_empty() { Vec::new() } else { translate_buffer(&ctx, &good)? };
+        let mut translated = translated.into_iter();
+        let n = buffer.len();
+        for (i, entry) in buffer.drain(..).enumerate() {
+            let (line, result) = match entry {
+                Ok(line) => {
+                    let result = translated.next().context("internal error: a line was not translated")?;
+                    (Some(line), result)
+                }
+                Err(bad) => (None, LineResult::Unreadable(bad)),
+            };
+            match &result {
+                LineResult::TooLong { .. } => failures.add(&too_long),
+                LineResult::Unreadable(bad) => failures.add(bad.kind),
+                LineResult::Translated { .. } => {}
             }
-            write_result(&ctx, out, *next_id + i, line, result)?;
+            write_result(&ctx, out, *next_id + i, line.as_deref(), &result)?;
         }
         out.flush()?;
-        *next_id += buffer.len();
-        buffer.clear();
+        *next_id += n;
         Ok(())
     };
     if !a.sentences.is_empty() {
         for s in &a.sentences {
-            buffer.push(py_strip(s).to_string());
+            buffer.push(Ok(py_strip(s).to_string()));
             if buffer.len() >= buffer_size {
                 flush(&mut buffer, &mut out, &mut next_id)?;
             }
         }
     } else {
-        let reader: Box<dyn BufRead> = match &a.input {
-            Some(p) => Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
-            None => Box::new(io::stdin().lock()),
+        let (reader, newlines): (Box<dyn io::BufRead>, _) = match &a.input {
+            Some(p) => (
+                Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
+                Newlines::Universal,
+            ),
+            None => (Box::new(io::stdin().lock()), Newlines::Lf),
         };
-        for line in reader.lines() {
-            let line = line.context("reading input (it must be UTF-8)")?;
-            buffer.push(py_strip(&line).to_string());
-            if buffer.len() >= buffer_size {
+        for line in lines(reader, newlines) {
+            match line.context("reading input")? {
+                Ok(line) => {
+                    buffer.push(Ok(py_strip(&line).to_string()));
+                    readable += 1;
+                }
+                Err(bad) => buffer.push(Err(bad)),
+            }
+            // an unreadable line with no readable line before it is written at once
+            if readable >= buffer_size || readable == 0 {
                 flush(&mut buffer, &mut out, &mut next_id)?;
+                readable = 0;
             }
         }
     }
     flush(&mut buffer, &mut out, &mut next_id)?;
-    if failed > 0 {
-        bail!(
-            "{failed} input line(s) were not translated: longer than max_source_positions={max_source_positions} tokens (EOS included)"
-        );
-    }
+    failures.finish("translated")?;
     Ok(Outcome::Ok)
 }
 
@@ -236,7 +260,7 @@ fn py_strip(s: &str) -> &str {
 }
 
 /// Encodes, orders, batches and translates one buffer of lines; results in input order.
-fn translate_buffer(ctx: &Session, lines: &[String]) -> Result<Vec<LineResult>> {
+fn translate_buffer(ctx: &Session, lines: &[&str]) -> Result<Vec<LineResult>> {
     let tokens: Vec<Vec<i64>> = lines.iter().map(|l| ctx.src_dict.encode_line(&ctx.pipeline.encode(l), true)).collect();
     let sizes: Vec<usize> = tokens.iter().map(Vec::len).collect();
     let mut results: Vec<Option<LineResult>> = (0..lines.len()).map(|_| None).collect();
@@ -340,24 +364,32 @@ fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
     Ok(Vec::<f32>::try_from(t.f_to_device(Device::Cpu)?)?)
 }
 
-fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: &str, result: &LineResult) -> Result<()> {
+/// A line that was not translated: an `E-` line, a JSON object with an `error`, or an empty
+/// line (and the error on stderr). `line` is `None` when the line could not be read.
+fn write_error(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<&str>, msg: &str) -> Result<()> {
+    match ctx.format {
+        TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
+        TranslateFormat::Jsonl => {
+            let v = serde_json::json!({ "id": id, "source": line, "error": msg });
+            writeln!(out, "{v}")?;
+        }
+        TranslateFormat::Text => {
+            writeln!(out)?;
+            eprintln!("error: line {}: {msg}", id + 1);
+        }
+    }
+    Ok(())
+}
+
+fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<&str>, result: &LineResult) -> Result<()> {
     match result {
         LineResult::TooLong { len, max } => {
             let msg = format!(
                 "input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated"
             );
-            match ctx.format {
-                TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
-                TranslateFormat::Jsonl => {
-                    let v = serde_json::json!({ "id": id, "source": line, "error": msg });
-                    writeln!(out, "{v}")?;
-                }
-                TranslateFormat::Text => {
-                    writeln!(out)?;
-                    eprintln!("error: line {}: {msg}", id + 1);
-                }
-            }
+            write_error(ctx, out, id, line, &msg)?;
         }
+        LineResult::Unreadable(bad) => write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason))?,
         LineResult::Translated { src_tokens, hypos, seconds } => {
             let src_str = ctx.src_dict.string(src_tokens, None, false, &[]);
             let eos = [ctx.tgt_dict.eos()];

@@ -1,6 +1,7 @@
 //! The one integration-test binary (every test binary links libtorch, so there is only one).
 //! One module per area.
 
+mod bad_input;
 mod bundled;
 mod cli;
 mod fairseq_out;
