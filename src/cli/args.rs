@@ -294,8 +294,9 @@ unquoted `\\r` ends a record and a blank line is no record (as in Python's csv m
 character.\n\n\
 --output is written as <output>.partial (plus <output>.partial.progress) and renamed to <output> when complete. \
 After an interruption, --resume continues from the last completed --buffer-size chunk.\n\n\
-Exit status: 0 when at least one row was scored (or the input has no rows); 1 when no row could be scored \
-(the output is still written); 2 for usage, input or model errors (e.g. a missing column).\n\n\
+Exit status: 0 when every row was scored (or the input has no rows); 2 when some rows could not be scored \
+(the output is still complete, with the reasons in `error`) and for usage, input or model errors (e.g. a \
+missing column).\n\n\
 Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv\n  \
 tchseq score -m model_dir --tokenized --delimiter '\\t' --input pairs.tsv --format jsonl --per-token")]
 pub struct ScoreArgs {

@@ -368,8 +368,8 @@ fn decode_keeps_every_line() {
     check_stream(&got, &want, &recs, "2 input line(s) were not decoded: 1 not dictionary ids, 1 not valid UTF-8");
 }
 
-/// `score` keeps its own exit status (0 when a row was scored, see `score --help`); every record
-/// keeps its place with the reason in `error`, and a scored row equals the good-rows-only run's.
+/// `score`: every record keeps its place with the reason in `error`, a scored row equals the
+/// good-rows-only run's, and the exit status (2) tells that some rows failed.
 #[test]
 fn score_keeps_every_row() {
     let src = fs::read_to_string(fixture("models/inputs.src")).unwrap();
@@ -449,8 +449,9 @@ fn score_keeps_every_row() {
         let want = score(&alone);
         assert_eq!(want.code, Some(0), "{}", want.stderr);
         let got = score(&mixed);
-        assert_eq!(got.code, Some(0), "{format}: {}", got.stderr);
+        assert_eq!(got.code, Some(2), "{format}: {}", got.stderr);
         assert!(got.stderr.contains("scored 10 rows (6 errors)"), "{}", got.stderr);
+        assert!(got.stderr.trim_end().ends_with("error: 6 of 10 rows could not be scored (see the `error` column)"), "{}", got.stderr);
         let (got, mut want) = (parse(&got), parse(&want).into_iter());
         assert_eq!(got.len(), want_rows.len(), "{format}: one output row per record");
         for (row, (id, err)) in got.iter().zip(&want_rows) {

@@ -95,8 +95,19 @@ fn score(model: &[String], csv_path: &Path, extra: &[&str]) -> Scored {
         .args(extra)
         .assert();
     let out = assert.get_output();
-    assert!(out.status.success(), "tchseq score failed: {}", String::from_utf8_lossy(&out.stderr));
-    Scored { output: read_output(&out_path), stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out_path.exists(), "tchseq score wrote no output: {stderr}");
+    let output = read_output(&out_path);
+    // exit 0 when every row was scored, else 2 with a count, the output complete all the same
+    let failed = output.iter().filter(|r| !r["error"].as_str().is_empty()).count();
+    if failed == 0 {
+        assert!(out.status.success(), "tchseq score failed: {stderr}");
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let last = stderr.lines().last().unwrap_or("");
+        assert!(last.starts_with(&format!("error: {failed} of {} rows could not be scored", output.len())), "{stderr}");
+    }
+    Scored { output, stderr }
 }
 
 #[test]
@@ -313,7 +324,7 @@ fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
         assert!(v["error"].is_null());
     }
 
-    // every row bad: output still written (with reasons), exit code 1
+    // every row bad: output still written (with reasons), exit code 2
     fs::write(&csv_path, "source,target\na,\nb,\n").unwrap();
     let out = tchseq()
         .arg("score")
@@ -323,10 +334,10 @@ fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
         .args(["--tokenized", "-q"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 3);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("none of the 2 rows"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 of 2 rows could not be scored"));
 
     // --resume needs --output
     let out = tchseq().arg("score").args(&fx).arg("--input").arg(&csv_path).arg("--resume").output().unwrap();
