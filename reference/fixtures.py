@@ -61,6 +61,9 @@ SCORE_REFERENCE = {
 }
 # verify batch: rows of inputs.src (lengths 3, 8, 1, 12, 5, 17 and 6 with an unknown symbol)
 VERIFY_ROWS = "2,7,0,11,4,62,70"
+# fixtures that also get fastpath_golden.py's references (encoder states as the fast path
+# returns them: batch-first, dense or nested)
+FASTPATH_FIXTURES = ("postnorm",)
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| ")
 
 
@@ -120,6 +123,10 @@ def build(fx):
                   "-s", "src", "-t", "tgt", "--sentences", f"{FIX}/inputs.src", f"{FIX}/inputs.tgt",
                   VERIFY_ROWS])
     summary = json.loads(out.strip().splitlines()[-1])
+    fastpath = None
+    if name in FASTPATH_FIXTURES:
+        out, _ = run([PY, f"{REF}/fastpath_golden.py", "--fixture", d])
+        fastpath = json.loads(out.strip().splitlines()[-1])
 
     commands = {"interactive": {}, "score_reference": {}}
     jobs = []
@@ -147,7 +154,7 @@ def build(fx):
         a = open(os.path.join(ROOT, d, f"interactive/beam5{b['suffix']}")).read().splitlines()
         c = open(os.path.join(ROOT, d, f"interactive/beam5_ngram2{b['suffix']}")).read().splitlines()
         ngram_noop[bname] = hyp_lines(a) == hyp_lines(c)
-    return summary, commands, ngram_noop
+    return summary, commands, ngram_noop, fastpath
 
 
 def model_facts(d):
@@ -166,7 +173,7 @@ def model_facts(d):
 
 def build_entry(fx):
     t = time.time()
-    summary, commands, ngram_noop = build(fx)
+    summary, commands, ngram_noop, fastpath = build(fx)
     d = f"{FIX}/{fx['name']}"
     facts, top_keys = model_facts(d)
     info_path = os.path.join(ROOT, WORK, "ckpt", fx["base"], "train_info.json")
@@ -206,6 +213,14 @@ def build_entry(fx):
                      "data": f"{WORK}/{fx['data']}"},
         "sha256": {f: sha256(f"{d}/{f}") for f in ("model.pt", "weights.pt", "verify_left.pt", "verify_right.pt")},
     }
+    if fastpath:
+        goldens = entry["goldens"]
+        entry["goldens"] = {}
+        for k, v in goldens.items():  # after verify_rows_of_inputs
+            entry["goldens"][k] = v
+            if k == "verify_rows_of_inputs":
+                entry["goldens"]["verify_fastpath"] = fastpath
+        entry["sha256"].update({v["file"]: sha256(f"{d}/{v['file']}") for v in fastpath.values()})
     os.makedirs(os.path.join(ROOT, WORK, "meta"), exist_ok=True)
     json.dump(entry, open(os.path.join(ROOT, WORK, "meta", f"{fx['name']}.json"), "w"), indent=1)
     print(f"{fx['name']}: built in {time.time() - t:.0f}s; encoder path "
@@ -247,8 +262,9 @@ def write_manifest():
         "verify_format": "torch.save dict of tensors; see reference/README.md",
         "encoder_attention_path_values": {
             "fast_bt": "every encoder layer = torch._transformer_encoder_layer_fwd on a dense batch-first tensor "
-                       "(mask = [B,S] key padding mask, or None when the batch has no padding)",
-            "fast_bt_nested": "same, on a nested tensor from torch._nested_tensor_from_mask (right-padded batch); "
+                       "(mask = [B,S] key padding mask: a left-padded batch)",
+            "fast_bt_nested": "same, on a nested tensor from torch._nested_tensor_from_mask (right-padded batch, "
+                              "or one without padding: its all-false mask counts as left-aligned); "
                               "encoder_out = to_padded_tensor(0.0)",
             "fairseq_mha": "fairseq's per-op layer (MultiheadAttention -> F.multi_head_attention_forward / SDPA)",
         },

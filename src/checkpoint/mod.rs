@@ -181,17 +181,7 @@ impl Materializer<'_> {
         let Some(Node::Storage(s)) = p.nodes.get(t.storage) else {
             return Err(err("refers to no storage".into()));
         };
-        // The view must stay inside the storage.
-        if t.storage_offset < 0 || t.size.iter().any(|&d| d < 0) || t.stride.iter().any(|&d| d < 0) {
-            return Err(err(format!("negative size/stride/offset (size {:?}, stride {:?}, offset {})", t.size, t.stride, t.storage_offset)));
-        }
-        let empty = t.size.contains(&0);
-        if !empty {
-            let last = t.size.iter().zip(&t.stride).try_fold(i128::from(t.storage_offset), |acc, (&d, &st)| acc.checked_add(i128::from(d - 1) * i128::from(st)));
-            if last.is_none_or(|l| l >= i128::from(s.numel)) {
-                return Err(err(format!("view (size {:?}, stride {:?}, offset {}) exceeds its storage of {} elements", t.size, t.stride, t.storage_offset, s.numel)));
-            }
-        }
+        check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(err)?;
         let kind = kind_of(s.dtype);
         if !self.storages.contains_key(&t.storage) {
             let data = self.raw.storage_bytes(self.bytes, s).map_err(|e| err(e.to_string()))?;
@@ -212,24 +202,121 @@ impl Materializer<'_> {
         let st = &self.storages[&t.storage];
         st.f_as_strided(&t.size, &t.stride, t.storage_offset).map_err(|e| err(e.to_string()))
     }
+
+    /// A strided nested tensor, `torch._utils._rebuild_nested_tensor(buffer, sizes, strides,
+    /// offsets)` (what `torch.save` writes for one), as `to_padded_tensor(0.0)`: component `b`
+    /// is `buffer.as_strided(sizes[b], strides[b], offsets[b])`, the result `[B, max sizes...]`.
+    fn nested(&mut self, name: &str, args: &[Value]) -> Result<Tensor, CheckpointError> {
+        let path = self.path;
+        let err = |msg: String| CheckpointError::Tensor { path: path.to_path_buf(), name: name.to_string(), msg };
+        let tch_err = |e: tch::TchError| err(e.to_string());
+        let [buffer, sizes, strides, offsets] = args else {
+            return Err(err(format!("nested tensor: _rebuild_nested_tensor takes 4 arguments, got {}", args.len())));
+        };
+        let buffer = self.tensor(name, buffer)?;
+        if buffer.dim() != 1 {
+            return Err(err(format!("nested tensor: buffer has shape {:?}, not one dimension", buffer.size())));
+        }
+        // a fresh copy, so that the components' offsets count from its start
+        let mut flat = Tensor::f_zeros_like(&buffer).map_err(tch_err)?;
+        flat.f_copy_(&buffer).map_err(tch_err)?;
+        let mut int_rows = |v: &Value, what: &str| -> Result<Vec<Vec<i64>>, CheckpointError> {
+            let t = self.tensor(name, v)?;
+            if t.kind() != Kind::Int64 || !(1..=2).contains(&t.dim()) {
+                return Err(err(format!("nested tensor: {what} is {:?} {:?}, not int64 [B] or [B, D]", t.kind(), t.size())));
+            }
+            let t = if t.dim() == 1 { t.f_unsqueeze(1).map_err(tch_err)? } else { t };
+            Vec::<Vec<i64>>::try_from(&t.f_contiguous().map_err(tch_err)?).map_err(tch_err)
+        };
+        let sizes = int_rows(sizes, "sizes")?;
+        let strides = int_rows(strides, "strides")?;
+        let offsets: Vec<i64> = int_rows(offsets, "offsets")?.into_iter().flatten().collect();
+        let rank = sizes.first().map_or(0, Vec::len);
+        if sizes.is_empty() || rank == 0 || strides.len() != sizes.len() || offsets.len() != sizes.len() || sizes.iter().chain(&strides).any(|r| r.len() != rank) {
+            return Err(err(format!("nested tensor: {} sizes, {} strides and {} offsets do not describe one batch", sizes.len(), strides.len(), offsets.len())));
+        }
+        let numel = flat.size()[0] as u64;
+        for (b, ((size, stride), &offset)) in sizes.iter().zip(&strides).zip(&offsets).enumerate() {
+            check_view(size, stride, offset, numel).map_err(|m| err(format!("nested tensor component {b}: {m}")))?;
+        }
+        let mut padded = vec![sizes.len() as i64];
+        padded.extend((0..rank).map(|d| sizes.iter().map(|r| r[d]).max().unwrap_or(0)));
+        // each padded row holds at most the whole buffer when the components differ in one
+        // dimension only (as fairseq's do); anything larger is not worth allocating
+        let total = padded.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        if total.is_none_or(|t| t > (sizes.len() as u64).saturating_mul(numel)) {
+            return Err(err(format!("nested tensor: its components padded to {padded:?} would exceed {} times its {numel}-element buffer", sizes.len())));
+        }
+        let out = Tensor::f_zeros(&padded, (flat.kind(), flat.device())).map_err(tch_err)?;
+        for (b, ((size, stride), &offset)) in sizes.iter().zip(&strides).zip(&offsets).enumerate() {
+            let part = flat.f_as_strided(size, stride, offset).map_err(tch_err)?;
+            let mut slot = out.f_select(0, b as i64).map_err(tch_err)?;
+            for (d, &len) in size.iter().enumerate() {
+                slot = slot.f_narrow(d as i64, 0, len).map_err(tch_err)?;
+            }
+            slot.f_copy_(&part).map_err(tch_err)?;
+        }
+        Ok(out)
+    }
+}
+
+/// A strided view must stay inside its storage of `numel` elements.
+fn check_view(size: &[i64], stride: &[i64], offset: i64, numel: u64) -> Result<(), String> {
+    if size.len() != stride.len() {
+        return Err(format!("size {size:?} and stride {stride:?} differ in rank"));
+    }
+    if offset < 0 || size.iter().chain(stride).any(|&d| d < 0) {
+        return Err(format!("negative size/stride/offset (size {size:?}, stride {stride:?}, offset {offset})"));
+    }
+    if size.contains(&0) {
+        return Ok(());
+    }
+    let last = size.iter().zip(stride).try_fold(i128::from(offset), |acc, (&d, &st)| acc.checked_add(i128::from(d - 1) * i128::from(st)));
+    if last.is_none_or(|l| l >= i128::from(numel)) {
+        return Err(format!("view (size {size:?}, stride {stride:?}, offset {offset}) exceeds its storage of {numel} elements"));
+    }
+    Ok(())
 }
 
 fn invalid(path: &Path, msg: impl Into<String>) -> CheckpointError {
     CheckpointError::Invalid { path: path.to_path_buf(), msg: msg.into() }
 }
 
+/// A reference file's tensors, as [`read_tensor_dict`] found them.
+#[derive(Debug, Default)]
+pub struct TensorDict {
+    pub tensors: IndexMap<String, Tensor>,
+    /// Entries that were strided nested tensors, read as `to_padded_tensor(0.0)`.
+    pub nested: Vec<String>,
+    /// Entries that are not tensors: (name, Python type).
+    pub skipped: Vec<(String, String)>,
+}
+
 /// Any torch.save'd dict of tensors (zip or legacy) or a .safetensors file; used by `verify`.
 /// Entries that are not tensors are skipped; a nested `model`/`state_dict` is not unwrapped.
 pub fn load_tensor_dict(path: &Path) -> Result<IndexMap<String, Tensor>, CheckpointError> {
+    Ok(read_tensor_dict(path)?.tensors)
+}
+
+/// [`load_tensor_dict`], also reading nested tensors (as fairseq's encoder fast path returns
+/// for right-padded batches) and naming what it read as nested and what it skipped.
+pub fn read_tensor_dict(path: &Path) -> Result<TensorDict, CheckpointError> {
     let file = open(path, true)?;
     let raw = read_container(path, &file.map)?;
     let root = raw.pickle.dict(&raw.pickle.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a dict of tensors", raw.pickle.type_name(&raw.pickle.root))))?;
     let mut m = Materializer { path, raw: &raw, bytes: &file.map, storages: HashMap::new() };
-    let mut out = IndexMap::new();
+    let mut out = TensorDict::default();
     for (k, v) in &root.entries {
         let Value::Str(name) = k else { continue };
-        if matches!(raw.pickle.node(v), Some(Node::Tensor(_))) {
-            out.insert(name.to_string(), m.tensor(name, v)?);
+        match raw.pickle.node(v) {
+            Some(Node::Tensor(_)) => {
+                out.tensors.insert(name.to_string(), m.tensor(name, v)?);
+            }
+            Some(Node::Object { class, args, .. }) if class == "torch._utils._rebuild_nested_tensor" => {
+                out.tensors.insert(name.to_string(), m.nested(name, args)?);
+                out.nested.push(name.to_string());
+            }
+            _ => out.skipped.push((name.to_string(), raw.pickle.type_name(v))),
         }
     }
     Ok(out)

@@ -74,7 +74,10 @@ Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30
     #[command(after_help = "Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv")]
     Score(ScoreArgs),
     /// Compare weights and activations with tensors saved from PyTorch/fairseq.
-    #[command(after_help = "Example:\n  tchseq verify -m tests/fixtures/models/postnorm --reference tests/fixtures/models/postnorm/verify_left.pt")]
+    #[command(after_help = "`encoder_states.{i}` may be time-major [S,B,C] or batch-first [B,S,C], dense or nested, as \
+fairseq's encoder fast path returns them; the layout is read from the shape (when B == S, from which way the values \
+match) and the report's layout column names it.\n\n\
+Example:\n  tchseq verify -m tests/fixtures/models/postnorm --reference tests/fixtures/models/postnorm/verify_left.pt")]
     Verify(VerifyArgs),
     /// Summarise a checkpoint: format, config, dictionaries, tensors.
     #[command(after_help = "Example:\n  tchseq inspect -m weights/multi30k.en-de --json")]

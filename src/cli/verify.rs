@@ -8,6 +8,10 @@
 //! `[B,T,S]`, `logits` and `lprobs` `[B,T,V]`, optionally `incremental_logits` `[B,T,V]` (the
 //! decoder run one step at a time with an incremental state); any other name is a fairseq
 //! state-dict entry.
+//! `encoder_states.{i}` may also be batch-first `[B,S,C]`, dense or nested: fairseq's encoder
+//! fast path returns them so. The layout is read from the shape; when B == S the shape fits
+//! both, and the tensor is read time-major if its values match that way, else batch-first if
+//! they match that way (the report says which).
 //! Padded positions are not compared (source positions of encoder tensors and the source
 //! axis of `attn`; target positions of decoder tensors).
 
@@ -19,7 +23,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use tchseq::checkpoint::{load_checkpoint, load_tensor_dict};
+use tchseq::checkpoint::{load_checkpoint, read_tensor_dict};
 use tchseq::model::{
     get_normalized_probs, DecoderOut, EncoderOut, EncoderPath, IncrementalState, TransformerModel, PADDING_IDX,
 };
@@ -38,15 +42,52 @@ enum Status {
     Skip,
 }
 
+/// How a reference activation's leading axes were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Layout {
+    /// `[S|T, B, ...]`
+    TimeMajor,
+    /// `[B, ...]`
+    BatchFirst,
+}
+
+impl Layout {
+    fn text(self) -> &'static str {
+        match self {
+            Layout::TimeMajor => "time-major",
+            Layout::BatchFirst => "batch-first",
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Row {
     name: String,
+    /// The reference's shape (a nested tensor's: after padding).
     shape: Vec<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layout: Option<Layout>,
+    /// Our shape, when it differs from the reference's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    our_shape: Option<Vec<i64>>,
     max_abs_diff: Option<f64>,
     max_rel_diff: Option<f64>,
     status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+}
+
+impl Row {
+    fn new(name: &str, shape: Vec<i64>, layout: Option<Layout>) -> Self {
+        Row { name: name.to_string(), shape, layout, our_shape: None, max_abs_diff: None, max_rel_diff: None, status: Status::Fail, note: None }
+    }
+
+    fn with_note(mut self, status: Status, note: impl Into<String>) -> Self {
+        self.status = status;
+        self.note = Some(note.into());
+        self
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -67,6 +108,7 @@ struct Report {
 }
 
 /// Which positions of a reference tensor count.
+#[derive(Clone, Copy)]
 enum Axes {
     /// `[S, B, ...]` encoder time-major.
     SourceTimeMajor,
@@ -80,20 +122,32 @@ enum Axes {
     Attention,
 }
 
+impl Axes {
+    fn layout(self) -> Layout {
+        match self {
+            Axes::SourceTimeMajor | Axes::TargetTimeMajor => Layout::TimeMajor,
+            _ => Layout::BatchFirst,
+        }
+    }
+}
+
+/// The layouts a reference activation may have, preferred first; ours is in the first.
 enum Kind2 {
-    Encoder(Axes),
-    Decoder(Axes),
+    Encoder(&'static [Axes]),
+    Decoder(&'static [Axes]),
     Weight,
 }
 
 fn classify(name: &str) -> Kind2 {
+    use Axes::*;
     match name {
-        "encoder_out" => Kind2::Encoder(Axes::SourceTimeMajor),
-        "encoder_padding_mask" | "encoder_embedding" => Kind2::Encoder(Axes::SourceBatchMajor),
-        "logits" | "lprobs" | "incremental_logits" => Kind2::Decoder(Axes::TargetBatchMajor),
-        "attn" => Kind2::Decoder(Axes::Attention),
-        n if n.starts_with("encoder_states.") => Kind2::Encoder(Axes::SourceTimeMajor),
-        n if n.starts_with("decoder_inner_states.") => Kind2::Decoder(Axes::TargetTimeMajor),
+        "encoder_out" => Kind2::Encoder(&[SourceTimeMajor]),
+        "encoder_padding_mask" | "encoder_embedding" => Kind2::Encoder(&[SourceBatchMajor]),
+        "logits" | "lprobs" | "incremental_logits" => Kind2::Decoder(&[TargetBatchMajor]),
+        "attn" => Kind2::Decoder(&[Attention]),
+        // fairseq's encoder fast path returns these batch-first
+        n if n.starts_with("encoder_states.") => Kind2::Encoder(&[SourceTimeMajor, SourceBatchMajor]),
+        n if n.starts_with("decoder_inner_states.") => Kind2::Decoder(&[TargetTimeMajor]),
         _ => Kind2::Weight,
     }
 }
@@ -273,63 +327,152 @@ fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, devic
     Ok(out)
 }
 
+#[derive(Clone, Copy)]
+struct Tolerance {
+    atol: f64,
+    rtol: f64,
+}
+
+/// One comparison of ours (in one layout) with the reference.
+struct Compared {
+    layout: Layout,
+    max_abs: f64,
+    max_rel: f64,
+    ok: bool,
+}
+
+fn shape_text(shape: &[i64]) -> String {
+    format!("{shape:?}")
+}
+
+/// Compares an activation in the first of `layouts` whose shape fits the reference's; when
+/// several fit (B == S), the first whose values match, else the closest.
+fn activation_row(computed: &Computed, name: &str, theirs: &Tensor, layouts: &[Axes], nested: bool, tol: Tolerance) -> Result<Row> {
+    let shape = theirs.size();
+    let Some(ours) = computed.activation(name) else {
+        return Ok(Row::new(name, shape, None).with_note(Status::Fail, "the model has no such activation"));
+    };
+    let natural = layouts.first().map_or(Layout::TimeMajor, |a| a.layout());
+    let in_layout = |a: &Axes| -> Result<Tensor> {
+        Ok(if a.layout() == natural { ours.shallow_clone() } else { ours.f_transpose(0, 1)? })
+    };
+    // a nested tensor holds one component per sentence: batch-first by construction
+    let allowed: Vec<&Axes> = layouts.iter().filter(|a| !nested || a.layout() == Layout::BatchFirst).collect();
+    let mut fitting = Vec::new();
+    let mut ours_shapes = Vec::new();
+    for a in &allowed {
+        let t = in_layout(a)?;
+        ours_shapes.push((a.layout(), t.size()));
+        if t.size() == shape {
+            fitting.push((*a, t));
+        }
+    }
+    if fitting.is_empty() {
+        let ours_text: Vec<String> = if ours_shapes.is_empty() {
+            vec![format!("{} ({})", shape_text(&ours.size()), natural.text())]
+        } else if ours_shapes.len() == 1 {
+            vec![shape_text(&ours_shapes[0].1)]
+        } else {
+            ours_shapes.iter().map(|(l, s)| format!("{} ({})", shape_text(s), l.text())).collect()
+        };
+        let what = if nested { "nested tensor, padded" } else { "reference" };
+        let note = format!("shape mismatch: ours {}, {what} {}", ours_text.join(" or "), shape_text(&shape));
+        let mut row = Row::new(name, shape, None).with_note(Status::Fail, note);
+        row.our_shape = Some(ours.size());
+        return Ok(row);
+    }
+    let mut tried: Vec<Compared> = Vec::new();
+    for (axes, t) in &fitting {
+        let keep = computed.keep(axes, shape.len());
+        let (max_abs, max_rel, ok) = compare(t, theirs, keep.as_ref(), tol.atol, tol.rtol).with_context(|| format!("comparing `{name}`"))?;
+        tried.push(Compared { layout: axes.layout(), max_abs, max_rel, ok });
+        if ok {
+            break;
+        }
+    }
+    // tried is not empty: fitting was not
+    let key = |c: &Compared| if c.max_abs.is_nan() { f64::INFINITY } else { c.max_abs };
+    let chosen = match tried.iter().position(|c| c.ok) {
+        Some(i) => i,
+        None => (0..tried.len()).min_by(|&a, &b| key(&tried[a]).total_cmp(&key(&tried[b]))).unwrap_or(0),
+    };
+    let c = &tried[chosen];
+    let mut notes = Vec::new();
+    if fitting.len() > 1 {
+        let others: Vec<String> = tried
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != chosen)
+            .map(|(_, o)| format!("{} max_abs_diff {:.3e}", o.layout.text(), o.max_abs))
+            .collect();
+        let side = shape.first().copied().unwrap_or(0);
+        notes.push(if c.ok {
+            let also = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
+            format!("B = S = {side}: the shape fits both layouts; read {}, whose values match{also}", c.layout.text())
+        } else {
+            format!("B = S = {side}: the shape fits both layouts and neither matches; closest {}, {}", c.layout.text(), others.join(", "))
+        });
+    }
+    if nested {
+        notes.push("nested tensor, read as to_padded_tensor(0.0)".to_string());
+    }
+    let mut row = Row::new(name, shape, Some(c.layout));
+    row.max_abs_diff = Some(c.max_abs);
+    row.max_rel_diff = Some(c.max_rel);
+    row.status = if c.ok { Status::Ok } else { Status::Fail };
+    row.note = (!notes.is_empty()).then(|| notes.join("; "));
+    Ok(row)
+}
+
+fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: Tolerance) -> Result<Row> {
+    let shape = theirs.size();
+    if name.ends_with("._float_tensor") {
+        return Ok(Row::new(name, shape, None).with_note(Status::Skip, "uninitialised buffer fairseq never reads"));
+    }
+    let Some(ours) = model.named_tensors.get(name) else {
+        return Ok(Row::new(name, shape, None).with_note(Status::Fail, "the model has no such weight"));
+    };
+    if ours.size() != shape {
+        let note = format!("shape mismatch: ours {}, reference {}", shape_text(&ours.size()), shape_text(&shape));
+        let mut row = Row::new(name, shape, None).with_note(Status::Fail, note);
+        row.our_shape = Some(ours.size());
+        return Ok(row);
+    }
+    let (max_abs, max_rel, ok) = compare(ours, theirs, None, tol.atol, tol.rtol).with_context(|| format!("comparing `{name}`"))?;
+    let mut row = Row::new(name, shape, None);
+    row.max_abs_diff = Some(max_abs);
+    row.max_rel_diff = Some(max_rel);
+    row.status = if ok { Status::Ok } else { Status::Fail };
+    Ok(row)
+}
+
 pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     let checkpoint_path = checkpoint_path(&args.model)?;
     let device = resolve_device(global.device)?;
     let checkpoint = load_checkpoint(&checkpoint_path)?;
     let (model, load_report) = TransformerModel::from_state_dict(&checkpoint.config, &checkpoint.state_dict, device, Kind::Float)
         .with_context(|| format!("building the model from {}", checkpoint_path.display()))?;
-    let reference = load_tensor_dict(&args.reference)?;
-    let computed = compute(&model, &reference, device)?;
+    let reference = read_tensor_dict(&args.reference)?;
+    let computed = compute(&model, &reference.tensors, device)?;
+    let mut warnings = load_report.warnings;
+    for (name, type_name) in &reference.skipped {
+        warnings.push(format!("reference entry `{name}` is a {type_name}, not a tensor: not compared"));
+    }
 
+    let tol = Tolerance { atol: args.atol, rtol: args.rtol };
     let mut rows = Vec::new();
-    for (name, theirs) in &reference {
+    for (name, theirs) in &reference.tensors {
         if INPUTS.contains(&name.as_str()) {
             continue;
         }
-        let shape = theirs.size();
-        let row = |status: Status, diffs: Option<(f64, f64)>, note: Option<String>| Row {
-            name: name.clone(),
-            shape: shape.clone(),
-            max_abs_diff: diffs.map(|d| d.0),
-            max_rel_diff: diffs.map(|d| d.1),
-            status,
-            note,
-        };
-        let (ours, keep) = match classify(name) {
-            Kind2::Encoder(axes) | Kind2::Decoder(axes) => match computed.activation(name) {
-                Some(t) => {
-                    let keep = computed.keep(&axes, shape.len());
-                    (t, keep)
-                }
-                None => {
-                    rows.push(row(Status::Fail, None, Some("the model has no such activation".into())));
-                    continue;
-                }
-            },
-            Kind2::Weight => {
-                if name.ends_with("._float_tensor") {
-                    let note = "uninitialised buffer fairseq never reads".to_string();
-                    rows.push(row(Status::Skip, None, Some(note)));
-                    continue;
-                }
-                match model.named_tensors.get(name) {
-                    Some(t) => (t.shallow_clone(), None),
-                    None => {
-                        rows.push(row(Status::Fail, None, Some("the model has no such weight".into())));
-                        continue;
-                    }
-                }
+        let row = match classify(name) {
+            Kind2::Encoder(layouts) | Kind2::Decoder(layouts) => {
+                let nested = reference.nested.contains(name);
+                activation_row(&computed, name, theirs, layouts, nested, tol)?
             }
+            Kind2::Weight => weight_row(&model, name, theirs, tol)?,
         };
-        if ours.size() != shape {
-            let note = format!("ours has shape {:?}", ours.size());
-            rows.push(row(Status::Fail, None, Some(note)));
-            continue;
-        }
-        let (max_abs, max_rel, ok) = compare(&ours, theirs, keep.as_ref(), args.atol, args.rtol)
-            .with_context(|| format!("comparing `{name}`"))?;
-        rows.push(row(if ok { Status::Ok } else { Status::Fail }, Some((max_abs, max_rel)), None));
+        rows.push(row);
     }
 
     let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
@@ -342,7 +485,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         device: format!("{device:?}"),
         encoder_path: computed.encoder.as_ref().map(|(_, p)| *p),
         unused_keys: load_report.unused_keys,
-        warnings: load_report.warnings,
+        warnings,
         passed: count(Status::Ok),
         failed: count(Status::Fail),
         skipped: count(Status::Skip),
@@ -369,7 +512,7 @@ fn print_report(report: &Report, json: bool) -> Result<()> {
         writeln!(out, "encoder path: {}", serde_json::to_value(path)?.as_str().unwrap_or("?"))?;
     }
     let width = report.tensors.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
-    writeln!(out, "{:<width$}  {:<16}  {:>12}  {:>12}  status", "name", "shape", "max_abs_diff", "max_rel_diff")?;
+    writeln!(out, "{:<width$}  {:<16}  {:<11}  {:>12}  {:>12}  status", "name", "shape", "layout", "max_abs_diff", "max_rel_diff")?;
     let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3e}"));
     for r in &report.tensors {
         let status = match r.status {
@@ -377,13 +520,15 @@ fn print_report(report: &Report, json: bool) -> Result<()> {
             Status::Fail => "FAIL",
             Status::Skip => "skip",
         };
-        let shape = format!("{:?}", r.shape);
+        let shape = shape_text(&r.shape);
+        let layout = r.layout.map_or("-", Layout::text);
         let note = r.note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
         writeln!(
             out,
-            "{:<width$}  {:<16}  {:>12}  {:>12}  {status}{note}",
+            "{:<width$}  {:<16}  {:<11}  {:>12}  {:>12}  {status}{note}",
             r.name,
             shape,
+            layout,
             fmt(r.max_abs_diff),
             fmt(r.max_rel_diff)
         )?;

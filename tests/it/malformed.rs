@@ -273,3 +273,55 @@ fn dictionaries_that_do_not_fit() {
     let m = inspect_error("directory without a checkpoint", tmp.path(), tmp.path());
     assert!(m.contains("model.pt"), "{m}");
 }
+
+/// `_rebuild_tensor_v2` of storage `key` (`class`, `numel` elements) viewed as `size`/`stride`.
+fn tensor_pickle(p: P, class: &str, key: &str, numel: i32, size: &[i32], stride: &[i32]) -> P {
+    let mut p = p.global("torch._utils", "_rebuild_tensor_v2").raw(b"((").s("storage").global("torch", class).s(key).s("cpu").int(numel).raw(b"tQ").int(0).raw(b"(");
+    for &d in size {
+        p = p.int(d);
+    }
+    p = p.raw(b"t(");
+    for &d in stride {
+        p = p.int(d);
+    }
+    p.raw(b"t\x89").global("collections", "OrderedDict").raw(b")RtR")
+}
+
+/// `{'x': <nested tensor of 6 floats 0..6 with per-component sizes, strides and offsets>}`,
+/// as torch.save writes one, read by `read_tensor_dict`.
+fn read_nested(sizes: &[[i64; 2]], strides: &[[i64; 2]], offsets: &[i64]) -> Result<tchseq::checkpoint::TensorDict, String> {
+    let b = sizes.len() as i32;
+    let mut p = P::new().raw(b"}(").s("x").global("torch._utils", "_rebuild_nested_tensor").raw(b"(");
+    p = tensor_pickle(p, "FloatStorage", "0", 6, &[6], &[1]);
+    p = tensor_pickle(p, "LongStorage", "1", 2 * b, &[b, 2], &[2, 1]);
+    p = tensor_pickle(p, "LongStorage", "2", 2 * b, &[b, 2], &[2, 1]);
+    let n = offsets.len() as i32;
+    p = tensor_pickle(p, "LongStorage", "3", n, &[n], &[1]);
+    let pkl = p.raw(b"tRu").stop();
+    let floats: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let longs = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (s, st, o) = (longs(&sizes.concat()), longs(&strides.concat()), longs(offsets));
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("nested.pt");
+    std::fs::write(&path, torch_zip(&pkl, &[("0", &floats), ("1", &s), ("2", &st), ("3", &o)])).unwrap();
+    tchseq::checkpoint::read_tensor_dict(&path).map_err(|e| e.to_string())
+}
+
+#[test]
+fn nested_tensors_are_padded_and_hostile_ones_refused() {
+    // [[0, 1], [2, 3]] and [[4, 5]] padded to [2, 2, 2]
+    let read = read_nested(&[[2, 2], [1, 2]], &[[2, 1], [2, 1]], &[0, 4]).unwrap();
+    assert_eq!(read.nested, ["x"]);
+    let x = &read.tensors["x"];
+    assert_eq!(x.size(), [2, 2, 2]);
+    assert_eq!(Vec::<f32>::try_from(&x.flatten(0, -1)).unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]);
+    for (case, sizes, strides, offsets, wanted) in [
+        ("past the buffer", vec![[2, 2], [2, 2]], vec![[2, 1], [2, 1]], vec![0, 4], "exceeds its storage"),
+        ("negative stride", vec![[2, 2]], vec![[-2, 1]], vec![0], "negative"),
+        ("offsets missing", vec![[1, 2], [1, 2]], vec![[2, 1], [2, 1]], vec![0], "do not describe one batch"),
+        ("a huge padded box", vec![[1_000_000, 0], [0, 1_000_000]], vec![[1, 1], [1, 1]], vec![0, 0], "would exceed"),
+    ] {
+        let err = read_nested(&sizes, &strides, &offsets).err().unwrap_or_else(|| panic!("{case}: read"));
+        assert!(err.contains("tensor x: nested tensor") && err.contains(wanted), "{case}: {err}");
+    }
+}

@@ -89,6 +89,13 @@ fn every_fixture_golden_passes_verify() {
                 assert!(names.contains(wanted), "{name} {side}: {wanted} not compared: {names:?}");
             }
             assert!(report["unused_keys"].as_array().unwrap().is_empty(), "{name}: {report}");
+            // goldens.py stores every state time-major, whatever path fairseq took
+            for row in report["tensors"].as_array().unwrap() {
+                let n = row["name"].as_str().unwrap();
+                if n.starts_with("encoder_states.") || n.starts_with("decoder_inner_states.") {
+                    assert_eq!(row["layout"], "time_major", "{name} {side}: {row}");
+                }
+            }
             // `failed == 0`: every element within verify's documented tolerance,
             // |ours - theirs| <= 1e-5 + 1e-5 * |theirs|. The goldens carry the bits of the CPU
             // that made them; `reproducible_verify_goldens_are_bit_identical` checks bits.
@@ -171,7 +178,7 @@ fn a_golden_perturbed_by_1e_3_fails_and_names_the_tensor() {
 }
 
 #[test]
-fn a_wrong_shaped_reference_tensor_fails() {
+fn a_wrong_shaped_reference_tensor_fails_naming_both_shapes() {
     let f = fixtures().into_iter().next().unwrap();
     let (_tmp, path) = perturbed_copy(&f, |k, t| {
         Some(if k == "encoder_out" { t.narrow(2, 0, 4).copy() } else { t.copy() })
@@ -181,6 +188,148 @@ fn a_wrong_shaped_reference_tensor_fails() {
     let failed: Vec<&Value> = report["tensors"].as_array().unwrap().iter().filter(|t| t["status"] == "fail").collect();
     assert_eq!(failed.len(), 1, "{report}");
     assert_eq!(failed[0]["name"], "encoder_out");
+    assert_eq!(failed[0]["shape"], serde_json::json!([18, 7, 4]), "{report}");
+    assert_eq!(failed[0]["our_shape"], serde_json::json!([18, 7, 32]), "{report}");
+    assert_eq!(failed[0]["note"], "shape mismatch: ours [18, 7, 32], reference [18, 7, 4]", "{report}");
+}
+
+/// The report line of `name` in verify's text output.
+fn text_line(text: &str, name: &str) -> String {
+    text.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or_else(|| panic!("no {name} line:\n{text}")).to_string()
+}
+
+#[test]
+fn a_wrong_shaped_encoder_state_names_ours_in_both_layouts_and_theirs() {
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| {
+        Some(if k == "encoder_states.1" { t.narrow(1, 0, 5).copy() } else { t.copy() })
+    });
+    let out = tchseq().args(["--device", "cpu", "verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text_line(&text, "encoder_states.1");
+    assert!(line.contains("FAIL"), "{text}");
+    assert!(
+        line.ends_with("(shape mismatch: ours [18, 7, 32] (time-major) or [7, 18, 32] (batch-first), reference [18, 5, 32])"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.contains("FAIL")).count(), 1, "{text}");
+}
+
+/// The fast-path goldens of tests/fixtures/models/manifest.json: (batch name, file, entry).
+fn fast_path_goldens() -> Vec<(String, PathBuf, Value)> {
+    let f = fixtures().into_iter().find(|f| f.name == "postnorm").unwrap();
+    let goldens = f.entry["goldens"]["verify_fastpath"].as_object().expect("postnorm has fast-path goldens");
+    assert_eq!(goldens.len(), 3, "left, right and square");
+    goldens.iter().map(|(k, v)| (k.clone(), f.goldens.join(v["file"].as_str().unwrap()), v.clone())).collect()
+}
+
+#[test]
+fn goldens_saved_straight_from_fairseqs_fast_path_pass_and_name_their_layout() {
+    let f = fixtures().into_iter().find(|f| f.name == "postnorm").unwrap();
+    for (batch, golden, entry) in fast_path_goldens() {
+        let (code, report, stderr) = verify_json(&f.checkpoint, &golden, Some(crate::util::test_threads()));
+        assert_eq!(code, Some(0), "{batch}: {stderr}\n{report}");
+        assert_eq!(report["failed"], 0, "{batch}: {report}");
+        let ours = match entry["encoder_path"].as_str().unwrap() {
+            "fast_bt" => "fast_path_masked",
+            "fast_bt_nested" => "fast_path_nested",
+            other => panic!("{batch}: {other} is not a fast path"),
+        };
+        assert_eq!(report["encoder_path"], ours, "{batch}");
+        let rows = report["tensors"].as_array().unwrap();
+        let (b, s) = (entry["batch"].as_i64().unwrap(), entry["src_len"].as_i64().unwrap());
+        let fairseq_layouts = entry["encoder_states_layout"].as_array().unwrap();
+        assert_eq!(fairseq_layouts.len(), 3, "{batch}");
+        for (i, fairseq_layout) in fairseq_layouts.iter().enumerate() {
+            let name = format!("encoder_states.{i}");
+            let row = rows.iter().find(|r| r["name"] == name.as_str()).unwrap_or_else(|| panic!("{batch}: {name} not compared"));
+            assert_eq!(row["status"], "ok", "{batch}: {row}");
+            let (layout, shape) = match fairseq_layout.as_str().unwrap() {
+                "time_major" => ("time_major", [s, b, 32]),
+                "batch_first" | "nested" => ("batch_first", [b, s, 32]),
+                other => panic!("{batch}: layout {other}"),
+            };
+            assert_eq!(row["layout"], layout, "{batch}: {row}");
+            assert_eq!(row["shape"], serde_json::json!(shape), "{batch}: {row}");
+            let note = row["note"].as_str().unwrap_or_default();
+            assert_eq!(note.contains("nested tensor"), fairseq_layout == "nested", "{batch}: {row}");
+            assert_eq!(note.starts_with(&format!("B = S = {b}: ")), b == s, "{batch}: {row}");
+        }
+        // fairseq's own fast path returns layer outputs batch-first
+        assert_eq!(fairseq_layouts[1], if batch == "right" { "nested" } else { "batch_first" }, "{batch}");
+        eprintln!("{batch}: B={b} S={s} {}, max abs diff {:e}", report["encoder_path"], max_abs(&report));
+    }
+}
+
+#[test]
+fn the_text_report_names_the_layout_it_read() {
+    let f = fixtures().into_iter().find(|f| f.name == "postnorm").unwrap();
+    let (_, golden, _) = fast_path_goldens().into_iter().find(|(b, _, _)| b == "left").unwrap();
+    let out = tchseq().args(["--device", "cpu", "verify", "-m"]).arg(&f.checkpoint).arg("--reference").arg(&golden).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header: Vec<&str> = text.lines().find(|l| l.starts_with("name ")).unwrap().split_whitespace().collect();
+    assert_eq!(header, ["name", "shape", "layout", "max_abs_diff", "max_rel_diff", "status"], "{text}");
+    for (name, layout) in [("encoder_states.0", "time-major"), ("encoder_states.1", "batch-first"), ("encoder_states.2", "batch-first")] {
+        let line = text_line(&text, name);
+        assert!(line.contains(&format!("  {layout}  ")) && line.ends_with("ok"), "{text}");
+    }
+}
+
+#[test]
+fn when_b_equals_s_a_state_matching_in_neither_layout_fails() {
+    let f = fixtures().into_iter().find(|f| f.name == "postnorm").unwrap();
+    let (_, golden, entry) = fast_path_goldens().into_iter().find(|(b, _, _)| b == "square").unwrap();
+    assert_eq!(entry["batch"], entry["src_len"]);
+    let tensors = tchseq::checkpoint::load_tensor_dict(&golden).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("square.safetensors");
+    let edited: Vec<(String, Tensor)> = tensors
+        .iter()
+        .map(|(k, t)| {
+            // saved as fairseq returned them: some are views
+            let t = t.contiguous().copy();
+            if k == "encoder_states.1" {
+                // row 0, position 0 is a real token of the batch-first [B,S,C] golden
+                let _ = t.get(0).get(0).get(5).g_add_scalar_(1e-3);
+            }
+            (k.clone(), t)
+        })
+        .collect();
+    Tensor::write_safetensors(&edited, &path).unwrap();
+    let (code, report, stderr) = verify_json(&f.checkpoint, &path, Some(crate::util::test_threads()));
+    assert_eq!(code, Some(1), "{stderr}");
+    let failed: Vec<&Value> = report["tensors"].as_array().unwrap().iter().filter(|t| t["status"] == "fail").collect();
+    assert_eq!(failed.len(), 1, "{report}");
+    let row = failed[0];
+    assert_eq!(row["name"], "encoder_states.1");
+    // the closest layout is reported, with the other's difference
+    assert_eq!(row["layout"], "batch_first", "{row}");
+    let diff = row["max_abs_diff"].as_f64().unwrap();
+    assert!((9e-4..1.1e-3).contains(&diff), "{row}");
+    let note = row["note"].as_str().unwrap();
+    assert!(note.contains("neither matches") && note.contains("time-major max_abs_diff"), "{row}");
+}
+
+#[test]
+fn nested_reference_tensors_read_as_fairseq_pads_them() {
+    let f = fixtures().into_iter().find(|f| f.name == "postnorm").unwrap();
+    let (_, golden, _) = fast_path_goldens().into_iter().find(|(b, _, _)| b == "right").unwrap();
+    let read = tchseq::checkpoint::read_tensor_dict(&golden).unwrap();
+    assert_eq!(read.nested, ["encoder_states.1", "encoder_states.2"]);
+    assert!(read.skipped.is_empty(), "{:?}", read.skipped);
+    // goldens.py stored the same batch's states as to_padded_tensor(0.0), transposed
+    let padded = tchseq::checkpoint::load_tensor_dict(&f.golden("right")).unwrap();
+    for name in &read.nested {
+        let ours = &read.tensors[name];
+        let theirs = padded[name].transpose(0, 1);
+        assert_eq!(ours.size(), theirs.size(), "{name}");
+        assert!(ours.allclose(&theirs, 1e-5, 1e-5, false), "{name}");
+        // padded positions are exactly 0.0, as to_padded_tensor(0.0) writes them
+        let pad = read.tensors["src_tokens"].eq(1).unsqueeze(-1).expand_as(ours);
+        assert_eq!(ours.masked_select(&pad).abs().max().double_value(&[]), 0.0, "{name}");
+    }
 }
 
 #[test]
