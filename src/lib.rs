@@ -6,12 +6,14 @@
 //! - [`config`]: the typed `TransformerConfig` resolved from `args`/`cfg`;
 //! - [`model`]: `TransformerModel` piece by piece;
 //! - [`generate`]: beam search, sampling and the sequence scorer;
+//! - [`hub`]: the one place that assembles a model, its dictionaries and text pipelines;
 //! - [`text`]: dictionaries, Moses, BPE, sentencepiece;
 //! - [`plot`]: attention heatmaps and positional-embedding plots.
 
 pub mod checkpoint;
 pub mod config;
 pub mod generate;
+pub mod hub;
 pub mod libtorch;
 pub mod model;
 pub mod plot;

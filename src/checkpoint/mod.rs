@@ -15,7 +15,6 @@
 //! each encoder layer's attention input projection, as in fairseq.
 
 pub mod container;
-pub mod model_dir;
 pub mod pickle;
 pub mod pyjson;
 pub mod upgrade;
@@ -29,7 +28,6 @@ use serde_json::{Map, Value as Json};
 use tch::{Kind, Tensor};
 
 pub use container::ContainerFormat;
-pub use model_dir::ModelFiles;
 
 use crate::config::{ConfigError, TransformerConfig};
 use container::{ContainerError, RawFile};
@@ -55,10 +53,6 @@ pub enum CheckpointError {
     Invalid { path: PathBuf, msg: String },
     #[error("{path}: tensor {name}: {msg}")]
     Tensor { path: PathBuf, name: String, msg: String },
-    #[error("{0}")]
-    ModelDir(String),
-    #[error("{path}: {source}")]
-    Dictionary { path: PathBuf, source: crate::text::dictionary::DictionaryError },
 }
 
 /// A loaded checkpoint: config plus fairseq's post-upgrade state dict.
@@ -383,6 +377,20 @@ pub struct CheckpointSummary {
     pub tgt_embed_rows: Option<i64>,
 }
 
+impl Checkpoint {
+    /// What [`read_summary`] reads, from a checkpoint already loaded.
+    pub fn summary(&self) -> CheckpointSummary {
+        let rows = |name: &str| self.state_dict.get(name).and_then(|t| t.size().first().copied());
+        CheckpointSummary {
+            format: self.format,
+            config_source: self.config_source,
+            config: self.config.clone(),
+            src_embed_rows: rows("encoder.embed_tokens.weight"),
+            tgt_embed_rows: rows("decoder.embed_tokens.weight"),
+        }
+    }
+}
+
 /// Parses the container and the config only (storages are not read).
 pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
     let file = open(path, false)?;
@@ -405,23 +413,6 @@ pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
         src_embed_rows: rows("encoder.embed_tokens.weight"),
         tgt_embed_rows: rows("decoder.embed_tokens.weight"),
     })
-}
-
-/// fairseq sizes the embeddings from the dictionaries; a dictionary that disagrees with the
-/// stored embedding matrix is the wrong dictionary.
-pub fn check_dictionaries(ckpt: &Checkpoint, src: &crate::text::dictionary::Dictionary, tgt: &crate::text::dictionary::Dictionary) -> Result<(), CheckpointError> {
-    for (side, name, d) in [("source", "encoder.embed_tokens.weight", src), ("target", "decoder.embed_tokens.weight", tgt)] {
-        if let Some(t) = ckpt.state_dict.get(name) {
-            let rows = t.size().first().copied().unwrap_or(0);
-            if rows != d.len() as i64 {
-                return Err(invalid(&ckpt.path, format!("{side} dictionary has {} symbols but {name} has {rows} rows (wrong dictionary?)", d.len())));
-            }
-        }
-    }
-    if ckpt.config.share_all_embeddings && src != tgt {
-        return Err(invalid(&ckpt.path, "--share-all-embeddings requires a joined dictionary, but the source and target dictionaries differ"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

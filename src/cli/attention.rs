@@ -2,14 +2,12 @@
 
 use std::io::{self, Write};
 
-use anyhow::{bail, Context, Result};
-use tch::{Kind, Tensor};
+use anyhow::{bail, Result};
+use tch::Tensor;
 
-use super::args::{AttentionArgs, AttentionKindArg, GlobalArgs, ModelArgs};
+use super::args::{AttentionArgs, AttentionKindArg, GlobalArgs};
 use super::common;
 use super::Outcome;
-use tchseq::checkpoint::{load_checkpoint, model_dir::ModelFiles};
-use tchseq::config::TransformerConfig;
 use tchseq::generate::sequence_generator::Specials;
 use tchseq::generate::{EnsembleModel, SearchStrategy, SequenceGenerator};
 use tchseq::model::TransformerModel;
@@ -17,31 +15,6 @@ use tchseq::plot::capture::{capture_attention, select};
 use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
 use tchseq::plot::AttentionKind;
 use tchseq::text::dictionary::{is_py_space, Dictionary};
-
-/// The model of a one-checkpoint model directory, in fp32, with its dictionaries.
-pub(super) struct Loaded {
-    pub model: TransformerModel,
-    pub src_dict: Dictionary,
-    pub tgt_dict: Dictionary,
-    pub files: ModelFiles,
-    pub config: TransformerConfig,
-}
-
-pub(super) fn load_one(global: &GlobalArgs, m: &ModelArgs) -> Result<Loaded> {
-    let device = common::resolve_device(global.device)?;
-    let files = common::model_files(m)?;
-    let [path] = files.checkpoints.as_slice() else {
-        bail!("plots are drawn for one checkpoint, not an ensemble of {}", files.checkpoints.len());
-    };
-    let src_dict =
-        Dictionary::load(&files.src_dict).with_context(|| format!("loading {}", files.src_dict.display()))?;
-    let tgt_dict =
-        Dictionary::load(&files.tgt_dict).with_context(|| format!("loading {}", files.tgt_dict.display()))?;
-    let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
-    let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, Kind::Float)
-        .with_context(|| format!("building the model of {}", path.display()))?;
-    Ok(Loaded { model, src_dict, tgt_dict, files, config: ckpt.config })
-}
 
 pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     let format = ImageFormat::from_path(&a.output)?;
@@ -52,12 +25,13 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     if a.grid && head.is_some() {
         bail!("--grid draws every head; leave out --head");
     }
-    let loaded = load_one(global, &a.model)?;
-    let Loaded { model, src_dict, tgt_dict, files, config } = &loaded;
+    let mut bundle = common::load_single(global, &a.model, Some(&a.pipeline))?;
     // each side's text is tokenized with its own language
-    let source_opts = common::pipeline_options(&a.model, &a.pipeline, Some(files), Some(config));
-    let mut target_opts = source_opts.clone();
-    target_opts.source_lang = source_opts.target_lang.clone();
+    let source_text = bundle.pipeline()?;
+    let target_lang = bundle.pipeline_options.target_lang.clone();
+    let target_text = bundle.side_pipeline(&target_lang)?;
+    common::print_warnings(&bundle.report);
+    let (model, src_dict, tgt_dict) = (&bundle.models[0], &bundle.src_dict, &bundle.tgt_dict);
     let kind = match a.kind {
         AttentionKindArg::Cross => AttentionKind::Cross,
         AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
@@ -85,14 +59,14 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         }
     }
     let sentence = a.sentence.trim_matches(is_py_space);
-    let src = src_dict.encode_line(&common::text_pipeline(&source_opts)?.encode(sentence), true);
+    let src = src_dict.encode_line(&source_text.encode(sentence), true);
     let max_src = model.max_source_positions();
     if src.len() > max_src {
         bail!("the sentence is {} tokens long (EOS included) but the model accepts at most {max_src}", src.len());
     }
     let src_tokens = Tensor::from_slice(&src).f_view([1, -1])?.f_to_device(model.device)?;
     let target: Vec<i64> = match &a.target {
-        Some(t) => tgt_dict.encode_line(&common::text_pipeline(&target_opts)?.encode(t.trim_matches(is_py_space)), true),
+        Some(t) => tgt_dict.encode_line(&target_text.encode(t.trim_matches(is_py_space)), true),
         None => translate(model, tgt_dict, &src_tokens, a)?,
     };
     let eos = tgt_dict.eos();

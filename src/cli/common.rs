@@ -3,11 +3,9 @@
 use anyhow::{bail, Context, Result};
 use tch::Device;
 
-use tchseq::checkpoint::model_dir::ModelFiles;
-use tchseq::config::TransformerConfig;
-use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
+use tchseq::hub::{HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, PipelineOverrides, Weights};
 
-use super::args::{BpeArg, DeviceArg, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
+use super::args::{BpeArg, DeviceArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
 use tchseq::generate::{GeneratorConfig, NgramMode, SearchStrategy};
 
 /// Applies `--threads` (default: all cores, libtorch's own default; one per worker when
@@ -66,74 +64,81 @@ pub fn one_line(err: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
-/// The checkpoint(s), dictionaries and BPE files `--model/--path/--data/-s/-t` point at.
-pub fn model_files(m: &ModelArgs) -> Result<ModelFiles> {
-    Ok(ModelFiles::resolve(
-        m.model.as_deref(),
-        m.path.as_deref(),
-        m.data.as_deref(),
-        m.source_lang.as_deref(),
-        m.target_lang.as_deref(),
-    )?)
+/// `--model/--path/--data/-s/-t`.
+pub fn model_spec(m: &ModelArgs) -> ModelSpec {
+    ModelSpec {
+        model: m.model.clone(),
+        path: m.path.clone(),
+        data: m.data.clone(),
+        source_lang: m.source_lang.clone(),
+        target_lang: m.target_lang.clone(),
+    }
 }
 
-/// Text-pipeline options in increasing precedence: defaults, the checkpoint config, the model
-/// directory's files (`bpecodes`, `sentencepiece.bpe.model`), the command line.
-pub fn pipeline_options(
-    model: &ModelArgs,
-    pipeline: &PipelineArgs,
-    files: Option<&ModelFiles>,
-    config: Option<&TransformerConfig>,
-) -> PipelineOptions {
-    let mut opts = config.map(PipelineOptions::from_config).unwrap_or_default();
-    if let Some(f) = files {
-        opts.bpe_codes = f.bpe_codes.clone();
-        opts.sentencepiece_model = f.sentencepiece_model.clone();
+/// `--tokenizer/--bpe/--bpe-codes/--sentencepiece-model` and the Moses switches.
+pub fn pipeline_overrides(p: &PipelineArgs) -> PipelineOverrides {
+    PipelineOverrides {
+        tokenizer: p.tokenizer.map(|t| {
+            match t {
+                TokenizerArg::Moses => "moses",
+                TokenizerArg::Space => "space",
+                TokenizerArg::None => "none",
+            }
+            .to_string()
+        }),
+        bpe: p.bpe.map(|b| {
+            match b {
+                BpeArg::SubwordNmt => "subword_nmt",
+                BpeArg::Fastbpe => "fastbpe",
+                BpeArg::Sentencepiece => "sentencepiece",
+                BpeArg::None => "none",
+            }
+            .to_string()
+        }),
+        bpe_codes: p.bpe_codes.clone(),
+        sentencepiece_model: p.sentencepiece_model.clone(),
+        moses_no_dash_splits: p.moses_no_dash_splits,
+        moses_no_escape: p.moses_no_escape,
     }
-    if let Some(t) = pipeline.tokenizer {
-        let name = match t {
-            TokenizerArg::Moses => "moses",
-            TokenizerArg::Space => "space",
-            TokenizerArg::None => "none",
-        };
-        opts.tokenizer = Some(name.to_string());
-    }
-    if let Some(b) = pipeline.bpe {
-        let name = match b {
-            BpeArg::SubwordNmt => "subword_nmt",
-            BpeArg::Fastbpe => "fastbpe",
-            BpeArg::Sentencepiece => "sentencepiece",
-            BpeArg::None => "none",
-        };
-        opts.bpe = Some(name.to_string());
-    }
-    if pipeline.bpe_codes.is_some() {
-        opts.bpe_codes = pipeline.bpe_codes.clone();
-    }
-    if pipeline.sentencepiece_model.is_some() {
-        opts.sentencepiece_model = pipeline.sentencepiece_model.clone();
-    }
-    if let Some(dir) = &model.data {
-        opts = opts.with_model_dir(dir);
-    }
-    if let Some(l) = &model.source_lang {
-        opts.source_lang = l.clone();
-    }
-    if let Some(l) = &model.target_lang {
-        opts.target_lang = l.clone();
-    }
-    opts.moses_no_dash_splits |= pipeline.moses_no_dash_splits;
-    opts.moses_no_escape |= pipeline.moses_no_escape;
-    opts
 }
 
-/// Builds the pipeline, warning once per language Moses has no data for.
-pub fn text_pipeline(opts: &PipelineOptions) -> Result<TextPipeline> {
-    let pipeline = TextPipeline::new(opts)?;
-    for lang in pipeline.fallback_languages() {
-        eprintln!("warning: Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
+/// The model of `--model/--path/--data/-s/-t` through the library's one loading path.
+pub fn load_bundle(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights) -> Result<ModelBundle> {
+    let options = LoadOptions { weights, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
+    ModelBundle::load(&model_spec(m), &options).map_err(with_flags)
+}
+
+/// The library's words for what is missing, with the flags that give it.
+fn with_flags(e: HubError) -> anyhow::Error {
+    let hint = match &e {
+        HubError::ModelDir(msg) if msg.contains("languages") => "pass -s SRC -t TGT",
+        HubError::ModelDir(msg) if msg.contains("dictionaries") => "pass --data DIR",
+        HubError::ModelDir(_) => "use --model DIR|FILE or --path A.pt[:B.pt]",
+        _ => return e.into(),
+    };
+    anyhow::anyhow!("{e} ({hint})")
+}
+
+/// A one-checkpoint model in fp32 on `--device` (plots and `verify` take one model, not an
+/// ensemble).
+pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&PipelineArgs>) -> Result<ModelBundle> {
+    let device = resolve_device(global.device)?;
+    let spec = model_spec(m);
+    if let Some(list) = &spec.path {
+        let n = list.split(':').filter(|s| !s.is_empty()).count();
+        if n > 1 {
+            bail!("one checkpoint is needed here, not an ensemble of {n}");
+        }
     }
-    Ok(pipeline)
+    let options = LoadOptions { weights: Weights::Load { device, kind: tch::Kind::Float, replay_init: false }, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
+    ModelBundle::load(&spec, &options).map_err(with_flags)
+}
+
+/// The load report's warnings, one `warning:` line each on stderr.
+pub fn print_warnings(report: &LoadReport) {
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
 }
 
 /// libtorch prints a one-time "nested tensors are in prototype stage" warning (`TORCH_WARN_ONCE`)

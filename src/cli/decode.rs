@@ -3,7 +3,7 @@
 use anyhow::Result;
 
 use super::args::{DecodeArgs, GlobalArgs};
-use super::encode::{build, stream, SideText};
+use super::side_text::{build, stream, SideText};
 use super::lines::BadLine;
 use super::Outcome;
 

@@ -2,11 +2,12 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use tch::{Device, Kind};
 use serde_json::json;
 
 use tchseq::checkpoint::{self, dtype_name};
-use tchseq::text::dictionary::Dictionary;
+use tchseq::hub::{ModelBundle, Weights};
 
 use super::args::{GlobalArgs, InspectArgs};
 use super::common;
@@ -14,14 +15,12 @@ use super::Outcome;
 
 pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
     let m = &a.model;
-    let files = common::model_files(m)?;
-    let src_dict = Dictionary::load(&files.src_dict).with_context(|| files.src_dict.display().to_string())?;
-    let tgt_dict = Dictionary::load(&files.tgt_dict).with_context(|| files.tgt_dict.display().to_string())?;
+    let bundle = common::load_bundle(m, None, Weights::Load { device: Device::Cpu, kind: Kind::Float, replay_init: false })?;
+    let ModelBundle { files, src_dict, tgt_dict, checkpoints, report, .. } = &bundle;
     let mut out = std::io::stdout().lock();
     let mut objects = Vec::new();
-    for path in &files.checkpoints {
-        let ckpt = checkpoint::load_checkpoint(path)?;
-        checkpoint::check_dictionaries(&ckpt, &src_dict, &tgt_dict)?;
+    for (ckpt, loaded) in checkpoints.iter().zip(&report.checkpoints) {
+        let path = &ckpt.path;
         let parameters: i64 = ckpt.state_dict.values().map(|t| t.numel() as i64).sum();
         let tensors: Vec<_> = ckpt.state_dict.iter().map(|(name, t)| json!({"name": name, "shape": t.size(), "dtype": dtype_name(t.kind())})).collect();
         if a.json {
@@ -41,6 +40,8 @@ pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
                 "sentencepiece_model": files.sentencepiece_model,
                 "parameters": parameters,
                 "tensors": tensors,
+                "unused_keys": loaded.unused_keys,
+                "warnings": report.warnings,
             }));
             continue;
         }

@@ -16,6 +16,7 @@ mod translate;
 mod inspect;
 mod positions;
 mod score;
+mod side_text;
 mod verify;
 
 use clap::Parser;

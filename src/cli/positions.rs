@@ -5,19 +5,19 @@ use std::io::{self, Write};
 use anyhow::Result;
 
 use super::args::{GlobalArgs, PositionsArgs, PositionsSide};
-use super::attention::load_one;
+use super::common;
 use super::Outcome;
 use tchseq::plot::positions::{positional_table, Side};
 use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
 
 pub fn run(global: &GlobalArgs, a: &PositionsArgs) -> Result<Outcome> {
     let format = ImageFormat::from_path(&a.output)?;
-    let loaded = load_one(global, &a.model)?;
+    let loaded = common::load_single(global, &a.model, None)?;
     let side = match a.side {
         PositionsSide::Encoder => Side::Encoder,
         PositionsSide::Decoder => Side::Decoder,
     };
-    let (values, learned) = positional_table(&loaded.model, side, a.length)?;
+    let (values, learned) = positional_table(&loaded.models[0], side, a.length)?;
     let dims = values.first().map_or(0, Vec::len);
     let (min, max) = values.iter().flatten().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let tick = |n: usize, target: usize| [1, 2, 5, 10, 20, 25, 50, 100, 128, 256].into_iter().find(|&k| n / k <= target).unwrap_or(n.max(1));

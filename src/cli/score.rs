@@ -724,12 +724,12 @@ mod model_backend {
     use anyhow::{Context, Result};
     use tch::Kind;
 
-    use tchseq::checkpoint::load_checkpoint;
     use tchseq::generate::scorer::{collate, SequenceScorer};
     use tchseq::generate::workers::run_jobs;
     use tchseq::generate::GenerateError;
     use tchseq::model::TransformerModel;
     use tchseq::text::dictionary::Dictionary;
+    use tchseq::hub::{ModelBundle, Weights};
     use tchseq::text::pipeline::TextPipeline;
 
     use super::{Backend, Encoded, Scored};
@@ -752,36 +752,22 @@ mod model_backend {
     impl ModelBackend {
         pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
             let device = common::resolve_device(global.device)?;
-            let files = common::model_files(&a.model)?;
-            let src_dict = Dictionary::load(&files.src_dict)
-                .with_context(|| format!("cannot load {}", files.src_dict.display()))?;
-            let tgt_dict = Dictionary::load(&files.tgt_dict)
-                .with_context(|| format!("cannot load {}", files.tgt_dict.display()))?;
-            let mut models = Vec::with_capacity(files.checkpoints.len());
-            let mut pads = None;
-            let mut first_config = None;
-            for path in &files.checkpoints {
-                let ckpt = load_checkpoint(path).with_context(|| format!("cannot load {}", path.display()))?;
-                // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
-                let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, Kind::Float)
-                    .with_context(|| format!("cannot build the model of {}", path.display()))?;
-                pads.get_or_insert((ckpt.config.left_pad_source, ckpt.config.left_pad_target));
-                first_config.get_or_insert(ckpt.config);
-                models.push(model);
-            }
-            let (left_pad_source, left_pad_target) = pads.context("no checkpoint to score with")?;
+            // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
+            let weights = Weights::Load { device, kind: Kind::Float, replay_init: false };
+            let mut bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
+            let (left_pad_source, left_pad_target) = (bundle.config.left_pad_source, bundle.config.left_pad_target);
             // fairseq: utils.resolve_max_positions over the task and every model (the minimum)
-            let max_source_positions = models.iter().map(|m| m.max_source_positions()).min().unwrap_or(0);
-            let max_target_positions = models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(0);
-            let scorer = SequenceScorer::new(tgt_dict.pad(), tgt_dict.eos());
+            let max_source_positions = bundle.models.iter().map(|m| m.max_source_positions()).min().unwrap_or(0);
+            let max_target_positions = bundle.models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(0);
             let pipelines = if a.tokenized {
                 None
             } else {
-                let opts = common::pipeline_options(&a.model, &a.pipeline, Some(&files), first_config.as_ref());
-                let mut target_opts = opts.clone();
-                target_opts.source_lang = opts.target_lang.clone();
-                Some((common::text_pipeline(&opts)?, common::text_pipeline(&target_opts)?))
+                let target_lang = bundle.pipeline_options.target_lang.clone();
+                Some((bundle.pipeline()?, bundle.side_pipeline(&target_lang)?))
             };
+            common::print_warnings(&bundle.report);
+            let ModelBundle { models, src_dict, tgt_dict, .. } = bundle;
+            let scorer = SequenceScorer::new(tgt_dict.pad(), tgt_dict.eos());
             let batch_scorer =
                 BatchScorer { scorer, pad: src_dict.pad(), eos: src_dict.eos(), left_pad_source, left_pad_target };
             Ok(Self {

@@ -15,20 +15,15 @@ use super::common;
 use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
-use tchseq::checkpoint::load_checkpoint;
-use tchseq::config::TransformerConfig;
 use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
-use tchseq::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
+use tchseq::generate::rng_replay::replay_dataloader_iter;
 use tchseq::generate::workers::run_jobs;
 use tchseq::generate::sequence_generator::Specials;
 use tchseq::generate::{EnsembleModel, GenerateError, Hypothesis, SearchStrategy, SequenceGenerator};
+use tchseq::hub::{ModelBundle, Weights};
 use tchseq::model::TransformerModel;
 use tchseq::text::dictionary::{is_py_space, Dictionary};
 use tchseq::text::pipeline::TextPipeline;
-
-/// fairseq-interactive's task default `--max-source-positions` (the model's own limit may be
-/// lower).
-const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
 
 /// What happened to one input line.
 enum LineResult {
@@ -68,41 +63,12 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         tch::Cuda::manual_seed_all(a.seed);
     }
 
-    let files = common::model_files(&a.model)?;
-    let src_dict =
-        Dictionary::load(&files.src_dict).with_context(|| format!("loading {}", files.src_dict.display()))?;
-    let tgt_dict =
-        Dictionary::load(&files.tgt_dict).with_context(|| format!("loading {}", files.tgt_dict.display()))?;
-
-    let mut models = Vec::new();
-    let mut first_config: Option<TransformerConfig> = None;
-    for path in &files.checkpoints {
-        let ckpt = load_checkpoint(path).with_context(|| format!("loading {}", path.display()))?;
-        // fairseq builds (randomly initializes) each model before loading its weights; only
-        // sampling draws from the generator afterwards, so only sampling needs those draws
-        if a.sampling {
-            replay_model_init(
-                &ckpt.state_dict,
-                ckpt.config.share_all_embeddings,
-                ckpt.config.share_decoder_input_output_embed,
-            )?;
-        }
-        let (model, _report) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
-            .with_context(|| format!("building the model of {}", path.display()))?;
-        if first_config.is_none() {
-            first_config = Some(ckpt.config.clone());
-        }
-        models.push(model);
-    }
-    let config = first_config.context("no checkpoint to load")?;
-    let pipeline = common::text_pipeline(&common::pipeline_options(&a.model, &a.pipeline, Some(&files), Some(&config)))?;
-
-    let max_source_positions = models
-        .iter()
-        .map(|m| m.max_source_positions())
-        .chain(std::iter::once(TASK_MAX_SOURCE_POSITIONS))
-        .min()
-        .unwrap_or(TASK_MAX_SOURCE_POSITIONS);
+    let weights = Weights::Load { device, kind, replay_init: a.sampling };
+    let mut bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
+    let pipeline = bundle.pipeline()?;
+    common::print_warnings(&bundle.report);
+    let max_source_positions = bundle.max_source_positions();
+    let ModelBundle { models, src_dict, tgt_dict, .. } = bundle;
 
     let search = if a.sampling {
         SearchStrategy::Sampling { topk: a.sampling_topk, topp: a.sampling_topp }

@@ -16,20 +16,19 @@
 //! axis of `attn`; target positions of decoder tensors).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use indexmap::IndexMap;
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use tchseq::checkpoint::{load_checkpoint, read_tensor_dict};
+use tchseq::checkpoint::read_tensor_dict;
 use tchseq::model::{
     get_normalized_probs, DecoderOut, EncoderOut, EncoderPath, IncrementalState, TransformerModel, PADDING_IDX,
 };
 
-use super::args::{GlobalArgs, ModelArgs, VerifyArgs};
-use super::common::resolve_device;
+use super::args::{GlobalArgs, VerifyArgs};
+use super::common;
 use super::Outcome;
 
 const INPUTS: [&str; 3] = ["src_tokens", "src_lengths", "prev_output_tokens"];
@@ -242,33 +241,6 @@ fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, atol: f64, 
     Ok((max_abs, max_rel, ok))
 }
 
-/// The one checkpoint to verify. Unlike the translating commands, verify needs no
-/// dictionaries, so it does not go through `ModelFiles::resolve` (which insists on them).
-fn checkpoint_path(m: &ModelArgs) -> Result<PathBuf> {
-    if let Some(list) = &m.path {
-        let paths: Vec<&str> = list.split(':').filter(|s| !s.is_empty()).collect();
-        let [one] = paths.as_slice() else {
-            bail!("verify compares one checkpoint, --path names {}", paths.len());
-        };
-        let p = match &m.model {
-            Some(dir) if dir.is_dir() && !Path::new(one).exists() => dir.join(one),
-            _ => PathBuf::from(one),
-        };
-        return Ok(p);
-    }
-    let Some(model) = &m.model else {
-        bail!("no model given: use --model DIR|FILE or --path FILE.pt");
-    };
-    if !model.is_dir() {
-        return Ok(model.clone());
-    }
-    [model.clone(), model.join("checkpoints")]
-        .iter()
-        .flat_map(|d| ["model.pt", "checkpoint_best.pt", "checkpoint_last.pt"].map(|n| d.join(n)))
-        .find(|p| p.is_file())
-        .with_context(|| format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt", model.display()))
-}
-
 fn input(reference: &IndexMap<String, Tensor>, name: &str, needed_by: &str) -> Result<Tensor> {
     let t = reference
         .get(name)
@@ -447,14 +419,12 @@ fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: Tolera
 }
 
 pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
-    let checkpoint_path = checkpoint_path(&args.model)?;
-    let device = resolve_device(global.device)?;
-    let checkpoint = load_checkpoint(&checkpoint_path)?;
-    let (model, load_report) = TransformerModel::from_state_dict(&checkpoint.config, &checkpoint.state_dict, device, Kind::Float)
-        .with_context(|| format!("building the model from {}", checkpoint_path.display()))?;
+    let bundle = common::load_single(global, &args.model, None)?;
+    let (model, device) = (&bundle.models[0], bundle.models[0].device);
+    let checkpoint_path = &bundle.files.checkpoints[0];
     let reference = read_tensor_dict(&args.reference)?;
-    let computed = compute(&model, &reference.tensors, device)?;
-    let mut warnings = load_report.warnings;
+    let computed = compute(model, &reference.tensors, device)?;
+    let mut warnings = bundle.report.warnings.clone();
     for (name, type_name) in &reference.skipped {
         warnings.push(format!("reference entry `{name}` is a {type_name}, not a tensor: not compared"));
     }
@@ -470,7 +440,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
                 let nested = reference.nested.contains(name);
                 activation_row(&computed, name, theirs, layouts, nested, tol)?
             }
-            Kind2::Weight => weight_row(&model, name, theirs, tol)?,
+            Kind2::Weight => weight_row(model, name, theirs, tol)?,
         };
         rows.push(row);
     }
@@ -484,7 +454,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         threads: tch::get_num_threads(),
         device: format!("{device:?}"),
         encoder_path: computed.encoder.as_ref().map(|(_, p)| *p),
-        unused_keys: load_report.unused_keys,
+        unused_keys: bundle.report.checkpoints[0].unused_keys.clone(),
         warnings,
         passed: count(Status::Ok),
         failed: count(Status::Fail),

@@ -5,7 +5,20 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tchseq::checkpoint::{self, dtype_name, load_checkpoint, load_tensor_dict, ModelFiles};
+use tchseq::checkpoint::{self, dtype_name, load_checkpoint, load_tensor_dict};
+use tchseq::hub::{HubError, ModelFiles, ModelSpec};
+
+/// `ModelFiles::resolve` of a model directory/file, checkpoint list, data directory and languages.
+fn resolve(model: Option<&Path>, path: Option<&str>, data: Option<&Path>, src: Option<&str>, tgt: Option<&str>) -> Result<ModelFiles, HubError> {
+    let spec = ModelSpec {
+        model: model.map(Path::to_path_buf),
+        path: path.map(str::to_string),
+        data: data.map(Path::to_path_buf),
+        source_lang: src.map(str::to_string),
+        target_lang: tgt.map(str::to_string),
+    };
+    ModelFiles::resolve(&spec, |p| Ok(checkpoint::read_summary(p)?))
+}
 
 use crate::util::{repo, tchseq};
 
@@ -172,23 +185,23 @@ fn wild(name: &str) -> Case {
 fn model_dir_layouts() {
     // checkpoints/ beside data-bin/, best preferred over last, languages inferred.
     let knn = wild("knnseq-toy-en-ja");
-    let f = ModelFiles::resolve(Some(&knn.dir), None, None, None, None).unwrap();
+    let f = resolve(Some(&knn.dir), None, None, None, None).unwrap();
     assert_eq!(f.checkpoints, vec![knn.dir.join("checkpoints/checkpoint_best.pt")]);
     assert_eq!((f.source_lang.as_str(), f.target_lang.as_str()), ("en", "ja"));
     assert_eq!(f.src_dict, knn.dir.join("data-bin/dict.en.txt"));
     // --model pointing at the checkpoints/ folder finds ../data-bin.
-    let f2 = ModelFiles::resolve(Some(&knn.dir.join("checkpoints")), None, None, None, None).unwrap();
+    let f2 = resolve(Some(&knn.dir.join("checkpoints")), None, None, None, None).unwrap();
     assert_eq!(f2.tgt_dict, knn.dir.join("data-bin/dict.ja.txt"));
     // -s/-t win over inference; --path lists an ensemble.
     let last = knn.dir.join("checkpoints/checkpoint_last.pt");
     let best = knn.dir.join("checkpoints/checkpoint_best.pt");
     let list = format!("{}:{}", best.display(), last.display());
-    let f3 = ModelFiles::resolve(None, Some(&list), Some(&knn.dir.join("data-bin")), Some("ja"), Some("en")).unwrap();
+    let f3 = resolve(None, Some(&list), Some(&knn.dir.join("data-bin")), Some("ja"), Some("en")).unwrap();
     assert_eq!(f3.checkpoints.len(), 2);
     assert_eq!(f3.src_dict, knn.dir.join("data-bin/dict.ja.txt"));
     // v0: the dictionaries differ in size, the embeddings decide the direction.
     let v0 = wild("knnseq-toy-en-ja-v0");
-    let f4 = ModelFiles::resolve(Some(&v0.checkpoint), None, Some(&v0.dir.join("data-bin")), None, None).unwrap();
+    let f4 = resolve(Some(&v0.checkpoint), None, Some(&v0.dir.join("data-bin")), None, None).unwrap();
     assert_eq!((f4.source_lang.as_str(), f4.target_lang.as_str()), ("en", "ja"));
 }
 
@@ -204,9 +217,13 @@ fn undecidable_languages_ask_for_s_and_t() {
     for l in ["en", "ja"] {
         copy(&knn.dir.join(format!("data-bin/dict.{l}.txt")), &tmp.path().join(format!("dict.{l}.txt")));
     }
-    let e = ModelFiles::resolve(Some(tmp.path()), None, None, None, None).unwrap_err().to_string();
-    assert!(e.contains("-s SRC -t TGT"), "{e}");
-    let ok = ModelFiles::resolve(Some(tmp.path()), None, None, Some("en"), Some("ja")).unwrap();
+    let e = resolve(Some(tmp.path()), None, None, None, None).unwrap_err().to_string();
+    assert!(e.contains("give the source and target languages"), "{e}");
+    // the command line names its flags
+    let out = crate::util::tchseq().args(["inspect", "-m"]).arg(tmp.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && stderr.contains("-s SRC -t TGT"), "{stderr}");
+    let ok = resolve(Some(tmp.path()), None, None, Some("en"), Some("ja")).unwrap();
     assert_eq!(ok.checkpoints, vec![tmp.path().join("model.pt")]);
     // The dictionary check of `inspect` catches a swapped direction only when sizes differ;
     // here they agree, so the summary is what we can check.

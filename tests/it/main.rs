@@ -5,6 +5,7 @@ mod bad_input;
 mod bundled;
 mod cli;
 mod fairseq_out;
+mod hub;
 mod loader;
 mod look_inside;
 mod malformed;

@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{read_summary, CheckpointError};
+use super::{HubError, ModelSpec};
+use crate::checkpoint::CheckpointSummary;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFiles {
@@ -19,8 +20,8 @@ pub struct ModelFiles {
     pub sentencepiece_model: Option<PathBuf>,
 }
 
-fn err(msg: impl Into<String>) -> CheckpointError {
-    CheckpointError::ModelDir(msg.into())
+fn err(msg: impl Into<String>) -> HubError {
+    HubError::ModelDir(msg.into())
 }
 
 const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoint_last.pt"];
@@ -51,11 +52,16 @@ fn push_unique(v: &mut Vec<PathBuf>, p: PathBuf) {
 }
 
 impl ModelFiles {
-    pub fn resolve(model: Option<&Path>, path: Option<&str>, data: Option<&Path>, source_lang: Option<&str>, target_lang: Option<&str>) -> Result<Self, CheckpointError> {
+    /// The files `spec` points at. `summary` reads the first checkpoint (once: the caller keeps
+    /// what it parsed); its languages and embedding sizes settle languages the spec leaves open.
+    pub fn resolve(spec: &ModelSpec, summary: impl FnOnce(&Path) -> Result<CheckpointSummary, HubError>) -> Result<Self, HubError> {
+        let ModelSpec { model, path, data, source_lang, target_lang } = spec;
+        let (model, path, data) = (model.as_deref(), path.as_deref(), data.as_deref());
+        let (source_lang, target_lang) = (source_lang.as_deref(), target_lang.as_deref());
         let model_dir = match model {
             Some(m) if m.is_dir() => Some(m.to_path_buf()),
             Some(m) if m.is_file() => None,
-            Some(m) => return Err(err(format!("--model {}: no such file or directory", m.display()))),
+            Some(m) => return Err(err(format!("model {}: no such file or directory", m.display()))),
             None => None,
         };
         let checkpoints: Vec<PathBuf> = match (path, model) {
@@ -74,10 +80,10 @@ impl ModelFiles {
             (None, Some(m)) => vec![find_checkpoint(m).ok_or_else(|| {
                 err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display()))
             })?],
-            (None, None) => return Err(err("no model given: use --model DIR|FILE or --path FILE.pt")),
+            (None, None) => return Err(err("no model given: a model directory, a checkpoint file or a list of checkpoints")),
         };
         if checkpoints.is_empty() {
-            return Err(err("--path names no checkpoint"));
+            return Err(err("the checkpoint list names no checkpoint"));
         }
         for c in &checkpoints {
             if !c.is_file() {
@@ -92,7 +98,7 @@ impl ModelFiles {
         match data {
             Some(d) => {
                 if !d.is_dir() {
-                    return Err(err(format!("--data {}: not a directory", d.display())));
+                    return Err(err(format!("data directory {}: not a directory", d.display())));
                 }
                 dirs.push(d.to_path_buf());
             }
@@ -106,7 +112,7 @@ impl ModelFiles {
                 }
             }
         }
-        let summary = read_summary(&checkpoints[0])?;
+        let summary = summary(&checkpoints[0])?;
         let cfg = &summary.config;
         let (src, tgt) = match (source_lang.map(str::to_string).or_else(|| cfg.source_lang.clone()), target_lang.map(str::to_string).or_else(|| cfg.target_lang.clone())) {
             (Some(s), Some(t)) => (s, t),
@@ -117,7 +123,7 @@ impl ModelFiles {
             .find(|d| d.join(format!("dict.{src}.txt")).is_file() && d.join(format!("dict.{tgt}.txt")).is_file())
             .ok_or_else(|| {
                 let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-                err(format!("dictionaries dict.{src}.txt and dict.{tgt}.txt not found (searched {}); pass --data DIR", searched.join(", ")))
+                err(format!("dictionaries dict.{src}.txt and dict.{tgt}.txt not found (searched {}); give the data directory", searched.join(", ")))
             })?
             .clone();
         let find = |names: &[&str]| -> Option<PathBuf> {
@@ -141,8 +147,8 @@ impl ModelFiles {
 /// Languages the checkpoint does not record (knn-seq stores None): the two `dict.*.txt` of the
 /// dictionary directory; which one is the source is read from the names (`src`/`tgt`), the
 /// embedding sizes, else from an `{src}-{tgt}` pair in the file or directory names.
-fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summary: &super::CheckpointSummary, model: &Path) -> Result<(String, String), CheckpointError> {
-    let ask = |why: String| err(format!("{why}; pass the languages with -s SRC -t TGT"));
+fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summary: &CheckpointSummary, model: &Path) -> Result<(String, String), HubError> {
+    let ask = |why: String| err(format!("{why}; give the source and target languages"));
     let Some(dir) = dirs.iter().find(|d| !dict_langs(d).is_empty()) else {
         return Err(ask("the checkpoint does not record its languages and no dict.*.txt was found".into()));
     };

@@ -1,0 +1,281 @@
+//! The one place that assembles a model: checkpoint(s), dictionaries and text pipelines, as
+//! fairseq's `hub_utils.from_pretrained` + `checkpoint_utils.load_model_ensemble_and_task` do.
+//! Every door (CLI commands, and later the server and the Python API) loads through
+//! [`ModelBundle::load`].
+
+pub mod model_dir;
+mod pipeline;
+
+use std::path::{Path, PathBuf};
+
+use tch::{Device, Kind};
+
+use crate::checkpoint::{load_checkpoint, read_summary, Checkpoint, CheckpointError, ConfigSource, ContainerFormat};
+use crate::config::TransformerConfig;
+use crate::generate::rng_replay::replay_model_init;
+use crate::generate::GenerateError;
+use crate::model::{ModelError, TransformerModel};
+use crate::text::dictionary::{Dictionary, DictionaryError};
+use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
+
+pub use model_dir::ModelFiles;
+pub use pipeline::PipelineOverrides;
+
+/// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
+pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HubError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("{0}")]
+    ModelDir(String),
+    #[error("{}: {source}", path.display())]
+    Dictionary { path: PathBuf, source: DictionaryError },
+    #[error("{}: the {side} dictionary has {symbols} symbols but {tensor} of {} has {rows} rows (wrong dictionary?)", dict.display(), checkpoint.display())]
+    DictionarySize { side: &'static str, dict: PathBuf, symbols: usize, checkpoint: PathBuf, tensor: &'static str, rows: i64 },
+    #[error("{}: share_all_embeddings needs one joined dictionary, but the source and target dictionaries differ", checkpoint.display())]
+    NotJoined { checkpoint: PathBuf },
+    #[error("building the model of {}: {source}", path.display())]
+    Model { path: PathBuf, source: ModelError },
+    #[error("replaying fairseq's model initialisation: {0}")]
+    Replay(#[source] GenerateError),
+    #[error("text pipeline: {0}")]
+    Pipeline(#[from] PipelineError),
+}
+
+/// Where a model is: a model directory or checkpoint file, and/or a `:`-separated checkpoint
+/// list (an ensemble), the data directory with the dictionaries, and the languages (default:
+/// from the checkpoint).
+#[derive(Debug, Clone, Default)]
+pub struct ModelSpec {
+    pub model: Option<PathBuf>,
+    pub path: Option<String>,
+    pub data: Option<PathBuf>,
+    pub source_lang: Option<String>,
+    pub target_lang: Option<String>,
+}
+
+/// What to load besides the files.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Weights {
+    /// Build every model of the ensemble on `device` in `kind`. `replay_init` replays fairseq's
+    /// random initialisation of each model first (only sampling draws from the generator after).
+    Load { device: Device, kind: Kind, replay_init: bool },
+    /// Read the first checkpoint's config only (text tools).
+    ConfigOnly,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub weights: Weights,
+    pub pipeline: PipelineOverrides,
+}
+
+impl LoadOptions {
+    pub fn fp32(device: Device) -> Self {
+        Self { weights: Weights::Load { device, kind: Kind::Float, replay_init: false }, pipeline: PipelineOverrides::default() }
+    }
+}
+
+/// What loading found and did, for `inspect`, `--verbose`, the server and the Python API.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LoadReport {
+    pub checkpoints: Vec<CheckpointReport>,
+    pub source_lang: String,
+    pub target_lang: String,
+    pub source_dictionary: DictionaryReport,
+    pub target_dictionary: DictionaryReport,
+    pub bpe_codes: Option<PathBuf>,
+    pub sentencepiece_model: Option<PathBuf>,
+    /// Things that were guessed or that fairseq would have done differently, one line each.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckpointReport {
+    pub path: PathBuf,
+    pub format: ContainerFormat,
+    pub config_source: &'static str,
+    pub tensors: usize,
+    pub parameters: i64,
+    /// State-dict keys no module asked for (empty with `Weights::ConfigOnly`).
+    pub unused_keys: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DictionaryReport {
+    pub path: PathBuf,
+    pub size: usize,
+}
+
+/// A model ready to run: the ensemble, its dictionaries (checked against the embeddings), the
+/// text pipeline options and the position limits.
+pub struct ModelBundle {
+    pub files: ModelFiles,
+    /// The first checkpoint's config (fairseq takes the task and text settings from it).
+    pub config: TransformerConfig,
+    pub models: Vec<TransformerModel>,
+    /// The loaded checkpoints, in `files.checkpoints` order (kept for `inspect` and `verify`).
+    pub checkpoints: Vec<Checkpoint>,
+    pub src_dict: Dictionary,
+    pub tgt_dict: Dictionary,
+    /// Tokenizer/BPE settings: defaults < checkpoint config < model directory < overrides.
+    pub pipeline_options: PipelineOptions,
+    pub report: LoadReport,
+}
+
+fn load_dictionary(path: &Path) -> Result<Dictionary, HubError> {
+    Dictionary::load(path).map_err(|source| HubError::Dictionary { path: path.to_path_buf(), source })
+}
+
+/// fairseq sizes the embeddings from the dictionaries: a dictionary that disagrees with the
+/// stored embedding matrix is the wrong dictionary.
+pub fn check_dictionaries(
+    checkpoint: &Path,
+    summary: &crate::checkpoint::CheckpointSummary,
+    files: &ModelFiles,
+    src: &Dictionary,
+    tgt: &Dictionary,
+) -> Result<(), HubError> {
+    let sides = [
+        ("source", &files.src_dict, src, "encoder.embed_tokens.weight", summary.src_embed_rows),
+        ("target", &files.tgt_dict, tgt, "decoder.embed_tokens.weight", summary.tgt_embed_rows),
+    ];
+    for (side, dict, d, tensor, rows) in sides {
+        if let Some(rows) = rows.filter(|&r| r != d.len() as i64) {
+            let (dict, checkpoint) = (dict.clone(), checkpoint.to_path_buf());
+            return Err(HubError::DictionarySize { side, dict, symbols: d.len(), checkpoint, tensor, rows });
+        }
+    }
+    if summary.config.share_all_embeddings && src != tgt {
+        return Err(HubError::NotJoined { checkpoint: checkpoint.to_path_buf() });
+    }
+    Ok(())
+}
+
+impl ModelBundle {
+    /// Finds the files of `spec`, parses each checkpoint once, checks the dictionaries against
+    /// every checkpoint's embeddings and builds the models.
+    pub fn load(spec: &ModelSpec, options: &LoadOptions) -> Result<Self, HubError> {
+        let load_weights = matches!(options.weights, Weights::Load { .. });
+        let mut first: Option<Checkpoint> = None;
+        let mut first_summary = None;
+        let files = ModelFiles::resolve(spec, |path| {
+            let summary = if load_weights {
+                let ckpt = load_checkpoint(path)?;
+                let summary = ckpt.summary();
+                first = Some(ckpt);
+                summary
+            } else {
+                read_summary(path)?
+            };
+            first_summary = Some(summary.clone());
+            Ok(summary)
+        })?;
+        let src_dict = load_dictionary(&files.src_dict)?;
+        let tgt_dict = load_dictionary(&files.tgt_dict)?;
+
+        let mut checkpoints = Vec::new();
+        let mut models = Vec::new();
+        let mut reports = Vec::new();
+        let mut warnings = Vec::new();
+        let config = match options.weights {
+            Weights::ConfigOnly => {
+                let summary = match first_summary {
+                    Some(summary) => summary,
+                    None => read_summary(&files.checkpoints[0])?,
+                };
+                check_dictionaries(&files.checkpoints[0], &summary, &files, &src_dict, &tgt_dict)?;
+                reports.push(CheckpointReport {
+                    path: files.checkpoints[0].clone(),
+                    format: summary.format,
+                    config_source: config_source_name(summary.config_source),
+                    tensors: 0,
+                    parameters: 0,
+                    unused_keys: Vec::new(),
+                });
+                summary.config
+            }
+            Weights::Load { device, kind, replay_init } => {
+                for (i, path) in files.checkpoints.iter().enumerate() {
+                    let ckpt = match (i, first.take()) {
+                        (0, Some(ckpt)) => ckpt,
+                        _ => load_checkpoint(path)?,
+                    };
+                    check_dictionaries(path, &ckpt.summary(), &files, &src_dict, &tgt_dict)?;
+                    if replay_init {
+                        let c = &ckpt.config;
+                        replay_model_init(&ckpt.state_dict, c.share_all_embeddings, c.share_decoder_input_output_embed)
+                            .map_err(HubError::Replay)?;
+                    }
+                    let (model, load) = TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
+                        .map_err(|source| HubError::Model { path: path.clone(), source })?;
+                    reports.push(CheckpointReport {
+                        path: path.clone(),
+                        format: ckpt.format,
+                        config_source: config_source_name(ckpt.config_source),
+                        tensors: ckpt.state_dict.len(),
+                        parameters: ckpt.state_dict.values().map(|t| t.numel() as i64).sum(),
+                        unused_keys: load.unused_keys,
+                    });
+                    warnings.extend(load.warnings);
+                    models.push(model);
+                    checkpoints.push(ckpt);
+                }
+                checkpoints[0].config.clone()
+            }
+        };
+        let pipeline_options = pipeline::options(spec, &options.pipeline, &files, &config);
+        let report = LoadReport {
+            checkpoints: reports,
+            source_lang: files.source_lang.clone(),
+            target_lang: files.target_lang.clone(),
+            source_dictionary: DictionaryReport { path: files.src_dict.clone(), size: src_dict.len() },
+            target_dictionary: DictionaryReport { path: files.tgt_dict.clone(), size: tgt_dict.len() },
+            bpe_codes: pipeline_options.bpe_codes.clone(),
+            sentencepiece_model: pipeline_options.sentencepiece_model.clone(),
+            warnings,
+        };
+        Ok(Self { files, config, models, checkpoints, src_dict, tgt_dict, pipeline_options, report })
+    }
+
+    /// fairseq-interactive's limit on source length: the smallest of the models' and the task's.
+    pub fn max_source_positions(&self) -> usize {
+        self.models.iter().map(TransformerModel::max_source_positions).chain([TASK_MAX_SOURCE_POSITIONS]).min().unwrap_or(TASK_MAX_SOURCE_POSITIONS)
+    }
+
+    /// The translation pipeline: tokenize in the source language, detokenize in the target
+    /// language. Moses fallbacks are added to the report's warnings.
+    pub fn pipeline(&mut self) -> Result<TextPipeline, HubError> {
+        let options = self.pipeline_options.clone();
+        self.build_pipeline(&options)
+    }
+
+    /// The pipeline of one side's text, tokenized and detokenized in that side's language.
+    pub fn side_pipeline(&mut self, lang: &str) -> Result<TextPipeline, HubError> {
+        let mut options = self.pipeline_options.clone();
+        options.source_lang = lang.to_string();
+        options.target_lang = lang.to_string();
+        self.build_pipeline(&options)
+    }
+
+    fn build_pipeline(&mut self, options: &PipelineOptions) -> Result<TextPipeline, HubError> {
+        let pipeline = TextPipeline::new(options)?;
+        for lang in pipeline.fallback_languages() {
+            let w = format!("Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
+            if !self.report.warnings.contains(&w) {
+                self.report.warnings.push(w);
+            }
+        }
+        Ok(pipeline)
+    }
+}
+
+fn config_source_name(source: ConfigSource) -> &'static str {
+    match source {
+        ConfigSource::Args => "args",
+        ConfigSource::Cfg => "cfg",
+    }
+}
