@@ -172,9 +172,6 @@ pub fn generator_config(
     temperature: f64,
     need_attn: bool,
 ) -> Result<GeneratorConfig> {
-    if s.beam == 0 {
-        bail!("--beam must be at least 1");
-    }
     Ok(GeneratorConfig {
         beam_size: s.beam,
         max_len_a: s.max_len_a,

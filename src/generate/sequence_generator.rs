@@ -76,10 +76,10 @@ fn bad(msg: impl Into<String>) -> GenerateError {
 impl SequenceGenerator {
     pub fn new(cfg: GeneratorConfig, vocab_size: usize, specials: Specials) -> Result<Self, GenerateError> {
         if cfg.beam_size == 0 {
-            return Err(GenerateError::InvalidOption("--beam must be at least 1".into()));
+            return Err(GenerateError::InvalidOption("beam size must be at least 1".into()));
         }
         if !(cfg.temperature > 0.0) {
-            return Err(GenerateError::InvalidOption("--temperature must be greater than 0".into()));
+            return Err(GenerateError::InvalidOption("temperature must be greater than 0".into()));
         }
         let vocab_size = i64::try_from(vocab_size).map_err(|_| bad("vocabulary too large"))?;
         if vocab_size < 2 {

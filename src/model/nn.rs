@@ -70,7 +70,7 @@ impl ActivationFn {
             "gelu_fast" | "gelu_accurate" => Self::GeluAccurate,
             "tanh" => Self::Tanh,
             "linear" => Self::Linear,
-            other => return Err(ModelError::Unsupported(format!("--activation-fn {other}"))),
+            other => return Err(ModelError::Unsupported(format!("activation function {other:?}"))),
         })
     }
 

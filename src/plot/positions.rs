@@ -26,13 +26,13 @@ pub fn positional_table(model: &TransformerModel, side: Side, length: usize) -> 
         return Err(PlotError::Input("the model has no positional embeddings (no_token_positional_embeddings)".into()));
     };
     if length == 0 {
-        return Err(PlotError::Input("--length must be at least 1".into()));
+        return Err(PlotError::Input("the length must be at least 1".into()));
     }
     let max = embed.max_positions();
     if length > max {
-        return Err(PlotError::Input(format!("--length {length} exceeds the model's {max} positions")));
+        return Err(PlotError::Input(format!("length {length} exceeds the model's {max} positions")));
     }
-    let length = i64::try_from(length).map_err(|_| PlotError::Input("--length is too large".into()))?;
+    let length = i64::try_from(length).map_err(|_| PlotError::Input("the length is too large".into()))?;
     // any non-pad token: positions only depend on where the padding is
     let tokens = Tensor::f_full([1, length], crate::model::PADDING_IDX + 1, (Kind::Int64, model.device))?;
     let table = embed.forward(&tokens, false)?.f_select(0, 0)?;

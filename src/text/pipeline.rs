@@ -24,9 +24,9 @@ pub enum PipelineError {
     UnknownTokenizer(String),
     #[error("unknown bpe {0:?} (supported: subword_nmt, fastbpe, sentencepiece, none)")]
     UnknownBpe(String),
-    #[error("--bpe {0} needs a codes file (--bpe-codes, or `bpecodes` in the model directory)")]
+    #[error("BPE {0} needs a codes file (`bpecodes` in the model directory, or one given explicitly)")]
     MissingCodes(&'static str),
-    #[error("--bpe sentencepiece needs a model file (--sentencepiece-model, or `sentencepiece.bpe.model` in the model directory)")]
+    #[error("sentencepiece needs a model file (`sentencepiece.bpe.model` in the model directory, or one given explicitly)")]
     MissingSentencePieceModel,
 }
 
