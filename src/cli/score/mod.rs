@@ -1,0 +1,87 @@
+//! `tchseq score`: per-row log-probabilities of (source, target) pairs from a CSV file, computed
+//! as `fairseq-generate --score-reference` does (fairseq's SequenceScorer).
+//!
+//! The CSV/row machinery here does not know about models: it reads rows in chunks of
+//! `--buffer-size`, asks a [`Backend`] to encode each row and to score batches built with
+//! fairseq's ordering and batching, and writes exactly one output row per input row, in input
+//! order.
+
+use anyhow::Result;
+use std::io::IsTerminal;
+
+
+use super::args::{GlobalArgs, ScoreArgs};
+use super::Outcome;
+
+mod backend;
+mod format;
+mod options;
+mod rows;
+mod sink;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use format::*;
+use options::*;
+use rows::*;
+use sink::*;
+use table::*;
+
+/// fairseq's `--required-batch-size-multiple` default.
+const REQUIRED_BATCH_SIZE_MULTIPLE: usize = 8;
+/// fairseq-generate's `--max-tokens` when neither it nor `--batch-size` is given.
+const DEFAULT_MAX_TOKENS: usize = 12000;
+const ADDED_COLUMNS: [&str; 5] = ["logprob", "tokens", "avg_logprob", "ppl", "error"];
+const PER_TOKEN_COLUMN: &str = "token_logprobs";
+
+pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
+    let opts = Options::new(a)?;
+    let input = Input::open(&opts)?;
+    let mut backend = backend::ModelBackend::load(global, a)?;
+    let progress = !a.quiet && std::io::stderr().is_terminal();
+    let summary = score_input(input, &opts, &mut backend, progress)?;
+    if !a.quiet {
+        eprintln!("{}", summary.line());
+    }
+    if summary.scored < summary.rows {
+        anyhow::bail!(
+            "{} of {} rows could not be scored (see the `error` column)",
+            summary.rows - summary.scored,
+            summary.rows
+        );
+    }
+    Ok(Outcome::Ok)
+}
+
+/// Token ids of one row, both ending with EOS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    pub source: Vec<i64>,
+    pub target: Vec<i64>,
+}
+
+/// The scores of one row (natural log).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// Sum of the target tokens' log-probabilities, EOS included.
+    pub logprob: f32,
+    /// fairseq's `--score-reference` score: `logprob / tokens`.
+    pub avg_logprob: f32,
+    /// One log-probability per target token, EOS included.
+    pub positional_scores: Vec<f32>,
+}
+
+/// The model side of `score`.
+pub trait Backend {
+    /// Text of the source and target fields to token ids, or why the row cannot be scored.
+    fn encode(&self, source: &str, target: &str) -> std::result::Result<Encoded, String>;
+    /// Scores one batch; one result per item, in the order given.
+    fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>>;
+    /// Scores several batches, possibly at the same time; one result per batch, in order.
+    fn score_batches(&mut self, batches: &[Vec<&Encoded>]) -> Vec<Result<Vec<Scored>>> {
+        batches.iter().map(|b| self.score(b)).collect()
+    }
+    /// The target dictionary's symbol for `id`.
+    fn target_symbol(&self, id: i64) -> String;
+}

@@ -1,0 +1,88 @@
+//! Raw `score` flags to resolved settings, validated once.
+
+use super::*;
+use anyhow::{bail, Result};
+use std::fs::{self};
+use std::path::PathBuf;
+
+
+use crate::cli::args::{ScoreArgs, ScoreFormat};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub input: PathBuf,
+    pub output: Option<PathBuf>,
+    pub source_column: String,
+    pub target_column: String,
+    pub delimiter: u8,
+    pub format: ScoreFormat,
+    pub per_token: bool,
+    pub max_tokens: Option<usize>,
+    pub batch_size: Option<usize>,
+    pub buffer_size: usize,
+    pub resume: bool,
+    /// Everything that must be unchanged for `--resume` to continue a run.
+    pub fingerprint: String,
+}
+
+impl Options {
+    pub fn new(a: &ScoreArgs) -> Result<Self> {
+        let delimiter = parse_delimiter(&a.delimiter)?;
+        if a.buffer_size == 0 {
+            bail!("--buffer-size must be at least 1");
+        }
+        if a.batch_size == Some(0) {
+            bail!("--batch-size must be at least 1");
+        }
+        if a.max_tokens == Some(0) {
+            bail!("--max-tokens must be at least 1");
+        }
+        if a.resume && a.output.is_none() {
+            bail!("--resume needs --output (a run to stdout cannot be resumed)");
+        }
+        let (max_tokens, batch_size) = match (a.max_tokens, a.batch_size) {
+            (None, None) => (Some(DEFAULT_MAX_TOKENS), None),
+            other => other,
+        };
+        let input_abs = fs::canonicalize(&a.input).unwrap_or_else(|_| a.input.clone());
+        let fingerprint = format!(
+            "{:?}",
+            (
+                input_abs,
+                &a.source_column,
+                &a.target_column,
+                delimiter,
+                a.format,
+                a.per_token,
+                a.tokenized,
+                &a.model,
+                &a.pipeline,
+            )
+        );
+        Ok(Self {
+            input: a.input.clone(),
+            output: a.output.clone(),
+            source_column: a.source_column.clone(),
+            target_column: a.target_column.clone(),
+            delimiter,
+            format: a.format,
+            per_token: a.per_token,
+            max_tokens,
+            batch_size,
+            buffer_size: a.buffer_size,
+            resume: a.resume,
+            fingerprint,
+        })
+    }
+}
+
+/// `,`, `;`, `|`, a literal tab, or the two characters `\t` (or the word `tab`).
+pub(super) fn parse_delimiter(text: &str) -> Result<u8> {
+    match text {
+        "\\t" | "tab" | "TAB" => Ok(b'\t'),
+        _ => match text.as_bytes() {
+            [b] if b.is_ascii() && *b != b'"' && *b != b'\n' && *b != b'\r' => Ok(*b),
+            _ => bail!("--delimiter must be one ASCII character (or '\\t' for tab), got {text:?}"),
+        },
+    }
+}

@@ -1,0 +1,190 @@
+//! Chunks of rows through the backend: encode, order and batch as fairseq-generate does,
+//! score, and keep every row in its place.
+
+use super::*;
+use anyhow::{bail, Context, Result};
+use csv::{ByteRecord, Position};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use std::time::Instant;
+
+use tchseq::generate::batching::batch_by_size;
+use tchseq::generate::scorer::ordered_indices;
+
+
+/// Scores every row of `input` and writes the output; the heart of `tchseq score`.
+pub fn score_input(
+    mut input: Input,
+    opts: &Options,
+    backend: &mut dyn Backend,
+    progress: bool,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let mut summary = Summary::default();
+    let (input_len, input_modified_ns) = input_stamp(&opts.input)?;
+    // What a checkpoint of the output file records: where the input stands and what was written.
+    let progress_at = |input: &Input, output_bytes: u64, summary: &Summary| {
+        let pos = input.reader.position();
+        Progress {
+            fingerprint: opts.fingerprint.clone(),
+            input_len,
+            input_modified_ns,
+            input_byte: pos.byte(),
+            input_line: pos.line(),
+            input_record: pos.record(),
+            output_bytes,
+            summary: summary.clone(),
+        }
+    };
+    let mut sink = match &opts.output {
+        None => {
+            let mut s = Sink::Stdout(std::io::stdout());
+            s.write(&header_bytes(&input, opts)?)?;
+            s
+        }
+        Some(path) if opts.resume => {
+            let (sink, prev) = FileSink::reopen(path)?;
+            if prev.fingerprint != opts.fingerprint {
+                bail!("--resume: the options or input differ from the interrupted run; run without --resume to start over");
+            }
+            if (prev.input_len, prev.input_modified_ns) != (input_len, input_modified_ns) {
+                bail!("--resume: {} changed since the interrupted run; run without --resume to start over", opts.input.display());
+            }
+            let mut pos = Position::new();
+            pos.set_byte(prev.input_byte).set_line(prev.input_line).set_record(prev.input_record);
+            input.reader.seek(pos).context("--resume: cannot seek in the input")?;
+            summary = prev.summary;
+            Sink::File(sink)
+        }
+        Some(path) => {
+            let mut sink = FileSink::create(path)?;
+            sink.write(&header_bytes(&input, opts)?)?;
+            sink.checkpoint(&progress_at(&input, sink.bytes, &summary))?;
+            Sink::File(sink)
+        }
+    };
+
+    let rows_before = summary.rows;
+    let bar = if progress {
+        let total = count_records(&opts.input, opts.delimiter).unwrap_or(0);
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template(
+            "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} rows  {per_sec}  ETA {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_position(summary.rows);
+        bar.reset_eta();
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+
+    let mut chunk: Vec<ByteRecord> = Vec::with_capacity(opts.buffer_size.min(1 << 16));
+    loop {
+        chunk.clear();
+        let mut record = ByteRecord::new();
+        while chunk.len() < opts.buffer_size
+            && input.reader.read_byte_record(&mut record).context("cannot read the input")?
+        {
+            chunk.push(std::mem::take(&mut record));
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let results = score_chunk(&input, opts, backend, &chunk);
+        let mut data = Vec::new();
+        for (rec, result) in chunk.iter().zip(&results) {
+            summary.add(result);
+            format_row(&mut data, &input, opts, rec, result, backend)?;
+        }
+        sink.write(&data)?;
+        if let Sink::File(f) = &mut sink {
+            f.checkpoint(&progress_at(&input, f.bytes, &summary))?;
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    if let Sink::File(f) = sink {
+        f.finish()?;
+    }
+    summary.elapsed_s = started.elapsed().as_secs_f64();
+    summary.rows_this_run = summary.rows - rows_before;
+    Ok(summary)
+}
+
+
+/// A scored row: its scores and its target token ids (EOS included).
+#[derive(Debug, Clone)]
+pub(super) struct ScoredRow {
+    pub(super) scored: Scored,
+    pub(super) target: Vec<i64>,
+}
+
+pub(super) type RowResult = std::result::Result<ScoredRow, String>;
+
+
+/// Scores the rows of one chunk; one result per row, in row order. Rows are batched as
+/// fairseq-generate batches them (ordered by length), so the order is restored here.
+pub(super) fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backend, chunk: &[ByteRecord]) -> Vec<RowResult> {
+    let mut results: Vec<Option<RowResult>> = vec![None; chunk.len()];
+    let mut encoded: Vec<(usize, Encoded)> = Vec::new();
+    let columns = input.header.len();
+    for (row, rec) in chunk.iter().enumerate() {
+        let prepared = if rec.len() != columns {
+            Err(format!("ragged row: {} fields, the header has {columns}", rec.len()))
+        } else {
+            field(rec, input.source_idx, &opts.source_column).and_then(|source| {
+                let target = field(rec, input.target_idx, &opts.target_column)?;
+                backend.encode(source, target)
+            })
+        };
+        match prepared {
+            Ok(e) => encoded.push((row, e)),
+            Err(reason) => results[row] = Some(Err(reason)),
+        }
+    }
+
+    let src_sizes: Vec<usize> = encoded.iter().map(|(_, e)| e.source.len()).collect();
+    let tgt_sizes: Vec<usize> = encoded.iter().map(|(_, e)| e.target.len()).collect();
+    let indices = ordered_indices(&src_sizes, &tgt_sizes);
+    let num_tokens: Vec<usize> = indices.iter().map(|&i| src_sizes[i].max(tgt_sizes[i])).collect();
+    let positions: Vec<usize> = (0..indices.len()).collect();
+    let batches = batch_by_size(
+        &positions,
+        &num_tokens,
+        opts.max_tokens,
+        opts.batch_size,
+        REQUIRED_BATCH_SIZE_MULTIPLE,
+    );
+    let members: Vec<Vec<usize>> = batches.iter().map(|b| b.iter().map(|&k| indices[k]).collect()).collect();
+    let items: Vec<Vec<&Encoded>> = members.iter().map(|m| m.iter().map(|&i| &encoded[i].1).collect()).collect();
+    let scored = backend.score_batches(&items);
+    for ((members, items), scored) in members.iter().zip(&items).zip(scored) {
+        match scored {
+            Ok(scored) if scored.len() == items.len() => {
+                for (&i, s) in members.iter().zip(scored) {
+                    let (row, e) = &encoded[i];
+                    results[*row] = Some(Ok(ScoredRow { scored: s, target: e.target.clone() }));
+                }
+            }
+            // a failing batch: score its rows one by one so only the culprits get an error
+            _ => {
+                for &i in members {
+                    let (row, e) = &encoded[i];
+                    results[*row] = Some(match backend.score(&[e]) {
+                        Ok(mut s) if s.len() == 1 => {
+                            Ok(ScoredRow { scored: s.remove(0), target: e.target.clone() })
+                        }
+                        Ok(_) => Err("scoring failed: wrong number of results".to_string()),
+                        Err(err) => Err(format!("scoring failed: {}", crate::cli::common::one_line(&err))),
+                    });
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("internal error: row was not scored".to_string())))
+        .collect()
+}
