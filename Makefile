@@ -17,7 +17,7 @@ VENV_STAMP := $(CURDIR)/.venv/libtorch
 # CI machines have 2 cores; keep the C++ shim build from oversubscribing.
 CARGO ?= cargo
 
-.PHONY: all build test demo bench reference reference-venv fuzz venv clean doc
+.PHONY: all build test demo bench parity reference reference-venv fuzz venv clean doc
 
 all: build
 
@@ -56,6 +56,11 @@ reference: reference-venv
 
 bench: reference-venv build
 	bash bench/run.sh
+
+# fairseq 0.12.2 and tchseq live on this machine: every differing line is reported, 0 expected.
+# PARITY_ARGS="--threads 2" or "--reproducible" pass through.
+parity: reference-venv build
+	bash reference/parity.sh $(PARITY_ARGS)
 
 fuzz:
 	cd fuzz && $(CARGO) fuzz build

@@ -27,9 +27,9 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     }
     let mut bundle = common::load_single(global, &a.model, Some(&a.pipeline))?;
     // each side's text is tokenized with its own language
-    let source_text = bundle.pipeline()?;
+    let source_text = bundle.pipeline().map_err(common::hub_error)?;
     let target_lang = bundle.pipeline_options.target_lang.clone();
-    let target_text = bundle.side_pipeline(&target_lang)?;
+    let target_text = bundle.side_pipeline(&target_lang).map_err(common::hub_error)?;
     common::print_warnings(&bundle.report);
     let (model, src_dict, tgt_dict) = (&bundle.models[0], &bundle.src_dict, &bundle.tgt_dict);
     let kind = match a.kind {

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use tch::Device;
 
+use tchseq::text::pipeline::PipelineError;
 use tchseq::hub::{HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, PipelineOverrides, Weights};
 
 use super::args::{BpeArg, DeviceArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
@@ -105,12 +106,28 @@ pub fn pipeline_overrides(p: &PipelineArgs) -> PipelineOverrides {
 /// The model of `--model/--path/--data/-s/-t` through the library's one loading path.
 pub fn load_bundle(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights) -> Result<ModelBundle> {
     let options = LoadOptions { weights, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
-    ModelBundle::load(&model_spec(m), &options).map_err(with_flags)
+    ModelBundle::load(&model_spec(m), &options).map_err(hub_error)
+}
+
+/// A text pipeline error with the flag that gives what is missing.
+pub fn pipeline_error(e: PipelineError) -> anyhow::Error {
+    anyhow::anyhow!("{}", pipeline_error_text(&e))
+}
+
+fn pipeline_error_text(e: &PipelineError) -> String {
+    match e {
+        PipelineError::MissingCodes(_) => format!("{e} (pass --bpe-codes FILE)"),
+        PipelineError::MissingSentencePieceModel => format!("{e} (pass --sentencepiece-model FILE)"),
+        _ => e.to_string(),
+    }
 }
 
 /// The library's words for what is missing, with the flags that give it.
-fn with_flags(e: HubError) -> anyhow::Error {
+pub fn hub_error(e: HubError) -> anyhow::Error {
     let hint = match &e {
+        HubError::Pipeline(p @ (PipelineError::MissingCodes(_) | PipelineError::MissingSentencePieceModel)) => {
+            return anyhow::anyhow!("{}", pipeline_error_text(p));
+        }
         HubError::ModelDir(msg) if msg.contains("languages") => "pass -s SRC -t TGT",
         HubError::ModelDir(msg) if msg.contains("dictionaries") => "pass --data DIR",
         HubError::ModelDir(_) => "use --model DIR|FILE or --path A.pt[:B.pt]",
@@ -131,7 +148,7 @@ pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&Pipelin
         }
     }
     let options = LoadOptions { weights: Weights::Load { device, kind: tch::Kind::Float, replay_init: false }, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
-    ModelBundle::load(&spec, &options).map_err(with_flags)
+    ModelBundle::load(&spec, &options).map_err(hub_error)
 }
 
 /// The load report's warnings, one `warning:` line each on stderr.

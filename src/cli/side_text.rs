@@ -30,7 +30,7 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
             Side::Source => bundle.pipeline_options.source_lang.clone(),
             Side::Target => bundle.pipeline_options.target_lang.clone(),
         };
-        let text = bundle.side_pipeline(&lang)?;
+        let text = bundle.side_pipeline(&lang).map_err(common::hub_error)?;
         common::print_warnings(&bundle.report);
         let dict = ids.then(|| match side {
             Side::Source => bundle.src_dict,
@@ -46,7 +46,7 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
     };
     opts.source_lang = lang.clone();
     opts.target_lang = lang.clone();
-    let text = TextPipeline::new(&opts)?;
+    let text = TextPipeline::new(&opts).map_err(common::pipeline_error)?;
     for l in text.fallback_languages() {
         eprintln!("warning: Moses has no data for language {l:?}; using sacremoses' generic rules and English non-breaking prefixes");
     }

@@ -65,7 +65,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     let weights = Weights::Load { device, kind, replay_init: a.sampling };
     let mut bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
-    let pipeline = bundle.pipeline()?;
+    let pipeline = bundle.pipeline().map_err(common::hub_error)?;
     common::print_warnings(&bundle.report);
     let max_source_positions = bundle.max_source_positions();
     let ModelBundle { models, src_dict, tgt_dict, .. } = bundle;

@@ -42,7 +42,7 @@ impl ModelBackend {
             None
         } else {
             let target_lang = bundle.pipeline_options.target_lang.clone();
-            Some((bundle.pipeline()?, bundle.side_pipeline(&target_lang)?))
+            Some((bundle.pipeline().map_err(common::hub_error)?, bundle.side_pipeline(&target_lang).map_err(common::hub_error)?))
         };
         common::print_warnings(&bundle.report);
         let ModelBundle { models, src_dict, tgt_dict, .. } = bundle;
