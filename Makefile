@@ -34,9 +34,12 @@ $(CURDIR)/.venv/libtorch:
 build: $(VENV_STAMP)
 	$(CARGO) build --release
 
+# Every test: the Rust suites (portable: goldens within tolerance, bits in reproducible mode),
+# then fairseq 0.12.2 live beside tchseq on this machine (make parity).
 test: $(VENV_STAMP)
 	$(CARGO) build --release
 	$(CARGO) test --release
+	$(MAKE) parity
 
 demo: build
 	@printf '%s\n' "A man in a blue shirt is riding a bike." "Two dogs are playing in the snow." "A little girl is eating an ice cream." \
