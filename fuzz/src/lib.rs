@@ -2,7 +2,7 @@
 //! sources so the fuzz targets exercise exactly that code.
 #![allow(dead_code)]
 
-#[path = "../../src/checkpoint/pickle.rs"]
+#[path = "../../src/checkpoint/pickle/mod.rs"]
 pub mod pickle;
 #[path = "../../src/checkpoint/pyjson.rs"]
 pub mod pyjson;
