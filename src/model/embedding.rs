@@ -223,3 +223,25 @@ mod tests {
         assert!(SinusoidalPositionalEmbedding::get_embedding(4, 3, 1).is_err());
     }
 }
+
+/// What an encoder and a decoder load around their token embedding: the positional embedding
+/// (unless `no_token_positional_embeddings`) and `layernorm_embedding` (when configured).
+pub(crate) fn load_positions_and_layernorm(
+    w: &Weights,
+    dim: i64,
+    max_positions: usize,
+    learned: bool,
+    no_positions: bool,
+    layernorm_embedding: bool,
+) -> Result<(Option<PositionalEmbedding>, Option<super::nn::LayerNorm>), ModelError> {
+    let max_pos = i64::try_from(max_positions)
+        .map_err(|_| ModelError::Unsupported(format!("{max_positions} positions is too many")))?;
+    let positions = if no_positions {
+        None
+    } else {
+        Some(PositionalEmbedding::load(&w.sub("embed_positions"), learned, max_pos, dim, super::PADDING_IDX)?)
+    };
+    let layernorm =
+        if layernorm_embedding { Some(super::nn::LayerNorm::load(&w.sub("layernorm_embedding"), dim)?) } else { None };
+    Ok((positions, layernorm))
+}

@@ -2,7 +2,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::embedding::{Embedding, PositionalEmbedding};
+use super::embedding::{load_positions_and_layernorm, Embedding, PositionalEmbedding};
 use super::layer::TransformerEncoderLayer;
 use super::nn::{ActivationFn, LayerNorm};
 use super::weights::Weights;
@@ -85,15 +85,14 @@ impl TransformerEncoder {
         let mut warnings = Vec::new();
         let c = o.embed_dim;
         let embed_tokens = Embedding::load(&w.sub("embed_tokens"), c, PADDING_IDX)?;
-        let max_pos = i64::try_from(o.max_source_positions)
-            .map_err(|_| ModelError::Unsupported("max_source_positions is too large".into()))?;
-        let embed_positions = if o.no_token_positional_embeddings {
-            None
-        } else {
-            Some(PositionalEmbedding::load(&w.sub("embed_positions"), o.learned_pos, max_pos, c, PADDING_IDX)?)
-        };
-        let layernorm_embedding =
-            if o.layernorm_embedding { Some(LayerNorm::load(&w.sub("layernorm_embedding"), c)?) } else { None };
+        let (embed_positions, layernorm_embedding) = load_positions_and_layernorm(
+            w,
+            c,
+            o.max_source_positions,
+            o.learned_pos,
+            o.no_token_positional_embeddings,
+            o.layernorm_embedding,
+        )?;
         let layers = (0..o.layers)
             .map(|i| {
                 TransformerEncoderLayer::load(
