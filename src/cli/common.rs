@@ -140,15 +140,13 @@ pub fn hub_error(e: HubError) -> anyhow::Error {
 /// ensemble).
 pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&PipelineArgs>) -> Result<ModelBundle> {
     let device = resolve_device(global.device)?;
-    let spec = model_spec(m);
-    if let Some(list) = &spec.path {
+    if let Some(list) = &m.path {
         let n = list.split(':').filter(|s| !s.is_empty()).count();
         if n > 1 {
             bail!("one checkpoint is needed here, not an ensemble of {n}");
         }
     }
-    let options = LoadOptions { weights: Weights::Load { device, kind: tch::Kind::Float, replay_init: false }, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
-    ModelBundle::load(&spec, &options).map_err(hub_error)
+    load_bundle(m, pipeline, Weights::Load { device, kind: tch::Kind::Float, replay_init: false })
 }
 
 /// The load report's warnings, one `warning:` line each on stderr.

@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 
 use anyhow::{bail, Context, Result};
 
-use tchseq::hub::Weights;
+use tchseq::hub::{build_pipeline, Weights};
 use tchseq::text::dictionary::Dictionary;
 use tchseq::text::pipeline::TextPipeline;
 
@@ -46,9 +46,9 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
     };
     opts.source_lang = lang.clone();
     opts.target_lang = lang.clone();
-    let text = TextPipeline::new(&opts).map_err(common::pipeline_error)?;
-    for l in text.fallback_languages() {
-        eprintln!("warning: Moses has no data for language {l:?}; using sacremoses' generic rules and English non-breaking prefixes");
+    let (text, warnings) = build_pipeline(&opts).map_err(common::pipeline_error)?;
+    for w in warnings {
+        eprintln!("warning: {w}");
     }
     let dict = if ids {
         let lang = match side {

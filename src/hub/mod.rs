@@ -19,7 +19,7 @@ use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
 pub use model_dir::ModelFiles;
-pub use pipeline::PipelineOverrides;
+pub use pipeline::{build as build_pipeline, PipelineOverrides};
 
 /// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
 pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
@@ -262,9 +262,8 @@ impl ModelBundle {
     }
 
     fn build_pipeline(&mut self, options: &PipelineOptions) -> Result<TextPipeline, HubError> {
-        let pipeline = TextPipeline::new(options)?;
-        for lang in pipeline.fallback_languages() {
-            let w = format!("Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes");
+        let (pipeline, warnings) = pipeline::build(options)?;
+        for w in warnings {
             if !self.report.warnings.contains(&w) {
                 self.report.warnings.push(w);
             }

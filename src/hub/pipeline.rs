@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::{ModelFiles, ModelSpec};
 use crate::config::TransformerConfig;
-use crate::text::pipeline::PipelineOptions;
+use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
 /// The caller's choices, each overriding what the checkpoint and the model directory say.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +52,17 @@ impl PipelineOverrides {
         opts.moses_no_escape |= self.moses_no_escape;
         opts
     }
+}
+
+/// Builds the pipeline of `options`, with one warning per language Moses has no data for.
+pub fn build(options: &PipelineOptions) -> Result<(TextPipeline, Vec<String>), PipelineError> {
+    let pipeline = TextPipeline::new(options)?;
+    let warnings = pipeline
+        .fallback_languages()
+        .iter()
+        .map(|lang| format!("Moses has no data for language {lang:?}; using sacremoses' generic rules and English non-breaking prefixes"))
+        .collect();
+    Ok((pipeline, warnings))
 }
 
 pub(super) fn options(spec: &ModelSpec, overrides: &PipelineOverrides, files: &ModelFiles, config: &TransformerConfig) -> PipelineOptions {
