@@ -1,5 +1,6 @@
 //! `tchseq`: thin entry point. Parsing lives in `cli::args`, each command in `cli/<command>.rs`.
 mod cli;
+mod serve;
 
 use std::process::ExitCode;
 

@@ -79,6 +79,15 @@ fairseq's encoder fast path returns them; the layout is read from the shape (whe
 match) and the report's layout column names it.\n\n\
 Example:\n  tchseq verify -m tests/fixtures/models/postnorm --reference tests/fixtures/models/postnorm/verify_left.pt")]
     Verify(VerifyArgs),
+    /// Serve models over HTTP: our JSON API, LibreTranslate's and OpenNMT-py's, metrics and a web page.
+    #[command(after_help = "Sentences of concurrent requests are gathered into one buffer (up to --max-tokens source \
+tokens, waiting at most --max-wait-ms for more) and translated as `translate` translates a file; --deterministic \
+translates each request on its own, so that a reply never depends on other traffic (batch composition changes the \
+last bits of exact scores, as in fairseq). SIGTERM or Ctrl-C stops accepting connections, finishes the requests in \
+flight and exits 0.\n\n\
+Example:\n  tchseq serve --model weights/multi30k.en-de --port 5000\n  \
+curl -s localhost:5000/v1/translate -H 'Content-Type: application/json' -d '{\"text\": [\"A dog runs.\"]}'")]
+    Serve(ServeArgs),
     /// Summarise a checkpoint: format, config, dictionaries, tensors.
     #[command(after_help = "Example:\n  tchseq inspect -m weights/multi30k.en-de --json")]
     Inspect(InspectArgs),
@@ -487,4 +496,49 @@ mod tests {
         let cli = Cli::try_parse_from(["tchseq", "doctor", "--device", "auto"]).unwrap();
         assert_eq!(cli.global.device, DeviceArg::Auto);
     }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A model directory or checkpoint to serve, as DIR or NAME=DIR; repeat for several models
+    /// (the first is the default). The name defaults to the directory's name.
+    #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
+    pub models: Vec<String>,
+    /// Address to listen on (127.0.0.1 unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed on stderr).
+    #[arg(long, default_value_t = 5000)]
+    pub port: u16,
+    /// Source tokens per gathered buffer and per batch (fairseq's --max-tokens).
+    #[arg(long = "max-tokens", default_value_t = 4096)]
+    pub max_tokens: usize,
+    /// How long a request may wait for others to share its batch, in milliseconds.
+    #[arg(long = "max-wait-ms", default_value_t = 5)]
+    pub max_wait_ms: u64,
+    /// Translate each request on its own (no batching across requests).
+    #[arg(long)]
+    pub deterministic: bool,
+    /// Sentences that may wait per model; beyond it requests get 503 with Retry-After.
+    #[arg(long = "queue-size", default_value_t = 2048)]
+    pub queue_size: usize,
+    /// Sentences per request at most.
+    #[arg(long = "max-sentences", default_value_t = 256)]
+    pub max_sentences: usize,
+    /// Source tokens per sentence at most, EOS included (default: the model's limit).
+    #[arg(long = "max-sentence-tokens")]
+    pub max_sentence_tokens: Option<usize>,
+    /// Request body size at most, in bytes.
+    #[arg(long = "max-body-bytes", default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Seconds a request may take before it gets 408.
+    #[arg(long = "request-timeout", default_value_t = 60.0)]
+    pub request_timeout: f64,
+    /// Require this key on every route but /health (Authorization: Bearer KEY, X-API-Key,
+    /// ?api_key=, or LibreTranslate's api_key field).
+    #[arg(long = "api-key", value_name = "KEY", conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// Read the API key from the first line of FILE.
+    #[arg(long = "api-key-file", value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
 }

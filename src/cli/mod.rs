@@ -16,6 +16,7 @@ mod translate;
 mod inspect;
 mod positions;
 mod score;
+mod serve;
 mod side_text;
 mod verify;
 
@@ -71,6 +72,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Doctor(a) => doctor::run(&cli.global, &a),
         Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(a) => score::run(&cli.global, &a),
+        Command::Serve(a) => serve::run(&cli.global, &a),
         Command::Verify(a) => verify::run(&cli.global, &a),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(a) => encode::run(&cli.global, &a),

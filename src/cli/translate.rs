@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
@@ -15,37 +14,23 @@ use super::common;
 use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
 use super::Outcome;
-use tchseq::generate::batching::{batch_by_size, collate, ordered_indices};
-use tchseq::generate::rng_replay::replay_dataloader_iter;
-use tchseq::generate::workers::run_jobs;
-use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{EnsembleModel, GenerateError, Hypothesis, SearchStrategy, SequenceGenerator};
-use tchseq::hub::{ModelBundle, Weights};
-use tchseq::model::TransformerModel;
-use tchseq::text::dictionary::{is_py_space, Dictionary};
-use tchseq::text::pipeline::TextPipeline;
+use tchseq::generate::{SearchStrategy, SequenceGenerator};
+use tchseq::hub::{Batching, TextMode, Translation, Translator, Weights};
+use tchseq::text::dictionary::is_py_space;
 
 /// What happened to one input line.
 enum LineResult {
-    Translated { src_tokens: Vec<i64>, hypos: Vec<Hypothesis>, seconds: f64 },
-    TooLong { len: usize, max: usize },
+    Translated(Translation),
     Unreadable(BadLine),
 }
 
 struct Session {
-    pipeline: TextPipeline,
-    src_dict: Dictionary,
-    tgt_dict: Dictionary,
-    models: Vec<TransformerModel>,
+    translator: Translator,
     generator: SequenceGenerator,
-    device: Device,
-    max_source_positions: usize,
-    max_tokens: Option<usize>,
-    batch_size: Option<usize>,
+    batching: Batching,
     nbest: usize,
     format: TranslateFormat,
     print_alignment: bool,
-    inter_threads: usize,
 }
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
@@ -64,11 +49,10 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     }
 
     let weights = Weights::Load { device, kind, replay_init: a.sampling };
-    let mut bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
-    let pipeline = bundle.pipeline().map_err(common::hub_error)?;
-    common::print_warnings(&bundle.report);
-    let max_source_positions = bundle.max_source_positions();
-    let ModelBundle { models, src_dict, tgt_dict, .. } = bundle;
+    let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
+    let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+    common::print_warnings(&translator.report);
+    let max_source_positions = translator.max_source_positions;
 
     let search = if a.sampling {
         SearchStrategy::Sampling { topk: a.sampling_topk, topp: a.sampling_topp }
@@ -76,25 +60,21 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         SearchStrategy::Beam
     };
     let cfg = common::generator_config(&a.search, search, a.temperature, a.print_alignment)?;
-    let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
-    let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
+    let generator = translator.generator(cfg)?;
 
     let (batch_size, buffer_size) = batching_sizes(a)?;
     let ctx = Session {
-        pipeline,
-        src_dict,
-        tgt_dict,
-        models,
+        translator,
         generator,
-        device,
-        max_source_positions,
-        max_tokens: a.max_tokens,
-        batch_size,
+        batching: Batching {
+            max_tokens: a.max_tokens,
+            batch_size,
+            // fairseq's random draws (sampling) happen in batch order
+            inter_threads: if a.sampling { 1 } else { global.inter_threads },
+        },
         nbest: a.nbest,
         format: a.format,
         print_alignment: a.print_alignment,
-        // fairseq's random draws (sampling) happen in batch order
-        inter_threads: if a.sampling { 1 } else { global.inter_threads },
     };
 
     let out: Box<dyn Write> = match &a.output {
@@ -115,8 +95,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
         let good: Vec<&str> = buffer.iter().filter_map(|l| l.as_deref().ok()).collect();
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
-        let translated = if good.is_empty() { Vec::new() } else { translate_buffer(&ctx, &good)? };
-        let mut translated = translated.into_iter();
+        let translated = ctx.translator.translate(&ctx.generator, &good, &ctx.batching, ctx.print_alignment)?;
+        let mut translated = translated.into_iter().map(LineResult::Translated);
         let n = buffer.len();
         for (i, entry) in buffer.drain(..).enumerate() {
             let (line, result) = match entry {
@@ -127,9 +107,9 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
                 Err(bad) => (None, LineResult::Unreadable(bad)),
             };
             match &result {
-                LineResult::TooLong { .. } => failures.add(&too_long),
+                LineResult::Translated(Translation::TooLong { .. }) => failures.add(&too_long),
                 LineResult::Unreadable(bad) => failures.add(bad.kind),
-                LineResult::Translated { .. } => {}
+                LineResult::Translated(Translation::Done { .. }) => {}
             }
             write_result(&ctx, out, *next_id + i, line.as_deref(), &result)?;
         }
@@ -225,102 +205,6 @@ fn py_strip(s: &str) -> &str {
     s.trim_matches(is_py_space)
 }
 
-/// Encodes, orders, batches and translates one buffer of lines; results in input order.
-fn translate_buffer(ctx: &Session, lines: &[&str]) -> Result<Vec<LineResult>> {
-    let tokens: Vec<Vec<i64>> = lines.iter().map(|l| ctx.src_dict.encode_line(&ctx.pipeline.encode(l), true)).collect();
-    let sizes: Vec<usize> = tokens.iter().map(Vec::len).collect();
-    let mut results: Vec<Option<LineResult>> = (0..lines.len()).map(|_| None).collect();
-    // fairseq orders the whole buffer first and filters afterwards
-    let order: Vec<usize> = ordered_indices(&sizes)
-        .into_iter()
-        .filter(|&i| {
-            let ok = sizes[i] <= ctx.max_source_positions;
-            if !ok {
-                results[i] = Some(LineResult::TooLong { len: sizes[i], max: ctx.max_source_positions });
-            }
-            ok
-        })
-        .collect();
-    // fairseq-interactive's get_batch_iterator keeps required_batch_size_multiple = 1
-    let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
-    let batches = batch_by_size(&order, &order_sizes, ctx.max_tokens, ctx.batch_size, 1);
-    // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
-    replay_dataloader_iter()?;
-    let (generator, device, pad) = (&ctx.generator, ctx.device, ctx.src_dict.pad());
-    let (print_alignment, tgt_pad, tgt_eos) = (ctx.print_alignment, ctx.tgt_dict.pad(), ctx.tgt_dict.eos());
-    let tokens = &tokens;
-    let translated = run_jobs(&ctx.models, batches, ctx.inter_threads, |models, batch| {
-        let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens[i].as_slice())).collect();
-        let collated = collate(&samples, pad)?;
-        let src_tokens = collated.src_tokens.f_to_device(device)?;
-        let start = Instant::now();
-        let mut hypos = generator.generate(&mut EnsembleModel::new(models)?, &src_tokens)?;
-        let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
-        if print_alignment {
-            for (row, hs) in hypos.iter_mut().enumerate() {
-                let src_row = Vec::<i64>::try_from(collated.src_tokens.f_select(0, row as i64)?)?;
-                for h in hs.iter_mut() {
-                    h.alignment = Some(hard_alignment(h, &src_row, tgt_pad, tgt_eos));
-                }
-            }
-        }
-        Ok::<_, GenerateError>((collated.ids, hypos, seconds))
-    })?;
-    for (ids, hypos, seconds) in translated {
-        for (id, hs) in ids.into_iter().zip(hypos) {
-            results[id] = Some(LineResult::Translated { src_tokens: tokens[id].clone(), hypos: hs, seconds });
-        }
-    }
-    results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| r.with_context(|| format!("internal error: line {i} was neither translated nor rejected")))
-        .collect()
-}
-
-/// `utils.extract_hard_alignment` over the attention kept during search (fairseq's
-/// `SequenceGeneratorWithAlignment` without full-context alignment): for each target token
-/// that is not EOS, the source word with the highest attention (pad/EOS excluded), as 0-based
-/// (src, tgt) word pairs (BPE-free inputs: one token = one word).
-fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, i64)> {
-    let Some(attn) = h.attention.as_ref() else { return Vec::new() };
-    let src_valid: Vec<usize> = (0..src.len()).filter(|&j| src[j] != pad && src[j] != eos).collect();
-    // token index -> word index (fairseq's get_token_to_word_mapping: 1-based over non-special tokens)
-    let word_of =
-        |toks: &[i64], idx: usize| -> i64 { toks[..=idx].iter().filter(|&&t| t != pad && t != eos).count() as i64 };
-    let mut out = Vec::new();
-    if src_valid.is_empty() {
-        return out;
-    }
-    for (t, &tok) in h.tokens.iter().enumerate() {
-        if tok == pad || tok == eos {
-            continue;
-        }
-        let Some(row) = attn.get(t) else { continue };
-        let mut best = src_valid[0];
-        for &j in &src_valid {
-            if row[j] > row[best] {
-                best = j;
-            }
-        }
-        out.push((word_of(src, best) - 1, word_of(&h.tokens, t) - 1));
-    }
-    out
-}
-
-/// The soft alignment behind the A- lines: rows are the hypothesis tokens (final EOS
-/// included), columns the source tokens (EOS included, the batch's left padding dropped).
-fn attention_json(ctx: &Session, attn: &[Vec<f32>], src_tokens: &[i64], tgt_tokens: &[i64]) -> serde_json::Value {
-    let pad = attn.first().map_or(0, |r| r.len().saturating_sub(src_tokens.len()));
-    let weights: Vec<&[f32]> = attn.iter().map(|r| r.get(pad..).unwrap_or(&[])).collect();
-    let symbols = |d: &Dictionary, ids: &[i64]| -> Vec<String> { ids.iter().map(|&i| d.symbol(i).to_string()).collect() };
-    serde_json::json!({
-        "target": symbols(&ctx.tgt_dict, tgt_tokens),
-        "source": symbols(&ctx.src_dict, src_tokens),
-        "weights": weights,
-    })
-}
-
 /// `hypo["score"] / math.log(2)` and the positional scores likewise, as libtorch computes them.
 fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
     if values.is_empty() {
@@ -348,78 +232,68 @@ fn write_error(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<
 }
 
 fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<&str>, result: &LineResult) -> Result<()> {
-    match result {
-        LineResult::TooLong { len, max } => {
-            let msg = format!(
-                "input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated"
-            );
-            write_error(ctx, out, id, line, &msg)?;
+    let (src_tokens, hypos, seconds) = match result {
+        LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),
+        LineResult::Translated(t @ Translation::TooLong { .. }) => {
+            return write_error(ctx, out, id, line, &t.error().unwrap_or_default())
         }
-        LineResult::Unreadable(bad) => write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason))?,
-        LineResult::Translated { src_tokens, hypos, seconds } => {
-            let src_str = ctx.src_dict.string(src_tokens, None, false, &[]);
-            let eos = [ctx.tgt_dict.eos()];
-            let top = &hypos[..hypos.len().min(ctx.nbest)];
-            match ctx.format {
-                TranslateFormat::Fairseq => {
-                    writeln!(out, "S-{id}\t{src_str}")?;
-                    writeln!(out, "W-{id}\t{seconds:.3}\tseconds")?;
-                    for h in top {
-                        let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
-                        let score = base2(&[h.score], ctx.device)?[0];
-                        let score = python_float_repr(f64::from(score));
-                        let detok = ctx.pipeline.decode(&hypo_str)?;
-                        writeln!(out, "H-{id}\t{score}\t{hypo_str}")?;
-                        writeln!(out, "D-{id}\t{score}\t{detok}")?;
-                        let pos: Vec<String> = base2(&h.positional_scores, ctx.device)?
-                            .into_iter()
-                            .map(|p| python_fixed4(f64::from(p)))
-                            .collect();
-                        writeln!(out, "P-{id}\t{}", pos.join(" "))?;
-                        if ctx.print_alignment {
-                            let a: Vec<String> =
-                                h.alignment.iter().flatten().map(|(s, t)| format!("{s}-{t}")).collect();
-                            writeln!(out, "A-{id}\t{}", a.join(" "))?;
-                        }
-                    }
-                }
-                TranslateFormat::Jsonl => {
-                    let mut hyps: Vec<serde_json::Value> = Vec::with_capacity(top.len());
-                    for h in top {
-                        let hypo_str = ctx.tgt_dict.string(&h.tokens, None, false, &eos);
-                        let detok = ctx.pipeline.decode(&hypo_str)?;
-                        let toks: Vec<&str> = hypo_str.split(' ').filter(|s| !s.is_empty()).collect();
-                        let mut v = serde_json::json!({
-                            "text": detok,
-                            "tokens": toks,
-                            "score": h.score,
-                            "positional_scores": h.positional_scores,
-                        });
-                        if ctx.print_alignment {
-                            v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
-                            if let Some(attn) = &h.attention {
-                                v["attention"] = attention_json(ctx, attn, src_tokens, &h.tokens);
-                            }
-                        }
-                        hyps.push(v);
-                    }
-                    let src_toks: Vec<&str> = src_str.split(' ').filter(|s| !s.is_empty()).collect();
-                    let v = serde_json::json!({
-                        "id": id,
-                        "source": line,
-                        "source_tokens": src_toks,
-                        "hypotheses": hyps,
-                    });
-                    writeln!(out, "{v}")?;
-                }
-                TranslateFormat::Text => {
-                    let best = match top.first() {
-                        Some(h) => ctx.pipeline.decode(&ctx.tgt_dict.string(&h.tokens, None, false, &eos))?,
-                        None => String::new(),
-                    };
-                    writeln!(out, "{best}")?;
+        LineResult::Translated(Translation::Done { src_tokens, hypos, seconds }) => (src_tokens, hypos, seconds),
+    };
+    let t = &ctx.translator;
+    let src_str = t.source_string(src_tokens);
+    let top = &hypos[..hypos.len().min(ctx.nbest)];
+    match ctx.format {
+        TranslateFormat::Fairseq => {
+            writeln!(out, "S-{id}\t{src_str}")?;
+            writeln!(out, "W-{id}\t{seconds:.3}\tseconds")?;
+            for h in top {
+                let text = t.hypothesis_text(h)?;
+                let score = python_float_repr(f64::from(base2(&[h.score], t.device)?[0]));
+                writeln!(out, "H-{id}\t{score}\t{}", text.tokens)?;
+                writeln!(out, "D-{id}\t{score}\t{}", text.text)?;
+                let pos: Vec<String> =
+                    base2(&h.positional_scores, t.device)?.into_iter().map(|p| python_fixed4(f64::from(p))).collect();
+                writeln!(out, "P-{id}\t{}", pos.join(" "))?;
+                if ctx.print_alignment {
+                    let a: Vec<String> = h.alignment.iter().flatten().map(|(s, t)| format!("{s}-{t}")).collect();
+                    writeln!(out, "A-{id}\t{}", a.join(" "))?;
                 }
             }
+        }
+        TranslateFormat::Jsonl => {
+            let mut hyps: Vec<serde_json::Value> = Vec::with_capacity(top.len());
+            for h in top {
+                let text = t.hypothesis_text(h)?;
+                let toks: Vec<&str> = text.tokens.split(' ').filter(|s| !s.is_empty()).collect();
+                let mut v = serde_json::json!({
+                    "text": text.text,
+                    "tokens": toks,
+                    "score": h.score,
+                    "positional_scores": h.positional_scores,
+                });
+                if ctx.print_alignment {
+                    v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
+                    if let Some(attn) = t.attention_matrix(h, src_tokens) {
+                        v["attention"] = serde_json::to_value(attn)?;
+                    }
+                }
+                hyps.push(v);
+            }
+            let src_toks: Vec<&str> = src_str.split(' ').filter(|s| !s.is_empty()).collect();
+            let v = serde_json::json!({
+                "id": id,
+                "source": line,
+                "source_tokens": src_toks,
+                "hypotheses": hyps,
+            });
+            writeln!(out, "{v}")?;
+        }
+        TranslateFormat::Text => {
+            let best = match top.first() {
+                Some(h) => t.hypothesis_text(h)?.text,
+                None => String::new(),
+            };
+            writeln!(out, "{best}")?;
         }
     }
     Ok(())

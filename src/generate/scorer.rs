@@ -19,6 +19,8 @@ pub enum ScorerError {
     Torch(#[from] tch::TchError),
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error(transparent)]
+    Generate(#[from] super::GenerateError),
 }
 
 /// `LanguagePairDataset.ordered_indices` without shuffling: sorted by target length, then

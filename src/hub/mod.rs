@@ -5,6 +5,8 @@
 
 pub mod model_dir;
 mod pipeline;
+mod scorer;
+mod translator;
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +22,8 @@ use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
 pub use model_dir::ModelFiles;
 pub use pipeline::{build as build_pipeline, PipelineOverrides};
+pub use scorer::{Encoded, Scored};
+pub use translator::{AttentionMatrix, Batching, HypothesisText, TextMode, Translation, Translator};
 
 /// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
 pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;

@@ -162,33 +162,52 @@ fn panel_layout(h: &Heatmap) -> Result<PanelLayout, PlotError> {
     Ok(PanelLayout { rows, cols, cell_w, cell_h, title_h, left, bottom, width, height, col_labels_rotated })
 }
 
-/// Draws `figure` into `path` and returns the image size in pixels. PNG text needs a
-/// TrueType font: `font`, or the first of a few usual system paths.
-pub fn render(figure: &Figure, path: &Path, format: ImageFormat, font: Option<&Path>) -> Result<(u32, u32), PlotError> {
+/// The whole figure's geometry.
+struct FigureLayout {
+    panels: Vec<PanelLayout>,
+    columns: usize,
+    panel: (u32, u32),
+    title_h: u32,
+    width: u32,
+    height: u32,
+}
+
+fn figure_layout(figure: &Figure) -> Result<FigureLayout, PlotError> {
     if figure.panels.is_empty() {
         return Err(PlotError::Input("nothing to draw".into()));
     }
-    let layouts = figure.panels.iter().map(panel_layout).collect::<Result<Vec<_>, _>>()?;
+    let panels = figure.panels.iter().map(panel_layout).collect::<Result<Vec<_>, _>>()?;
     let columns = figure.columns.clamp(1, figure.panels.len());
-    let panel_w = layouts.iter().map(|l| l.width).max().unwrap_or(0);
-    let panel_h = layouts.iter().map(|l| l.height).max().unwrap_or(0);
+    let panel_w = panels.iter().map(|l| l.width).max().unwrap_or(0);
+    let panel_h = panels.iter().map(|l| l.height).max().unwrap_or(0);
     let grid_rows = figure.panels.len().div_ceil(columns) as u32;
     let title_h = TITLE_SIZE + 2 * MARGIN;
     let width = MARGIN + panel_w * columns as u32 + COLORBAR_WIDTH;
     let width = width.max(text_width(&figure.title, TITLE_SIZE) + 2 * MARGIN);
     let height = title_h + panel_h * grid_rows + MARGIN;
     let height = height.max(title_h + 220);
-    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw(e.to_string());
+    Ok(FigureLayout { panels, columns, panel: (panel_w, panel_h), title_h, width, height })
+}
+
+fn draw_err(e: &dyn std::fmt::Display) -> PlotError {
+    PlotError::Draw(e.to_string())
+}
+
+/// Draws `figure` into `path` and returns the image size in pixels. PNG text needs a
+/// TrueType font: `font`, or the first of a few usual system paths.
+pub fn render(figure: &Figure, path: &Path, format: ImageFormat, font: Option<&Path>) -> Result<(u32, u32), PlotError> {
+    let l = figure_layout(figure)?;
+    let (width, height) = (l.width, l.height);
     match format {
         ImageFormat::Svg => {
             let root = SVGBackend::new(path, (width, height)).into_drawing_area();
-            draw_figure(&root, figure, &layouts, (panel_w, panel_h), columns, title_h)?;
+            draw_figure(&root, figure, &l.panels, l.panel, l.columns, l.title_h)?;
             root.present().map_err(|e| draw_err(&e))?;
         }
         ImageFormat::Png => {
             register_font(font)?;
             let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
-            draw_figure(&root, figure, &layouts, (panel_w, panel_h), columns, title_h)?;
+            draw_figure(&root, figure, &l.panels, l.panel, l.columns, l.title_h)?;
             root.present().map_err(|e| draw_err(&e))?;
         }
     }
@@ -198,6 +217,18 @@ pub fn render(figure: &Figure, path: &Path, format: ImageFormat, font: Option<&P
         Ok(_) => Err(PlotError::Draw(format!("{}: nothing was written", path.display()))),
         Err(source) => Err(PlotError::Io { path: path.to_path_buf(), source }),
     }
+}
+
+/// Draws `figure` as SVG text (for the server's web page).
+pub fn render_svg(figure: &Figure) -> Result<String, PlotError> {
+    let l = figure_layout(figure)?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (l.width, l.height)).into_drawing_area();
+        draw_figure(&root, figure, &l.panels, l.panel, l.columns, l.title_h)?;
+        root.present().map_err(|e| draw_err(&e))?;
+    }
+    Ok(svg)
 }
 
 /// Usual places of a sans-serif TrueType font.

@@ -54,23 +54,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// Token ids of one row, both ending with EOS.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Encoded {
-    pub source: Vec<i64>,
-    pub target: Vec<i64>,
-}
-
-/// The scores of one row (natural log).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Scored {
-    /// Sum of the target tokens' log-probabilities, EOS included.
-    pub logprob: f32,
-    /// fairseq's `--score-reference` score: `logprob / tokens`.
-    pub avg_logprob: f32,
-    /// One log-probability per target token, EOS included.
-    pub positional_scores: Vec<f32>,
-}
+pub use tchseq::hub::{Encoded, Scored};
 
 /// The model side of `score`.
 pub trait Backend {

@@ -1,0 +1,78 @@
+//! `tchseq serve`: flags → `serve::Settings`, models through the hub, then `serve::run`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tch::Kind;
+
+use super::args::{GlobalArgs, ModelArgs, ServeArgs};
+use super::common;
+use super::Outcome;
+use crate::serve::{self, BatchPolicy, Limits, Settings};
+use tchseq::hub::{TextMode, Translator, Weights};
+
+pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
+    let host: IpAddr = a.host.parse().with_context(|| format!("--host {:?} is not an IP address", a.host))?;
+    if a.max_tokens == 0 || a.queue_size == 0 || a.max_sentences == 0 || a.max_body_bytes == 0 {
+        bail!("--max-tokens, --queue-size, --max-sentences and --max-body-bytes must be at least 1");
+    }
+    if !(a.request_timeout > 0.0 && a.request_timeout.is_finite()) {
+        bail!("--request-timeout must be a positive number of seconds");
+    }
+    let api_key = match (&a.api_key, &a.api_key_file) {
+        (Some(k), _) => Some(k.clone()),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("--api-key-file {}", path.display()))?;
+            Some(text.lines().next().unwrap_or("").trim().to_string())
+        }
+        (None, None) => None,
+    };
+    if api_key.as_deref() == Some("") {
+        bail!("the API key is empty");
+    }
+    let device = common::resolve_device(global.device)?;
+    let mut models = Vec::new();
+    let mut max_positions = usize::MAX;
+    for spec in &a.models {
+        let (name, dir) = match spec.split_once('=') {
+            Some((name, dir)) if !name.is_empty() => (name.to_string(), PathBuf::from(dir)),
+            _ => {
+                let dir = PathBuf::from(spec);
+                let name = dir.file_name().map_or_else(|| spec.clone(), |n| n.to_string_lossy().into_owned());
+                (name, dir)
+            }
+        };
+        if models.iter().any(|(n, _): &(String, Translator)| *n == name) {
+            bail!("two models are named {name:?}; name them with --model NAME=DIR");
+        }
+        let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang: None, target_lang: None };
+        let bundle = common::load_bundle(&model_args, None, Weights::Load { device, kind: Kind::Float, replay_init: false })?;
+        let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+        common::print_warnings(&translator.report);
+        max_positions = max_positions.min(translator.max_source_positions);
+        models.push((name, translator));
+    }
+    let settings = Settings {
+        addr: SocketAddr::new(host, a.port),
+        policy: BatchPolicy {
+            max_tokens: a.max_tokens,
+            max_wait: Duration::from_millis(a.max_wait_ms),
+            deterministic: a.deterministic,
+            queue_size: a.queue_size,
+            max_sentence_tokens: a.max_sentence_tokens.unwrap_or(max_positions).min(max_positions),
+            inter_threads: global.inter_threads,
+            intra_threads: tch::get_num_threads(),
+        },
+        limits: Limits {
+            max_body_bytes: a.max_body_bytes,
+            max_sentences: a.max_sentences,
+            request_timeout: Duration::from_secs_f64(a.request_timeout),
+        },
+        api_key,
+    };
+    serve::run(models, settings, |addr| eprintln!("tchseq serve: listening on http://{addr}"))
+        .with_context(|| format!("serving on {}:{}", a.host, a.port))?;
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,116 @@
+//! (source, target) pairs in, log-probabilities out: `fairseq-generate --score-reference`
+//! (fairseq's `SequenceScorer`) over a loaded model. The `score` command and the server's
+//! `/v1/score` both score through [`Translator::score`] (CTranslate2's `score_batch`).
+
+use super::{ModelBundle, Translator};
+use crate::generate::scorer::{collate, ScorerError, SequenceScorer};
+use crate::generate::workers::run_jobs;
+use crate::generate::GenerateError;
+use crate::model::TransformerModel;
+
+/// Token ids of one pair, both ending with EOS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    pub source: Vec<i64>,
+    pub target: Vec<i64>,
+}
+
+/// The scores of one pair (natural log).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// Sum of the target tokens' log-probabilities, EOS included.
+    pub logprob: f32,
+    /// fairseq's `--score-reference` score: `logprob / tokens`.
+    pub avg_logprob: f32,
+    /// One log-probability per target token, EOS included.
+    pub positional_scores: Vec<f32>,
+}
+
+/// What scoring a batch needs besides the models (apart from them so that worker threads can
+/// share it).
+#[derive(Clone, Copy)]
+struct BatchScorer {
+    scorer: SequenceScorer,
+    pad: i64,
+    eos: i64,
+    left_pad_source: bool,
+    left_pad_target: bool,
+}
+
+impl BatchScorer {
+    fn score(&self, models: &[TransformerModel], batch: &[&Encoded]) -> Result<Vec<Scored>, ScorerError> {
+        let pairs: Vec<(&[i64], &[i64])> = batch.iter().map(|e| (e.source.as_slice(), e.target.as_slice())).collect();
+        let sample = collate(&pairs, self.pad, self.eos, self.left_pad_source, self.left_pad_target)?;
+        let hypos = self.scorer.generate(models, &sample)?;
+        let mut out: Vec<Option<Scored>> = vec![None; batch.len()];
+        for (hypo, &k) in hypos.into_iter().zip(&sample.order) {
+            out[k] = Some(Scored { logprob: hypo.sum, avg_logprob: hypo.score, positional_scores: hypo.positional_scores });
+        }
+        out.into_iter().map(|s| s.ok_or_else(|| GenerateError::Invariant("the scorer lost a sentence of the batch".into()).into())).collect()
+    }
+}
+
+/// Scoring's own limits and settings, set up by [`Translator::new`].
+pub(super) struct PairScoring {
+    batch_scorer: BatchScorer,
+    /// fairseq's `utils.resolve_max_positions` over the models (the minimum).
+    max_source_positions: usize,
+    max_target_positions: usize,
+}
+
+impl PairScoring {
+    pub(super) fn new(bundle: &ModelBundle) -> Self {
+        let (src_dict, tgt_dict) = (&bundle.src_dict, &bundle.tgt_dict);
+        let batch_scorer = BatchScorer {
+            scorer: SequenceScorer::new(tgt_dict.pad(), tgt_dict.eos()),
+            pad: src_dict.pad(),
+            eos: src_dict.eos(),
+            left_pad_source: bundle.config.left_pad_source,
+            left_pad_target: bundle.config.left_pad_target,
+        };
+        PairScoring {
+            batch_scorer,
+            max_source_positions: bundle.models.iter().map(|m| m.max_source_positions()).min().unwrap_or(0),
+            max_target_positions: bundle.models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(0),
+        }
+    }
+}
+
+impl Translator {
+    /// The pair's token ids, or why it cannot be scored.
+    pub fn encode_pair(&self, source: &str, target: &str) -> Result<Encoded, String> {
+        let source_ids = self.src_dict.encode_line(&self.pipeline.encode(source), true);
+        let target_ids = self.tgt_dict.encode_line(&self.target_pipeline.encode(target), true);
+        let limits = &self.scoring;
+        check_len(&source_ids, "source", limits.max_source_positions, "max_source_positions")?;
+        check_len(&target_ids, "target", limits.max_target_positions, "max_target_positions")?;
+        Ok(Encoded { source: source_ids, target: target_ids })
+    }
+
+    /// Scores one batch; one result per pair, in the order given.
+    pub fn score(&self, batch: &[&Encoded]) -> Result<Vec<Scored>, ScorerError> {
+        self.scoring.batch_scorer.score(&self.models, batch)
+    }
+
+    /// Scores several batches, `inter_threads` at a time; one result per batch, in order. A
+    /// failing batch fails only itself.
+    pub fn score_batches(&self, batches: &[Vec<&Encoded>], inter_threads: usize) -> Vec<Result<Vec<Scored>, ScorerError>> {
+        let jobs: Vec<&[&Encoded]> = batches.iter().map(Vec::as_slice).collect();
+        let scorer = self.scoring.batch_scorer;
+        let run = run_jobs(&self.models, jobs, inter_threads, |models, batch| Ok::<_, GenerateError>(scorer.score(models, batch)));
+        match run {
+            Ok(results) => results,
+            Err(e) => batches.iter().map(|_| Err(GenerateError::Invariant(e.to_string()).into())).collect(),
+        }
+    }
+}
+
+fn check_len(ids: &[i64], side: &str, max: usize, what: &str) -> Result<(), String> {
+    if ids.len() <= 1 {
+        return Err(format!("empty '{side}' after tokenization"));
+    }
+    if ids.len() > max {
+        return Err(format!("'{side}' has {} tokens (with EOS), more than the model's {what} {max}", ids.len()));
+    }
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! Text in, hypotheses out: fairseq's `GeneratorHubInterface` with fairseq-interactive's buffer
+//! loop (encode, order, filter, batch, generate). The CLI, the server and the Python API all
+//! translate through [`Translator::translate`].
+
+use std::time::Instant;
+
+use tch::Device;
+
+use super::scorer::PairScoring;
+use super::{HubError, LoadReport, ModelBundle};
+use crate::generate::batching::{batch_by_size, collate, ordered_indices};
+use crate::generate::rng_replay::replay_dataloader_iter;
+use crate::generate::sequence_generator::Specials;
+use crate::generate::workers::run_jobs;
+use crate::generate::{EnsembleModel, GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
+use crate::model::TransformerModel;
+use crate::text::dictionary::Dictionary;
+use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
+
+/// How a buffer of sentences is cut into batches (fairseq's `--max-tokens`/`--batch-size`), and
+/// how many batches run side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    pub max_tokens: Option<usize>,
+    pub batch_size: Option<usize>,
+    pub inter_threads: usize,
+}
+
+impl Default for Batching {
+    /// fairseq-interactive without batching flags: one sentence per batch.
+    fn default() -> Self {
+        Batching { max_tokens: None, batch_size: Some(1), inter_threads: 1 }
+    }
+}
+
+/// What became of one sentence.
+#[derive(Debug, Clone)]
+pub enum Translation {
+    Done {
+        /// The encoded source, EOS included.
+        src_tokens: Vec<i64>,
+        /// Finished hypotheses, best first (`beam` of them).
+        hypos: Vec<Hypothesis>,
+        /// The batch's generation time divided by its sentences.
+        seconds: f64,
+    },
+    TooLong { len: usize, max: usize },
+}
+
+impl Translation {
+    pub fn error(&self) -> Option<String> {
+        match self {
+            Translation::Done { .. } => None,
+            Translation::TooLong { len, max } => Some(format!(
+                "input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated"
+            )),
+        }
+    }
+}
+
+/// A hypothesis as text: the subword tokens fairseq prints on `H-` lines and the detokenized
+/// text of `D-` lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HypothesisText {
+    pub tokens: String,
+    pub text: String,
+}
+
+/// Soft alignment of one hypothesis, rows = target tokens (EOS included), columns = source tokens
+/// (EOS included, batch padding dropped).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AttentionMatrix {
+    pub target: Vec<String>,
+    pub source: Vec<String>,
+    pub weights: Vec<Vec<f32>>,
+}
+
+/// How text reaches the dictionaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextMode {
+    /// Raw text through the model's tokenizer and BPE.
+    Raw,
+    /// Text already tokenized and split into subwords: split on spaces only.
+    Tokenized,
+}
+
+/// A loaded model ready to translate and to score (CTranslate2's `Translator`).
+pub struct Translator {
+    /// Tokenizes in the source language, detokenizes in the target language.
+    pub pipeline: TextPipeline,
+    /// Tokenizes reference targets (scoring) in the target language.
+    pub target_pipeline: TextPipeline,
+    pub src_dict: Dictionary,
+    pub tgt_dict: Dictionary,
+    pub models: Vec<TransformerModel>,
+    pub device: Device,
+    pub max_source_positions: usize,
+    pub report: LoadReport,
+    pub(super) scoring: PairScoring,
+}
+
+impl Translator {
+    /// Takes a bundle loaded with weights on `device` and builds its translation pipeline.
+    pub fn new(mut bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
+        let (pipeline, target_pipeline) = match text {
+            TextMode::Raw => {
+                let target_lang = bundle.pipeline_options.target_lang.clone();
+                (bundle.pipeline()?, bundle.side_pipeline(&target_lang)?)
+            }
+            TextMode::Tokenized => {
+                let none = PipelineOptions::default();
+                (TextPipeline::new(&none)?, TextPipeline::new(&none)?)
+            }
+        };
+        let max_source_positions = bundle.max_source_positions();
+        let scoring = PairScoring::new(&bundle);
+        let ModelBundle { models, src_dict, tgt_dict, report, .. } = bundle;
+        Ok(Translator { pipeline, target_pipeline, src_dict, tgt_dict, models, device, max_source_positions, report, scoring })
+    }
+
+    /// A generator for this model's target dictionary.
+    pub fn generator(&self, cfg: GeneratorConfig) -> Result<SequenceGenerator, GenerateError> {
+        let d = &self.tgt_dict;
+        SequenceGenerator::new(cfg, d.len(), Specials { pad: d.pad(), eos: d.eos(), unk: d.unk() })
+    }
+
+    /// Source text → token ids (tokenizer, BPE, dictionary, EOS).
+    pub fn encode(&self, line: &str) -> Vec<i64> {
+        self.src_dict.encode_line(&self.pipeline.encode(line), true)
+    }
+
+    /// Translates one buffer as fairseq-interactive does: the whole buffer is ordered by length,
+    /// too long sentences are set aside, the rest batched. Results come in input order. With
+    /// `alignment`, the generator must have been made with `need_attn`.
+    pub fn translate(
+        &self,
+        generator: &SequenceGenerator,
+        lines: &[&str],
+        batching: &Batching,
+        alignment: bool,
+    ) -> Result<Vec<Translation>, GenerateError> {
+        let tokens: Vec<Vec<i64>> = lines.iter().map(|l| self.encode(l)).collect();
+        self.translate_tokens(generator, tokens, batching, alignment)
+    }
+
+    /// [`Translator::translate`] for sentences already encoded.
+    pub fn translate_tokens(
+        &self,
+        generator: &SequenceGenerator,
+        tokens: Vec<Vec<i64>>,
+        batching: &Batching,
+        alignment: bool,
+    ) -> Result<Vec<Translation>, GenerateError> {
+        if tokens.is_empty() {
+            // an empty buffer must not draw from the generator
+            return Ok(Vec::new());
+        }
+        let sizes: Vec<usize> = tokens.iter().map(Vec::len).collect();
+        let mut results: Vec<Option<Translation>> = vec![None; tokens.len()];
+        let max = self.max_source_positions;
+        // fairseq orders the whole buffer first and filters afterwards
+        let order: Vec<usize> = ordered_indices(&sizes)
+            .into_iter()
+            .filter(|&i| {
+                let ok = sizes[i] <= max;
+                if !ok {
+                    results[i] = Some(Translation::TooLong { len: sizes[i], max });
+                }
+                ok
+            })
+            .collect();
+        // fairseq-interactive's get_batch_iterator keeps required_batch_size_multiple = 1
+        let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
+        let batches = batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1);
+        // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
+        replay_dataloader_iter()?;
+        let (device, pad) = (self.device, self.src_dict.pad());
+        let (tgt_pad, tgt_eos) = (self.tgt_dict.pad(), self.tgt_dict.eos());
+        let tokens_ref = &tokens;
+        let translated = run_jobs(&self.models, batches, batching.inter_threads, |models, batch| {
+            let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
+            let collated = collate(&samples, pad)?;
+            let src_tokens = collated.src_tokens.f_to_device(device)?;
+            let start = Instant::now();
+            let mut hypos = generator.generate(&mut EnsembleModel::new(models)?, &src_tokens)?;
+            let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
+            if alignment {
+                for (row, hs) in hypos.iter_mut().enumerate() {
+                    let src_row = Vec::<i64>::try_from(collated.src_tokens.f_select(0, row as i64)?)?;
+                    for h in hs.iter_mut() {
+                        h.alignment = Some(hard_alignment(h, &src_row, tgt_pad, tgt_eos));
+                    }
+                }
+            }
+            Ok::<_, GenerateError>((collated.ids, hypos, seconds))
+        })?;
+        let mut tokens = tokens;
+        for (ids, hypos, seconds) in translated {
+            for (id, hs) in ids.into_iter().zip(hypos) {
+                let src_tokens = std::mem::take(&mut tokens[id]);
+                results[id] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.ok_or_else(|| GenerateError::Invariant(format!("sentence {i} was neither translated nor rejected"))))
+            .collect()
+    }
+
+    /// The source as fairseq prints it on `S-` lines.
+    pub fn source_string(&self, src_tokens: &[i64]) -> String {
+        self.src_dict.string(src_tokens, None, false, &[])
+    }
+
+    /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
+    pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
+        let tokens = self.tgt_dict.string(&h.tokens, None, false, &[self.tgt_dict.eos()]);
+        let text = self.pipeline.decode(&tokens)?;
+        Ok(HypothesisText { tokens, text })
+    }
+
+    /// The hypothesis' attention with the symbols of both sides, or `None` when the generator
+    /// kept no attention.
+    pub fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix> {
+        let attn = h.attention.as_ref()?;
+        let pad = attn.first().map_or(0, |r| r.len().saturating_sub(src_tokens.len()));
+        let weights = attn.iter().map(|r| r.get(pad..).unwrap_or(&[]).to_vec()).collect();
+        let symbols = |d: &Dictionary, ids: &[i64]| -> Vec<String> { ids.iter().map(|&i| d.symbol(i).to_string()).collect() };
+        Some(AttentionMatrix { target: symbols(&self.tgt_dict, &h.tokens), source: symbols(&self.src_dict, src_tokens), weights })
+    }
+}
+
+/// `utils.extract_hard_alignment` over the attention kept during search (fairseq's
+/// `SequenceGeneratorWithAlignment` without full-context alignment): for each target token
+/// that is not EOS, the source word with the highest attention (pad/EOS excluded), as 0-based
+/// (src, tgt) word pairs (BPE-free inputs: one token = one word).
+fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, i64)> {
+    let Some(attn) = h.attention.as_ref() else { return Vec::new() };
+    let src_valid: Vec<usize> = (0..src.len()).filter(|&j| src[j] != pad && src[j] != eos).collect();
+    // token index -> word index (fairseq's get_token_to_word_mapping: 1-based over non-special tokens)
+    let word_of =
+        |toks: &[i64], idx: usize| -> i64 { toks[..=idx].iter().filter(|&&t| t != pad && t != eos).count() as i64 };
+    let mut out = Vec::new();
+    if src_valid.is_empty() {
+        return out;
+    }
+    for (t, &tok) in h.tokens.iter().enumerate() {
+        if tok == pad || tok == eos {
+            continue;
+        }
+        let Some(row) = attn.get(t) else { continue };
+        let mut best = src_valid[0];
+        for &j in &src_valid {
+            if row[j] > row[best] {
+                best = j;
+            }
+        }
+        out.push((word_of(src, best) - 1, word_of(&h.tokens, t) - 1));
+    }
+    out
+}

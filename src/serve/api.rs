@@ -1,0 +1,216 @@
+//! What goes over the wire: our `/v1` JSON, LibreTranslate's and OpenNMT-py's shapes, and the
+//! JSON error body every failure carries.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::engine::Hypothesis;
+use super::options::TranslateOptions;
+
+/// A failed request: its status and a one-line message, sent as `{"error": message}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into(), retry_after: None }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(serde_json::json!({ "error": self.message }))).into_response();
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+/// `axum::Json` whose rejections (malformed JSON, wrong types, wrong content type, too large)
+/// are JSON errors too.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(JsonBody(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    let status = rejection.status();
+    let message = match &rejection {
+        JsonRejection::JsonDataError(e) => format!("invalid request: {}", e.body_text().trim_start_matches("Failed to deserialize the JSON body into the target type: ")),
+        JsonRejection::JsonSyntaxError(_) => format!("malformed JSON: {}", rejection.body_text().trim_start_matches("Failed to parse the request body as JSON: ")),
+        JsonRejection::MissingJsonContentType(_) => "the body must be JSON (Content-Type: application/json)".into(),
+        _ if status == StatusCode::PAYLOAD_TOO_LARGE => "the request body is too large".into(),
+        _ => rejection.body_text(),
+    };
+    ApiError::new(status, message)
+}
+
+/// A string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+// --- /v1 -----------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranslateRequest {
+    pub model: Option<String>,
+    pub text: OneOrMany,
+    #[serde(default)]
+    pub options: TranslateOptions,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TranslateReply {
+    pub model: String,
+    pub translations: Vec<SentenceReply>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SentenceReply {
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hypotheses: Option<Vec<Hypothesis>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionRequest {
+    pub model: Option<String>,
+    pub text: String,
+    #[serde(default)]
+    pub options: TranslateOptions,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pair {
+    pub source: String,
+    pub target: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreRequest {
+    pub model: Option<String>,
+    pub pairs: Vec<Pair>,
+    #[serde(default)]
+    pub token_scores: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScoreReply {
+    pub model: String,
+    pub scores: Vec<PairReply>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct PairReply {
+    /// Natural-log probability of the target, EOS included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprob: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub avg_logprob: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ppl: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_tokens: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_scores: Option<Vec<f32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub source_lang: String,
+    pub target_lang: String,
+    pub report: tchseq::hub::LoadReport,
+}
+
+// --- LibreTranslate --------------------------------------------------------------------------
+
+/// LibreTranslate's `/translate` body (JSON).
+#[derive(Debug, Deserialize)]
+pub struct LibreRequest {
+    pub q: OneOrMany,
+    pub source: String,
+    pub target: String,
+    #[serde(default)]
+    pub format: Option<String>,
+    #[serde(default)]
+    pub alternatives: Option<usize>,
+    /// Checked by the API-key layer.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LibreLanguage {
+    pub code: String,
+    pub name: String,
+    pub targets: Vec<String>,
+}
+
+// --- OpenNMT-py ----------------------------------------------------------------------------
+
+/// One item of OpenNMT-py's `/translator/translate` body: `id` names the model (its position
+/// among `--model`s, or its name).
+#[derive(Debug, Deserialize)]
+pub struct OnmtItem {
+    pub src: String,
+    #[serde(default)]
+    pub id: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OnmtReply {
+    pub src: String,
+    pub tgt: String,
+    pub n_best: usize,
+    pub pred_score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

@@ -1,0 +1,389 @@
+//! One worker thread per model. Requests queue up here; the worker gathers the sentences of
+//! compatible requests into one buffer, up to a token budget or until the oldest has waited
+//! `max_wait`, and translates or scores it through `hub::Translator`, as `translate` and
+//! `score` do with a file.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use tchseq::generate::batching::batch_by_size;
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, Scored, Translation, Translator};
+
+use super::metrics::Metrics;
+use super::options::TranslateOptions;
+
+/// How the worker gathers and cuts batches.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchPolicy {
+    /// Source tokens (EOS included) of one gathered buffer, and of one batch in it.
+    pub max_tokens: usize,
+    /// How long the first request of a buffer may wait for others.
+    pub max_wait: Duration,
+    /// One request per buffer: a reply never depends on other traffic.
+    pub deterministic: bool,
+    /// Sentences waiting at most; more is refused (503).
+    pub queue_size: usize,
+    /// Longest source sentence accepted, in tokens (EOS included).
+    pub max_sentence_tokens: usize,
+    /// Batches decoded side by side.
+    pub inter_threads: usize,
+    /// Intra-op threads of the worker.
+    pub intra_threads: i32,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Hypothesis {
+    pub text: String,
+    pub tokens: Vec<String>,
+    pub score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_scores: Option<Vec<f32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alignment: Option<Vec<(i64, i64)>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionMatrix>,
+}
+
+/// The hypotheses of one sentence, or why it was not translated.
+pub type SentenceResult = Result<Vec<Hypothesis>, String>;
+pub type PairResult = Result<(Scored, Vec<String>), String>;
+
+pub enum Work {
+    Translate { sentences: Vec<String>, options: TranslateOptions, reply: oneshot::Sender<Vec<SentenceResult>> },
+    Score { pairs: Vec<(String, String)>, reply: oneshot::Sender<Vec<PairResult>> },
+}
+
+impl Work {
+    fn len(&self) -> usize {
+        match self {
+            Work::Translate { sentences, .. } => sentences.len(),
+            Work::Score { pairs, .. } => pairs.len(),
+        }
+    }
+}
+
+struct Job {
+    work: Work,
+    enqueued: Instant,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the queue is full ({0} sentences waiting); retry later")]
+    Full(usize),
+    #[error("the server is shutting down")]
+    Closed,
+}
+
+/// The handle requests use to reach a model's worker.
+pub struct Engine {
+    tx: Option<mpsc::Sender<Job>>,
+    queued: Arc<AtomicUsize>,
+    queue_size: usize,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    pub fn start(name: String, translator: Translator, policy: BatchPolicy, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let worker = Worker { name: name.clone(), translator, policy, metrics, queued: queued.clone(), held: VecDeque::new() };
+        // libtorch tensors may move between threads: the worker owns the model from here on
+        let translator_box = SendBox(worker);
+        let handle = std::thread::Builder::new().name(format!("model-{name}")).spawn(move || {
+            let SendBox(mut worker) = translator_box;
+            tch::set_num_threads(worker.policy.intra_threads);
+            worker.run(rx);
+        })?;
+        Ok(Engine { tx: Some(tx), queued, queue_size: policy.queue_size, worker: Some(handle) })
+    }
+
+    /// Queues `work`, or refuses it when the queue would grow past its size.
+    pub fn submit(&self, work: Work) -> Result<(), SubmitError> {
+        let n = work.len();
+        let before = self.queued.fetch_add(n, Ordering::SeqCst);
+        if before > 0 && before + n > self.queue_size {
+            self.queued.fetch_sub(n, Ordering::SeqCst);
+            return Err(SubmitError::Full(before));
+        }
+        let tx = self.tx.as_ref().ok_or(SubmitError::Closed)?;
+        tx.send(Job { work, enqueued: Instant::now() }).map_err(|_| {
+            self.queued.fetch_sub(n, Ordering::SeqCst);
+            SubmitError::Closed
+        })
+    }
+
+    /// Sentences waiting or being computed.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Lets the worker finish what is queued, then joins it.
+    pub fn stop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.worker.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct SendBox<T>(T);
+// SAFETY: `Translator` holds libtorch tensors, which are `Send`; this only moves the worker
+// (with its model) into its thread, which then owns it alone.
+unsafe impl<T> Send for SendBox<T> {}
+
+struct Worker {
+    name: String,
+    translator: Translator,
+    policy: BatchPolicy,
+    metrics: Arc<Metrics>,
+    queued: Arc<AtomicUsize>,
+    /// Jobs received while gathering that could not join the buffer being gathered.
+    held: VecDeque<Job>,
+}
+
+/// An encoded sentence of a gathered buffer: which job, which sentence, its tokens.
+struct Slot {
+    job: usize,
+    index: usize,
+    tokens: Vec<i64>,
+}
+
+impl Worker {
+    fn run(&mut self, rx: mpsc::Receiver<Job>) {
+        loop {
+            let first = match self.held.pop_front() {
+                Some(job) => job,
+                None => match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+            };
+            let group = self.gather(first, &rx);
+            let n: usize = group.iter().map(|j| j.work.len()).sum();
+            self.metrics.observe_batch(&self.name, n);
+            match &group[0].work {
+                Work::Translate { .. } => self.translate(group),
+                Work::Score { .. } => self.score(group),
+            }
+            self.queued.fetch_sub(n, Ordering::SeqCst);
+        }
+    }
+
+    fn joins(&self, first: &Job, next: &Job) -> bool {
+        match (&first.work, &next.work) {
+            (Work::Translate { options: a, .. }, Work::Translate { options: b, .. }) => !a.sampling && a.same_search(b),
+            (Work::Score { .. }, Work::Score { .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// The first job and the compatible jobs that arrive before the token budget is reached or
+    /// the first job has waited `max_wait`.
+    fn gather(&mut self, first: Job, rx: &mpsc::Receiver<Job>) -> Vec<Job> {
+        let sampling = matches!(&first.work, Work::Translate { options, .. } if options.sampling);
+        if self.policy.deterministic || sampling {
+            return vec![first];
+        }
+        let deadline = first.enqueued + self.policy.max_wait;
+        let budget = self.policy.max_tokens;
+        let mut tokens = self.estimate(&first);
+        let mut group = vec![first];
+        let mut i = 0;
+        while i < self.held.len() && tokens < budget {
+            if self.joins(&group[0], &self.held[i]) {
+                let job = self.held.remove(i).expect("index checked");
+                tokens += self.estimate(&job);
+                group.push(job);
+            } else {
+                i += 1;
+            }
+        }
+        while tokens < budget {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(job) if self.joins(&group[0], &job) => {
+                    tokens += self.estimate(&job);
+                    group.push(job);
+                }
+                Ok(job) => self.held.push_back(job),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        group
+    }
+
+    /// Source tokens of a job, about (whitespace words; subwords only add).
+    fn estimate(&self, job: &Job) -> usize {
+        match &job.work {
+            Work::Translate { sentences, .. } => sentences.iter().map(|s| s.split_whitespace().count() + 1).sum(),
+            Work::Score { pairs, .. } => pairs.iter().map(|(s, t)| s.split_whitespace().count() + t.split_whitespace().count() + 2).sum(),
+        }
+    }
+
+    fn batching(&self) -> Batching {
+        Batching { max_tokens: Some(self.policy.max_tokens), batch_size: None, inter_threads: self.policy.inter_threads }
+    }
+
+    fn translate(&mut self, group: Vec<Job>) {
+        let mut replies = Vec::new();
+        let mut slots = Vec::new();
+        let mut results: Vec<Vec<SentenceResult>> = Vec::new();
+        let mut options = None;
+        for (j, job) in group.into_iter().enumerate() {
+            let Work::Translate { sentences, options: o, reply } = job.work else { continue };
+            let mut out: Vec<SentenceResult> = Vec::with_capacity(sentences.len());
+            for (index, s) in sentences.iter().enumerate() {
+                let tokens = self.translator.encode(s.trim());
+                if tokens.len() > self.policy.max_sentence_tokens {
+                    out.push(Err(format!(
+                        "the sentence is {} tokens long (EOS included); this server accepts at most {}",
+                        tokens.len(),
+                        self.policy.max_sentence_tokens
+                    )));
+                } else {
+                    out.push(Err(String::new()));
+                    slots.push(Slot { job: j, index, tokens });
+                }
+            }
+            results.push(out);
+            replies.push((reply, o.clone()));
+            options.get_or_insert(o);
+        }
+        let Some(options) = options else { return };
+        let sampling = options.sampling;
+        let outcome: Result<Vec<Failable>, String> =
+            self.translator.generator(options.generator_config()).map_err(|e| e.to_string()).map(|generator| {
+                if sampling {
+                    tch::manual_seed(options.seed as i64);
+                }
+                let mut batching = self.batching();
+                if sampling {
+                    batching.inter_threads = 1;
+                }
+                let tokens: Vec<Vec<i64>> = slots.iter().map(|s| s.tokens.clone()).collect();
+                match self.translator.translate_tokens(&generator, tokens, &batching, options.alignment) {
+                    Ok(t) => t.into_iter().map(Ok).collect(),
+                    // a failing batch fails only the sentences that fail alone
+                    Err(_) => slots
+                        .iter()
+                        .map(|s| {
+                            let one = self.translator.translate_tokens(&generator, vec![s.tokens.clone()], &batching, options.alignment);
+                            one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
+                        })
+                        .collect(),
+                }
+            });
+        match outcome {
+            Ok(translations) => {
+                for (slot, t) in slots.iter().zip(translations) {
+                    let reply_options = &replies[slot.job].1;
+                    results[slot.job][slot.index] = self.hypotheses(t, reply_options);
+                }
+            }
+            Err(e) => {
+                for slot in &slots {
+                    results[slot.job][slot.index] = Err(e.clone());
+                }
+            }
+        }
+        let mut sentences = 0;
+        let mut tokens = 0;
+        for ((reply, _), out) in replies.into_iter().zip(results) {
+            sentences += out.iter().filter(|r| r.is_ok()).count();
+            tokens += out.iter().flatten().filter_map(|h| h.first()).map(|h| h.tokens.len() + 1).sum::<usize>();
+            let _ = reply.send(out);
+        }
+        self.metrics.add_work(&self.name, sentences, tokens);
+    }
+
+    fn hypotheses(&self, t: Failable, options: &TranslateOptions) -> SentenceResult {
+        let t = t?;
+        if let Some(e) = t.error() {
+            return Err(e);
+        }
+        let Translation::Done { src_tokens, hypos, .. } = t else { return Err("not translated".into()) };
+        hypos
+            .iter()
+            .take(options.nbest)
+            .map(|h| {
+                let text = self.translator.hypothesis_text(h).map_err(|e| e.to_string())?;
+                Ok(Hypothesis {
+                    tokens: text.tokens.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+                    text: text.text,
+                    score: h.score,
+                    token_scores: options.token_scores.then(|| h.positional_scores.clone()),
+                    alignment: if options.alignment { h.alignment.clone() } else { None },
+                    attention: if options.attention { self.translator.attention_matrix(h, &src_tokens) } else { None },
+                })
+            })
+            .collect()
+    }
+
+    fn score(&mut self, group: Vec<Job>) {
+        let mut replies = Vec::new();
+        let mut results: Vec<Vec<PairResult>> = Vec::new();
+        let mut encoded: Vec<(usize, usize, Encoded)> = Vec::new();
+        for (j, job) in group.into_iter().enumerate() {
+            let Work::Score { pairs, reply } = job.work else { continue };
+            let mut out = Vec::with_capacity(pairs.len());
+            for (index, (s, t)) in pairs.iter().enumerate() {
+                match self.translator.encode_pair(s.trim(), t.trim()) {
+                    Ok(e) => {
+                        out.push(Err(String::new()));
+                        encoded.push((j, index, e));
+                    }
+                    Err(e) => out.push(Err(e)),
+                }
+            }
+            results.push(out);
+            replies.push(reply);
+        }
+        // longest first by target then source, as fairseq orders pairs; batches cut at the budget
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| (encoded[i].2.target.len(), encoded[i].2.source.len()));
+        let sizes: Vec<usize> = order.iter().map(|&i| encoded[i].2.source.len().max(encoded[i].2.target.len())).collect();
+        let batches = batch_by_size(&order, &sizes, Some(self.policy.max_tokens), None, 1);
+        let refs: Vec<Vec<&Encoded>> = batches.iter().map(|b| b.iter().map(|&i| &encoded[i].2).collect()).collect();
+        let scored = self.translator.score_batches(&refs, self.policy.inter_threads);
+        for (batch, result) in batches.iter().zip(scored) {
+            match result {
+                Ok(scores) => {
+                    for (&i, s) in batch.iter().zip(scores) {
+                        let (j, index, e) = &encoded[i];
+                        let symbols = e.target.iter().map(|&id| self.translator.tgt_dict.symbol(id).to_string()).collect();
+                        results[*j][*index] = Ok((s, symbols));
+                    }
+                }
+                Err(e) => {
+                    for &i in batch {
+                        let (j, index, _) = &encoded[i];
+                        results[*j][*index] = Err(e.to_string());
+                    }
+                }
+            }
+        }
+        let mut pairs = 0;
+        let mut tokens = 0;
+        for (reply, out) in replies.into_iter().zip(results) {
+            pairs += out.iter().filter(|r| r.is_ok()).count();
+            tokens += out.iter().flatten().map(|(_, t)| t.len()).sum::<usize>();
+            let _ = reply.send(out);
+        }
+        self.metrics.add_work(&self.name, pairs, tokens);
+    }
+}
+
+type Failable = Result<Translation, String>;

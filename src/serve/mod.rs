@@ -1,0 +1,189 @@
+//! `tchseq serve`: models behind HTTP (axum + tokio). Models load through `hub`, each gets an
+//! [`engine::Engine`] (a worker thread that batches sentences across requests), and the routes
+//! speak our `/v1` JSON, LibreTranslate's and OpenNMT-py's APIs.
+
+mod api;
+mod engine;
+mod metrics;
+mod options;
+mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use tchseq::hub::{LoadReport, Translator};
+
+pub use engine::BatchPolicy;
+use api::{ApiError, ModelInfo};
+use engine::Engine;
+use metrics::Metrics;
+
+/// Everything `serve` needs besides the models.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub addr: SocketAddr,
+    pub policy: BatchPolicy,
+    pub limits: Limits,
+    /// Required on every route except `/health` when set.
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_sentences: usize,
+    pub request_timeout: Duration,
+}
+
+/// A loaded model and its engine.
+pub struct Served {
+    pub name: String,
+    pub source_lang: String,
+    pub target_lang: String,
+    report: LoadReport,
+    engine: Engine,
+}
+
+impl Served {
+    fn info(&self) -> ModelInfo {
+        ModelInfo { name: self.name.clone(), source_lang: self.source_lang.clone(), target_lang: self.target_lang.clone(), report: self.report.clone() }
+    }
+}
+
+pub struct AppState {
+    models: Vec<Served>,
+    limits: Limits,
+    api_key: Option<String>,
+    metrics: Arc<Metrics>,
+}
+
+/// Serves `models` (name, translator) until SIGTERM or Ctrl-C, then lets the requests in flight
+/// finish and returns. `on_listen` is told the bound address (the port may have been 0).
+pub fn run(models: Vec<(String, Translator)>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let mut served = Vec::with_capacity(models.len());
+    for (name, translator) in models {
+        let (source_lang, target_lang) = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
+        let report = translator.report.clone();
+        let engine = Engine::start(name.clone(), translator, settings.policy, metrics.clone())?;
+        served.push(Served { name, source_lang, target_lang, report, engine });
+    }
+    let state = Arc::new(AppState { models: served, limits: settings.limits, api_key: settings.api_key.clone(), metrics });
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(settings.addr).await?;
+        on_listen(listener.local_addr()?);
+        axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown_signal()).await
+    })?;
+    // the requests in flight have their replies; let the workers finish and stop
+    drop(runtime);
+    if let Ok(state) = Arc::try_unwrap(state) {
+        drop(state);
+    }
+    Ok(())
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let limits = state.limits;
+    Router::new()
+        .route("/", get(routes::page))
+        .route("/health", get(routes::health))
+        .route("/metrics", get(routes::metrics))
+        .route("/v1/models", get(routes::models))
+        .route("/v1/translate", post(routes::v1_translate))
+        .route("/v1/score", post(routes::v1_score))
+        .route("/v1/attention", post(routes::v1_attention))
+        .route("/translate", post(routes::libre_translate))
+        .route("/languages", get(routes::libre_languages))
+        .route("/translator/translate", post(routes::onmt_translate))
+        .route("/translator/models", get(routes::onmt_models))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .layer(middleware::from_fn_with_state(state.clone(), api_key))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout))
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), record))
+        .with_state(state)
+}
+
+/// Counts every request by route and status, and its latency; 408 and 413 from the outer layers
+/// get a JSON body.
+async fn record(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or_else(|| "other".to_string(), |p| p.as_str().to_string());
+    let start = Instant::now();
+    let mut response = next.run(req).await;
+    let status = response.status();
+    let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !is_json && (status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::PAYLOAD_TOO_LARGE) {
+        let message = if status == StatusCode::REQUEST_TIMEOUT { "the request took too long" } else { "the request body is too large" };
+        response = ApiError::new(status, message).into_response();
+    }
+    app.metrics.observe_request(&route, status.as_u16(), start.elapsed().as_secs_f64());
+    response
+}
+
+/// With `--api-key`, every route but `/health` needs the key: `Authorization: Bearer KEY`,
+/// `X-API-Key: KEY`, `?api_key=KEY`, or LibreTranslate's `api_key` field in the JSON body.
+async fn api_key(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(key) = app.api_key.as_deref() else { return next.run(req).await };
+    if req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let x_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    let query = req.uri().query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("api_key=")));
+    if [bearer, x_key, query].into_iter().flatten().any(|k| same_key(k, key)) {
+        return next.run(req).await;
+    }
+    if req.uri().path() == "/translate" {
+        let (parts, body) = req.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, app.limits.max_body_bytes).await else {
+            return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large").into_response();
+        };
+        let body_key = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("api_key").and_then(|k| k.as_str()).map(str::to_string));
+        if body_key.is_some_and(|k| same_key(&k, key)) {
+            return next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
+        }
+    }
+    ApiError::new(StatusCode::UNAUTHORIZED, "a valid API key is required").into_response()
+}
+
+/// Compares in time that does not depend on where the strings differ.
+fn same_key(given: &str, key: &str) -> bool {
+    let (a, b) = (given.as_bytes(), key.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("tchseq serve: shutting down after the requests in flight");
+}

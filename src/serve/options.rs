@@ -1,0 +1,130 @@
+//! The generation options a request may set (the CLI's `translate` flags, in JSON), checked and
+//! turned into the library's `GeneratorConfig`.
+
+use serde::Deserialize;
+
+use tchseq::generate::{GeneratorConfig, NgramMode, SearchStrategy};
+
+/// The largest beam a request may ask for (each beam row costs a decoder pass).
+pub const MAX_BEAM: usize = 64;
+/// The largest `max_len_b` a request may ask for.
+pub const MAX_LEN_B: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TranslateOptions {
+    pub beam: usize,
+    pub nbest: usize,
+    pub lenpen: f64,
+    pub unkpen: f64,
+    pub max_len_a: f64,
+    pub max_len_b: usize,
+    pub min_len: usize,
+    pub unnormalized: bool,
+    pub no_repeat_ngram_size: usize,
+    pub sampling: bool,
+    pub sampling_topk: i64,
+    pub sampling_topp: f64,
+    pub temperature: f64,
+    /// Seed of libtorch's generator for this request (sampling).
+    pub seed: u64,
+    /// Per-token log-probabilities in the reply.
+    pub token_scores: bool,
+    /// Hard alignments (`src-tgt` word pairs) in the reply.
+    pub alignment: bool,
+    /// The soft alignment matrix in the reply.
+    pub attention: bool,
+    /// CTranslate2's `compute_type`; only `exact` (fairseq's fp32 arithmetic) is served.
+    pub compute_type: String,
+}
+
+impl Default for TranslateOptions {
+    /// fairseq-interactive's defaults, one hypothesis per sentence.
+    fn default() -> Self {
+        TranslateOptions {
+            beam: 5,
+            nbest: 1,
+            lenpen: 1.0,
+            unkpen: 0.0,
+            max_len_a: 0.0,
+            max_len_b: 200,
+            min_len: 1,
+            unnormalized: false,
+            no_repeat_ngram_size: 0,
+            sampling: false,
+            sampling_topk: -1,
+            sampling_topp: -1.0,
+            temperature: 1.0,
+            seed: 1,
+            token_scores: false,
+            alignment: false,
+            attention: false,
+            compute_type: "exact".into(),
+        }
+    }
+}
+
+impl TranslateOptions {
+    /// Why these options cannot be served, in the request's field names.
+    pub fn check(&self) -> Result<(), String> {
+        let beam = self.beam;
+        if beam == 0 || beam > MAX_BEAM {
+            return Err(format!("beam must be between 1 and {MAX_BEAM}"));
+        }
+        if self.nbest == 0 || self.nbest > beam {
+            return Err(format!("nbest must be between 1 and beam ({beam})"));
+        }
+        if self.sampling && self.nbest != beam {
+            return Err("sampling requires nbest to be equal to beam".into());
+        }
+        if !self.sampling && (self.sampling_topk > 0 || self.sampling_topp > 0.0) {
+            return Err("sampling_topk/sampling_topp require sampling".into());
+        }
+        if !(self.temperature > 0.0) || !self.temperature.is_finite() {
+            return Err("temperature must be a finite number greater than 0".into());
+        }
+        if self.sampling_topp > 1.0 {
+            return Err("sampling_topp must be at most 1".into());
+        }
+        if !self.lenpen.is_finite() || !self.unkpen.is_finite() || !self.max_len_a.is_finite() || self.max_len_a < 0.0 {
+            return Err("lenpen, unkpen and max_len_a must be finite (max_len_a at least 0)".into());
+        }
+        if self.max_len_b > MAX_LEN_B {
+            return Err(format!("max_len_b must be at most {MAX_LEN_B}"));
+        }
+        if i64::try_from(self.seed).is_err() {
+            return Err("seed is too large".into());
+        }
+        if self.compute_type != "exact" {
+            return Err(format!("compute_type {:?} is not available (this server computes `exact`)", self.compute_type));
+        }
+        Ok(())
+    }
+
+    pub fn generator_config(&self) -> GeneratorConfig {
+        GeneratorConfig {
+            beam_size: self.beam,
+            max_len_a: self.max_len_a,
+            max_len_b: self.max_len_b as i64,
+            min_len: self.min_len.min(MAX_LEN_B) as i64,
+            normalize_scores: !self.unnormalized,
+            len_penalty: self.lenpen,
+            unk_penalty: self.unkpen,
+            temperature: self.temperature,
+            no_repeat_ngram_size: self.no_repeat_ngram_size,
+            ngram_mode: NgramMode::Intended,
+            search: if self.sampling {
+                SearchStrategy::Sampling { topk: self.sampling_topk, topp: self.sampling_topp }
+            } else {
+                SearchStrategy::Beam
+            },
+            need_attn: self.alignment || self.attention,
+        }
+    }
+
+    /// Requests whose sentences may share a batch: the same search, whatever they want back.
+    pub fn same_search(&self, other: &Self) -> bool {
+        let strip = |o: &Self| TranslateOptions { nbest: 1, token_scores: false, alignment: false, attention: false, ..o.clone() };
+        strip(self) == strip(other) && (self.alignment || self.attention) == (other.alignment || other.attention)
+    }
+}

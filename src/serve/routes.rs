@@ -1,0 +1,247 @@
+//! The handlers: each finds the model, checks the request against the limits, hands the
+//! sentences to the model's engine and shapes the reply for its API.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use tokio::sync::oneshot;
+
+use tchseq::plot::render::{render_svg, Axis, Figure, Heatmap, Scale};
+
+use super::api::*;
+use super::engine::{PairResult, SentenceResult, SubmitError, Work};
+use super::options::TranslateOptions;
+use super::{AppState, Served};
+
+const PAGE: &str = include_str!("page.html");
+
+pub async fn page() -> Html<&'static str> {
+    Html(PAGE)
+}
+
+pub async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+pub async fn models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let models: Vec<ModelInfo> = app.models.iter().map(Served::info).collect();
+    Json(serde_json::json!({ "models": models }))
+}
+
+pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let queued: Vec<(String, usize)> = app.models.iter().map(|m| (m.name.clone(), m.engine.queued())).collect();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render(&queued)).into_response()
+}
+
+fn model<'a>(app: &'a AppState, name: Option<&str>) -> Result<&'a Served, ApiError> {
+    match name {
+        None => app.models.first().ok_or_else(|| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no model is loaded")),
+        Some(n) => app.models.iter().find(|m| m.name == n).ok_or_else(|| {
+            let names: Vec<&str> = app.models.iter().map(|m| m.name.as_str()).collect();
+            ApiError::new(StatusCode::NOT_FOUND, format!("unknown model {n:?} (loaded: {})", names.join(", ")))
+        }),
+    }
+}
+
+fn check_count(app: &AppState, n: usize) -> Result<(), ApiError> {
+    if n == 0 {
+        return Err(ApiError::bad_request("nothing to translate: the request has no sentences"));
+    }
+    if n > app.limits.max_sentences {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{n} sentences in one request; the limit is {}", app.limits.max_sentences),
+        ));
+    }
+    Ok(())
+}
+
+fn submit_error(e: SubmitError) -> ApiError {
+    let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    err.retry_after = Some(1);
+    err
+}
+
+/// Queues the sentences on the model's engine and waits for their results.
+async fn translate(app: &AppState, m: &Served, sentences: Vec<String>, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
+    check_count(app, sentences.len())?;
+    options.check().map_err(ApiError::bad_request)?;
+    let (reply, rx) = oneshot::channel();
+    m.engine.submit(Work::Translate { sentences, options, reply }).map_err(submit_error)?;
+    rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))
+}
+
+pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<TranslateRequest>) -> Result<Json<TranslateReply>, ApiError> {
+    let m = model(&app, req.model.as_deref())?;
+    let sentences = req.text.into_vec();
+    let results = translate(&app, m, sentences.clone(), req.options).await?;
+    let translations = sentences
+        .into_iter()
+        .zip(results)
+        .map(|(source, r)| match r {
+            Ok(h) => SentenceReply { source, hypotheses: Some(h), error: None },
+            Err(e) => SentenceReply { source, hypotheses: None, error: Some(e) },
+        })
+        .collect();
+    Ok(Json(TranslateReply { model: m.name.clone(), translations }))
+}
+
+pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<ScoreRequest>) -> Result<Json<ScoreReply>, ApiError> {
+    let m = model(&app, req.model.as_deref())?;
+    check_count(&app, req.pairs.len())?;
+    let pairs: Vec<(String, String)> = req.pairs.into_iter().map(|p| (p.source, p.target)).collect();
+    let (reply, rx) = oneshot::channel();
+    m.engine.submit(Work::Score { pairs, reply }).map_err(submit_error)?;
+    let results: Vec<PairResult> = rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))?;
+    let scores = results
+        .into_iter()
+        .map(|r| match r {
+            Ok((s, symbols)) => PairReply {
+                logprob: Some(s.logprob),
+                tokens: Some(s.positional_scores.len()),
+                avg_logprob: Some(s.avg_logprob),
+                ppl: Some((-f64::from(s.avg_logprob)).exp()),
+                target_tokens: req.token_scores.then_some(symbols),
+                token_scores: req.token_scores.then_some(s.positional_scores),
+                error: None,
+            },
+            Err(e) => PairReply { error: Some(e), ..Default::default() },
+        })
+        .collect();
+    Ok(Json(ScoreReply { model: m.name.clone(), scores }))
+}
+
+/// The SVG heatmap of the best translation's attention (the model's alignment layer, heads
+/// averaged), drawn by the renderer of `tchseq attention`.
+pub async fn v1_attention(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<AttentionRequest>) -> Result<Response, ApiError> {
+    let m = model(&app, req.model.as_deref())?;
+    let options = TranslateOptions { nbest: 1, attention: true, ..req.options };
+    let mut results = translate(&app, m, vec![req.text], options).await?;
+    let best = results.pop().unwrap_or_else(|| Err("not translated".into())).map_err(ApiError::bad_request)?;
+    let attention = best.into_iter().next().and_then(|h| h.attention).ok_or_else(|| ApiError::bad_request("no hypothesis"))?;
+    let max = attention.weights.iter().flatten().fold(0f32, |m, &v| m.max(v));
+    let figure = Figure {
+        title: "cross-attention, alignment layer, mean of heads".into(),
+        columns: 1,
+        panels: vec![Heatmap {
+            title: String::new(),
+            values: attention.weights,
+            rows: Axis::Tokens(attention.target),
+            cols: Axis::Tokens(attention.source),
+            row_title: "target".into(),
+            col_title: "source".into(),
+        }],
+        scale: Scale { min: 0.0, max: if max > 0.0 { max } else { 1.0 }, label: "attention weight".into() },
+    };
+    let svg = tokio::task::spawn_blocking(move || render_svg(&figure))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
+}
+
+// --- LibreTranslate --------------------------------------------------------------------------
+
+pub async fn libre_languages(State(app): State<Arc<AppState>>) -> Json<Vec<LibreLanguage>> {
+    let mut langs: Vec<LibreLanguage> = Vec::new();
+    for m in &app.models {
+        match langs.iter_mut().find(|l| l.code == m.source_lang) {
+            Some(l) if !l.targets.contains(&m.target_lang) => l.targets.push(m.target_lang.clone()),
+            Some(_) => {}
+            None => langs.push(LibreLanguage { code: m.source_lang.clone(), name: m.source_lang.clone(), targets: vec![m.target_lang.clone()] }),
+        }
+    }
+    Json(langs)
+}
+
+pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<LibreRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+    if let Some(f) = req.format.as_deref().filter(|f| *f != "text") {
+        return Err(ApiError::bad_request(format!("format {f:?} is not supported (only \"text\")")));
+    }
+    let m = app
+        .models
+        .iter()
+        .find(|m| m.target_lang == req.target && (req.source == "auto" || m.source_lang == req.source))
+        .ok_or_else(|| ApiError::bad_request(format!("{} → {} is not supported by the loaded models", req.source, req.target)))?;
+    let single = matches!(req.q, OneOrMany::One(_));
+    let alternatives = req.alternatives.unwrap_or(0);
+    let options = TranslateOptions { nbest: (alternatives + 1).min(TranslateOptions::default().beam), ..Default::default() };
+    let results = translate(&app, m, req.q.into_vec(), options).await?;
+    let mut texts = Vec::new();
+    let mut alts = Vec::new();
+    let mut errors = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(h) => {
+                texts.push(h.first().map(|h| h.text.clone()).unwrap_or_default());
+                alts.push(h.iter().skip(1).map(|h| h.text.clone()).collect::<Vec<_>>());
+            }
+            Err(e) if single => return Err(ApiError::bad_request(e)),
+            Err(e) => {
+                texts.push(String::new());
+                alts.push(Vec::new());
+                errors.push(serde_json::json!({ "index": i, "error": e }));
+            }
+        }
+    }
+    let mut reply = if single {
+        serde_json::json!({ "translatedText": texts[0] })
+    } else {
+        serde_json::json!({ "translatedText": texts })
+    };
+    if alternatives > 0 {
+        reply["alternatives"] = if single { serde_json::json!(alts[0]) } else { serde_json::json!(alts) };
+    }
+    if !errors.is_empty() {
+        reply["errors"] = serde_json::json!(errors);
+    }
+    Ok(Json(reply))
+}
+
+// --- OpenNMT-py ----------------------------------------------------------------------------
+
+pub async fn onmt_models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let models: Vec<serde_json::Value> =
+        app.models.iter().enumerate().map(|(i, m)| serde_json::json!({ "model_id": i, "name": m.name, "loaded": true })).collect();
+    Json(serde_json::json!(models))
+}
+
+pub async fn onmt_translate(State(app): State<Arc<AppState>>, JsonBody(items): JsonBody<Vec<OnmtItem>>) -> Result<Json<Vec<Vec<OnmtReply>>>, ApiError> {
+    let ids: Vec<Option<&serde_json::Value>> = items.iter().map(|i| i.id.as_ref()).collect();
+    let first = ids.first().copied().flatten();
+    if ids.iter().any(|id| *id != first) {
+        return Err(ApiError::bad_request("all items of one request must name the same model id"));
+    }
+    let m = match first {
+        None => model(&app, None)?,
+        Some(serde_json::Value::Number(n)) => n
+            .as_u64()
+            .and_then(|i| app.models.get(i as usize))
+            .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("unknown model id {n}")))?,
+        Some(serde_json::Value::String(s)) => model(&app, Some(s))?,
+        Some(other) => return Err(ApiError::bad_request(format!("model id must be a number or a name, not {other}"))),
+    };
+    let sources: Vec<String> = items.into_iter().map(|i| i.src).collect();
+    let results = translate(&app, m, sources.clone(), TranslateOptions::default()).await?;
+    let replies = sources
+        .into_iter()
+        .zip(results)
+        .map(|(src, r)| match r {
+            Ok(h) => {
+                let best = h.into_iter().next();
+                OnmtReply {
+                    src,
+                    tgt: best.as_ref().map(|h| h.text.clone()).unwrap_or_default(),
+                    n_best: 1,
+                    pred_score: best.map_or(0.0, |h| h.score),
+                    error: None,
+                }
+            }
+            Err(e) => OnmtReply { src, tgt: String::new(), n_best: 1, pred_score: 0.0, error: Some(e) },
+        })
+        .collect();
+    Ok(Json(vec![replies]))
+}
