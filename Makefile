@@ -17,7 +17,7 @@ VENV_STAMP := $(CURDIR)/.venv/libtorch
 # CI machines have 2 cores; keep the C++ shim build from oversubscribing.
 CARGO ?= cargo
 
-.PHONY: all build test demo bench parity reference reference-venv fuzz venv clean doc
+.PHONY: all build test demo bench bench-serve browser parity reference reference-venv fuzz venv clean doc
 
 all: build
 
@@ -36,10 +36,18 @@ build: $(VENV_STAMP)
 
 # Every test: the Rust suites (portable: goldens within tolerance, bits in reproducible mode),
 # then fairseq 0.12.2 live beside tchseq on this machine (make parity).
-test: $(VENV_STAMP)
+test: $(VENV_STAMP) browser
 	$(CARGO) build --release
 	$(CARGO) test --release
 	$(MAKE) parity
+
+# The web page's test drives headless Chromium: Debian's `chromium`, installed with apt when missing.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null \
+		|| [ -n "$$TCHSEQ_CHROMIUM" ] \
+		|| { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+			&& { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
+		|| { echo "error: the browser test needs Chromium: install Debian's chromium (apt install chromium) or set TCHSEQ_CHROMIUM" >&2; exit 2; }
 
 demo: build
 	@printf '%s\n' "A man in a blue shirt is riding a bike." "Two dogs are playing in the snow." "A little girl is eating an ice cream." \
@@ -59,6 +67,10 @@ reference: reference-venv
 
 bench: reference-venv build
 	bash bench/run.sh
+
+# tchseq serve under 1, 8 and 64 concurrent clients beside `translate`; writes bench/serve-results.md.
+bench-serve: build
+	$(PYTHON) bench/serve.py $(BENCH_SERVE_ARGS)
 
 # fairseq 0.12.2 and tchseq live on this machine: every differing line is reported, 0 expected.
 # PARITY_ARGS="--threads 2" or "--reproducible" pass through.

@@ -2,6 +2,7 @@
 //! One module per area.
 
 mod bad_input;
+mod browser;
 mod bundled;
 mod cli;
 mod fairseq_out;
@@ -12,6 +13,7 @@ mod malformed;
 mod model;
 mod reproducible;
 mod score;
+mod serve;
 mod text;
 mod translate;
 mod util;

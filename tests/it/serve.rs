@@ -1,0 +1,390 @@
+//! `tchseq serve` on an ephemeral port: every endpoint, every error path, batching across
+//! requests, the API key, graceful shutdown.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::util::{repo, test_threads, tchseq};
+
+const MODEL: &str = "weights/multi30k.en-de";
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    pub fn start(extra: &[&str]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tchseq"));
+        cmd.arg("--threads").arg(test_threads().to_string());
+        cmd.args(["serve", "--model"]).arg(repo(MODEL)).args(["--port", "0"]).args(extra);
+        cmd.env_remove("LD_LIBRARY_PATH").stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("starting tchseq serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            let line = rx.recv_timeout(Duration::from_secs(120)).expect("tchseq serve did not say where it listens");
+            if let Some(addr) = line.strip_prefix("tchseq serve: listening on http://") {
+                let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+                assert!(addr.starts_with("127.0.0.1:"), "binds to loopback by default: {addr}");
+                return Server { child, port, stderr: rx };
+            }
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        http(self.port, "GET", path, &[], None)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Reply {
+        http(self.port, "POST", path, &[], Some(body.to_string().as_bytes()))
+    }
+
+    /// Sends SIGTERM and returns the exit status and the rest of stderr.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: signalling our own child process
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("waiting for the server");
+        let rest: Vec<String> = self.stderr.try_iter().collect();
+        (status, rest.join("\n"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// An error reply: the status, and a JSON body with a one-line `error`.
+    pub fn assert_error(&self, status: u16, contains: &str) {
+        assert_eq!(self.status, status, "{}", String::from_utf8_lossy(&self.body));
+        let error = self.json()["error"].as_str().map(str::to_string).expect("an error message");
+        assert!(error.contains(contains), "{error:?} should contain {contains:?}");
+        assert!(!error.contains('\n'), "one line: {error:?}");
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection.
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Reply {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting");
+    stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).unwrap();
+    if let Some(b) = body {
+        // the server may answer (413) before it has read everything
+        let _ = stream.write_all(b);
+    }
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no HTTP reply: {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("a status line");
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    Reply { status, headers, body }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[end + 2..end + 2 + size]);
+        data = &data[end + 2 + size + 2..];
+    }
+    out
+}
+
+/// What `tchseq translate --format jsonl` gives for each sentence on its own: (text, score).
+fn cli_best(sentences: &[&str]) -> Vec<(String, f64)> {
+    let out = tchseq().args(["translate", "--format", "jsonl", "-m"]).arg(repo(MODEL)).args(sentences).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let h = &v["hypotheses"][0];
+            (h["text"].as_str().unwrap().to_string(), h["score"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+const SENTENCES: [&str; 3] = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow.", "A little girl is eating an ice cream."];
+
+#[test]
+fn every_endpoint_answers_in_its_own_shape() {
+    let s = Server::start(&[]);
+    assert_eq!(s.get("/health").json(), json!({ "status": "ok" }));
+
+    let models = s.get("/v1/models").json();
+    assert_eq!(models["models"][0]["name"], "multi30k.en-de");
+    assert_eq!(models["models"][0]["source_lang"], "en");
+    assert_eq!(models["models"][0]["target_lang"], "de");
+    assert_eq!(models["models"][0]["report"]["source_dictionary"]["size"].as_u64().map(|n| n > 4), Some(true));
+
+    let cli = cli_best(&SENTENCES[..1]);
+    let r = s.post("/v1/translate", &json!({ "text": SENTENCES[0], "options": { "nbest": 3, "token_scores": true, "alignment": true, "attention": true } }));
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["model"], "multi30k.en-de");
+    let hyps = v["translations"][0]["hypotheses"].as_array().unwrap();
+    assert_eq!(hyps.len(), 3);
+    assert_eq!(hyps[0]["text"], cli[0].0.as_str());
+    // one sentence alone is one batch of one, as in the CLI: the same bits
+    assert_eq!(hyps[0]["score"].as_f64().unwrap() as f32, cli[0].1 as f32);
+    let scores: Vec<f64> = hyps.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+    let tokens = hyps[0]["tokens"].as_array().unwrap().len();
+    assert_eq!(hyps[0]["token_scores"].as_array().unwrap().len(), tokens + 1, "EOS included");
+    assert!(!hyps[0]["alignment"].as_array().unwrap().is_empty());
+    let attention = &hyps[0]["attention"];
+    assert_eq!(attention["weights"].as_array().unwrap().len(), tokens + 1);
+    assert_eq!(attention["source"].as_array().unwrap().last().unwrap(), "</s>");
+
+    let r = s.post("/v1/score", &json!({ "pairs": [{ "source": SENTENCES[0], "target": cli[0].0 }], "token_scores": true }));
+    assert_eq!(r.status, 200);
+    let score = &r.json()["scores"][0];
+    let n = score["tokens"].as_u64().unwrap() as usize;
+    assert_eq!(score["token_scores"].as_array().unwrap().len(), n);
+    assert_eq!(score["target_tokens"].as_array().unwrap().len(), n);
+    let avg = score["avg_logprob"].as_f64().unwrap();
+    assert!((score["logprob"].as_f64().unwrap() / n as f64 - avg).abs() < 1e-5);
+    assert!((score["ppl"].as_f64().unwrap() - (-avg).exp()).abs() < 1e-6);
+    // forced decoding of the beam's own best hypothesis gives its unnormalized score back
+    assert!((score["logprob"].as_f64().unwrap() - cli[0].1 * n as f64).abs() < 1e-4, "{score} vs {:?}", cli[0]);
+
+    let r = s.post("/v1/attention", &json!({ "text": SENTENCES[1] }));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("image/svg+xml"));
+    let svg = String::from_utf8(r.body.clone()).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    assert!(svg.contains("Hunde"), "target tokens label the rows");
+
+    let page = s.get("/");
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-type").unwrap().starts_with("text/html"));
+    assert!(String::from_utf8_lossy(&page.body).contains("id=\"heatmap\""));
+
+    let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
+    assert!(metrics.contains("tchseq_requests_total{route=\"/v1/translate\",status=\"200\"} 1"), "{metrics}");
+    assert!(metrics.contains("tchseq_request_duration_seconds_bucket{route=\"/v1/score\",le=\"+Inf\"} 1"), "{metrics}");
+    assert!(metrics.contains("tchseq_batch_sentences_count{model=\"multi30k.en-de\"}"), "{metrics}");
+    assert!(metrics.contains("tchseq_queue_sentences{model=\"multi30k.en-de\"} 0"), "{metrics}");
+    assert!(metrics.contains("tchseq_sentences_total{model=\"multi30k.en-de\"}"), "{metrics}");
+}
+
+#[test]
+fn libretranslate_and_opennmt_clients_work_unchanged() {
+    let s = Server::start(&[]);
+    let cli = cli_best(&SENTENCES[..2]);
+    let r = s.post("/translate", &json!({ "q": SENTENCES[0], "source": "en", "target": "de", "format": "text" }));
+    assert_eq!(r.json(), json!({ "translatedText": cli[0].0 }));
+    let r = s.post("/translate", &json!({ "q": SENTENCES[..2], "source": "auto", "target": "de", "alternatives": 2 }));
+    let v = r.json();
+    assert_eq!(v["translatedText"], json!([cli[0].0, cli[1].0]));
+    assert_eq!(v["alternatives"][0].as_array().unwrap().len(), 2);
+    s.post("/translate", &json!({ "q": "x", "source": "en", "target": "fr" })).assert_error(400, "en → fr is not supported");
+    s.post("/translate", &json!({ "q": "x", "source": "en", "target": "de", "format": "html" })).assert_error(400, "html");
+    assert_eq!(s.get("/languages").json(), json!([{ "code": "en", "name": "en", "targets": ["de"] }]));
+
+    let r = s.post("/translator/translate", &json!([{ "src": SENTENCES[0], "id": 0 }, { "src": SENTENCES[1], "id": 0 }]));
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v[0][0]["tgt"], cli[0].0.as_str());
+    assert_eq!(v[0][1]["tgt"], cli[1].0.as_str());
+    assert_eq!(v[0][0]["src"], SENTENCES[0]);
+    assert!(v[0][0]["pred_score"].as_f64().unwrap() < 0.0);
+    s.post("/translator/translate", &json!([{ "src": "x", "id": 7 }])).assert_error(404, "unknown model id 7");
+    assert_eq!(s.get("/translator/models").json()[0]["model_id"], 0);
+}
+
+#[test]
+fn bad_requests_get_a_json_error_and_the_server_goes_on() {
+    let s = Server::start(&["--max-sentences", "4", "--max-body-bytes", "2000", "--max-sentence-tokens", "12"]);
+    let raw = |body: &[u8]| http(s.port, "POST", "/v1/translate", &[], Some(body));
+    raw(b"{\"text\": ").assert_error(400, "malformed JSON");
+    raw(b"{\"text\": [1, 2]}").assert_error(422, "invalid request");
+    raw(b"{\"text\": \"a\", \"colour\": 1}").assert_error(422, "unknown field `colour`");
+    raw(b"{\"text\": \"a\", \"options\": {\"beam\": \"five\"}}").assert_error(422, "invalid request");
+    http(s.port, "POST", "/v1/translate", &[("Content-Type", "text/plain")], Some(b"hello")).assert_error(415, "must be JSON");
+    s.post("/v1/translate", &json!({ "text": "a", "model": "nope" })).assert_error(404, "unknown model \"nope\"");
+    s.post("/v1/translate", &json!({ "text": vec!["a"; 5] })).assert_error(413, "the limit is 4");
+    s.post("/v1/translate", &json!({ "text": [] })).assert_error(400, "no sentences");
+    s.post("/v1/translate", &json!({ "text": "a", "options": { "beam": 2, "nbest": 3 } })).assert_error(400, "nbest must be between 1 and beam (2)");
+    s.post("/v1/translate", &json!({ "text": "a", "options": { "compute_type": "int8" } })).assert_error(400, "compute_type");
+    s.post("/v1/translate", &json!({ "text": "a".repeat(3000) })).assert_error(413, "too large");
+    s.get("/v2/nothing").assert_error(404, "no such route");
+
+    // one sentence too long fails alone
+    let long = "a dog ".repeat(20);
+    let r = s.post("/v1/translate", &json!({ "text": [SENTENCES[1], long, SENTENCES[2]] }));
+    assert_eq!(r.status, 200);
+    let t = r.json()["translations"].clone();
+    assert!(t[0]["hypotheses"][0]["text"].as_str().unwrap().contains("Hunde"));
+    assert!(t[1]["error"].as_str().unwrap().contains("at most 12"), "{t}");
+    assert!(t[1].get("hypotheses").is_none());
+    assert!(t[2]["hypotheses"][0]["text"].as_str().is_some());
+    let r = s.post("/v1/score", &json!({ "pairs": [{ "source": "", "target": "Hallo" }, { "source": "A dog.", "target": "Ein Hund." }] }));
+    let scores = r.json()["scores"].clone();
+    assert!(scores[0]["error"].as_str().unwrap().contains("empty 'source'"));
+    assert!(scores[1]["logprob"].as_f64().unwrap() < 0.0);
+    assert_eq!(s.get("/health").status, 200);
+}
+
+#[test]
+fn concurrent_requests_share_batches_and_match_the_cli() {
+    let s = Server::start(&["--max-wait-ms", "1500"]);
+    let cli = cli_best(&SENTENCES);
+    let port = s.port;
+    let handles: Vec<_> = SENTENCES
+        .iter()
+        .map(|&sentence| std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(json!({ "text": sentence }).to_string().as_bytes())).json()))
+        .collect();
+    let replies: Vec<Value> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (reply, (text, score)) in replies.iter().zip(&cli) {
+        let h = &reply["translations"][0]["hypotheses"][0];
+        // in one batch with others the last bits may move, as in fairseq
+        assert_eq!(h["text"], text.as_str());
+        assert!((h["score"].as_f64().unwrap() - score).abs() < 1e-4);
+    }
+    let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
+    let batches: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tchseq_batch_sentences_count{model=\"multi30k.en-de\"} "))
+        .and_then(|n| n.parse().ok())
+        .expect("a batch count");
+    assert!(batches < SENTENCES.len() as f64, "three requests within 1.5 s share a batch: {batches} batches");
+}
+
+#[test]
+fn deterministic_mode_answers_each_request_alone_with_the_cli_bits() {
+    let s = Server::start(&["--deterministic", "--max-wait-ms", "1500"]);
+    let cli = cli_best(&SENTENCES);
+    let port = s.port;
+    let handles: Vec<_> = SENTENCES
+        .iter()
+        .map(|&sentence| std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(json!({ "text": sentence }).to_string().as_bytes())).json()))
+        .collect();
+    for (h, (text, score)) in handles.into_iter().zip(&cli) {
+        let reply = h.join().unwrap();
+        let best = &reply["translations"][0]["hypotheses"][0];
+        assert_eq!(best["text"], text.as_str());
+        assert_eq!(best["score"].as_f64().unwrap() as f32, *score as f32);
+    }
+    let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
+    assert!(metrics.contains("tchseq_batch_sentences_count{model=\"multi30k.en-de\"} 3"), "{metrics}");
+}
+
+#[test]
+fn a_full_queue_is_refused_with_retry_after_and_a_slow_request_times_out() {
+    // the first request waits 3 s for company, holding the one queue place
+    let s = Server::start(&["--queue-size", "1", "--max-wait-ms", "3000", "--request-timeout", "10"]);
+    let port = s.port;
+    let first = std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(br#"{"text": "A dog runs."}"#)));
+    std::thread::sleep(Duration::from_millis(800));
+    let busy = s.post("/v1/translate", &json!({ "text": "A cat sleeps." }));
+    busy.assert_error(503, "queue is full");
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    assert_eq!(first.join().unwrap().status, 200);
+    drop(s);
+
+    let s = Server::start(&["--max-wait-ms", "3000", "--request-timeout", "0.5"]);
+    s.post("/v1/translate", &json!({ "text": "A dog runs." })).assert_error(408, "took too long");
+    let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
+    assert!(metrics.contains("status=\"408\"} 1"), "{metrics}");
+}
+
+#[test]
+fn the_api_key_guards_every_route_but_health() {
+    let s = Server::start(&["--api-key", "s3cret"]);
+    let body = json!({ "text": "A dog runs." }).to_string();
+    assert_eq!(s.get("/health").status, 200);
+    for path in ["/", "/metrics", "/v1/models", "/languages", "/translator/models"] {
+        s.get(path).assert_error(401, "API key");
+    }
+    http(s.port, "POST", "/v1/translate", &[], Some(body.as_bytes())).assert_error(401, "API key");
+    http(s.port, "POST", "/v1/translate", &[("Authorization", "Bearer wrong")], Some(body.as_bytes())).assert_error(401, "API key");
+    assert_eq!(http(s.port, "POST", "/v1/translate", &[("Authorization", "Bearer s3cret")], Some(body.as_bytes())).status, 200);
+    assert_eq!(http(s.port, "POST", "/v1/translate", &[("X-API-Key", "s3cret")], Some(body.as_bytes())).status, 200);
+    assert_eq!(s.get("/v1/models?api_key=s3cret").status, 200);
+    // LibreTranslate clients send the key in the body
+    let libre = json!({ "q": "A dog runs.", "source": "en", "target": "de", "api_key": "s3cret" });
+    assert_eq!(s.post("/translate", &libre).status, 200);
+    let libre = json!({ "q": "A dog runs.", "source": "en", "target": "de", "api_key": "nope" });
+    s.post("/translate", &libre).assert_error(401, "API key");
+}
+
+#[test]
+fn sigterm_finishes_the_request_in_flight_then_exits_0() {
+    let s = Server::start(&["--max-wait-ms", "2000"]);
+    let port = s.port;
+    let in_flight = std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(br#"{"text": "A dog runs."}"#)));
+    std::thread::sleep(Duration::from_millis(700));
+    let (status, stderr) = s.terminate();
+    let reply = in_flight.join().unwrap();
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert!(reply.json()["translations"][0]["hypotheses"][0]["text"].as_str().unwrap().contains("Hund"));
+    assert!(status.success(), "exit status {status:?}; stderr: {stderr}");
+    assert!(stderr.contains("shutting down"), "{stderr}");
+}
+
+#[test]
+fn bad_flags_are_one_line_errors() {
+    let out = tchseq().args(["serve", "--model", "/nonexistent/model", "--port", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1, "{err}");
+    let out = tchseq().args(["serve", "--model"]).arg(repo(MODEL)).args(["--host", "localhost:80"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--host"));
+}
