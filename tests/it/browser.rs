@@ -55,10 +55,12 @@ impl Browser {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: only async-signal-safe dup2 calls between fork and exec
+        // SAFETY: only async-signal-safe fcntl/dup2 calls between fork and exec. The ends are first
+        // moved above 4, so that neither dup2 clobbers the other (or is a no-op that keeps CLOEXEC).
         unsafe {
             cmd.pre_exec(move || {
-                if libc::dup2(child_reads, 3) < 0 || libc::dup2(child_writes, 4) < 0 {
+                let (r, w) = (libc::fcntl(child_reads, libc::F_DUPFD, 10), libc::fcntl(child_writes, libc::F_DUPFD, 10));
+                if r < 0 || w < 0 || libc::dup2(r, 3) < 0 || libc::dup2(w, 4) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -177,7 +179,9 @@ fn the_web_page_translates_as_you_type_and_draws_the_heatmap() {
     assert!(svg.contains("Hunde") && svg.contains("dogs"), "the heatmap labels both sides");
     assert_eq!(b.eval(s, "document.documentElement.scrollWidth <= window.innerWidth"), json!(true), "no horizontal scrolling at 390 px");
 
-    let shot = b.call("Page.captureScreenshot", json!({ "format": "png" }), Some(s));
+    let height = b.eval(s, "document.documentElement.scrollHeight");
+    let clip = json!({ "x": 0, "y": 0, "width": 390, "height": height, "scale": 1 });
+    let shot = b.call("Page.captureScreenshot", json!({ "format": "png", "clip": clip, "captureBeyondViewport": true }), Some(s));
     let png = base64_decode(shot["data"].as_str().unwrap());
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let path = std::env::var_os("TCHSEQ_SCREENSHOT").map_or_else(|| std::env::temp_dir().join("tchseq-serve.png"), PathBuf::from);
