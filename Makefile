@@ -17,7 +17,7 @@ VENV_STAMP := $(CURDIR)/.venv/libtorch
 # CI machines have 2 cores; keep the C++ shim build from oversubscribing.
 CARGO ?= cargo
 
-.PHONY: all build test demo bench bench-serve browser parity reference reference-venv fuzz venv clean doc
+.PHONY: all build test demo bench bench-serve browser python python-test parity reference reference-venv fuzz venv clean doc
 
 all: build
 
@@ -39,6 +39,7 @@ build: $(VENV_STAMP)
 test: $(VENV_STAMP) browser
 	$(CARGO) build --release
 	$(CARGO) test --release
+	$(MAKE) python-test
 	$(MAKE) parity
 
 # The web page's test drives headless Chromium: Debian's `chromium`, installed with apt when missing.
@@ -48,6 +49,15 @@ browser:
 		|| { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
 			&& { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 		|| { echo "error: the browser test needs Chromium: install Debian's chromium (apt install chromium) or set TCHSEQ_CHROMIUM" >&2; exit 2; }
+
+# The Python package (python/: pyo3 + maturin), installed into the venv beside torch 2.13.0.
+python: $(VENV_STAMP)
+	@"$(VENV)/bin/python" -c "import maturin, pytest" 2>/dev/null || "$(VENV)/bin/python" -m pip install --quiet "maturin>=1.5,<2" pytest
+	PATH="$(VENV)/bin:$$PATH" "$(VENV)/bin/python" -m pip install --quiet --no-build-isolation ./python
+
+# pytest without third-party plugins (fairseq's hydra registers one that breaks on Python 3.11)
+python-test: python build
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$(VENV)/bin/python" -m pytest -q -p no:cacheprovider python/tests
 
 demo: build
 	@printf '%s\n' "A man in a blue shirt is riding a bike." "Two dogs are playing in the snow." "A little girl is eating an ice cream." \

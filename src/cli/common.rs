@@ -156,30 +156,6 @@ pub fn print_warnings(report: &LoadReport) {
     }
 }
 
-/// libtorch prints a one-time "nested tensors are in prototype stage" warning (`TORCH_WARN_ONCE`)
-/// the first time the post-norm encoder fast path (which fairseq takes, and so do we) builds a
-/// nested tensor. Trigger it once with stderr muted, so stderr carries only our own lines.
-pub fn mute_nested_tensor_warning() {
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        let Ok(devnull) = std::fs::OpenOptions::new().write(true).open("/dev/null") else { return };
-        // SAFETY: plain descriptor juggling on fd 2; restored before returning.
-        unsafe {
-            let saved = libc::dup(2);
-            if saved < 0 {
-                return;
-            }
-            libc::dup2(devnull.as_raw_fd(), 2);
-            let x = tch::Tensor::zeros([1, 1, 1], (tch::Kind::Float, Device::Cpu));
-            let sizes = tch::Tensor::from_slice(&[1i64, 1]).reshape([1, 2]);
-            let _ = tch::Tensor::f_internal_nested_from_padded(&x, &sizes, false);
-            libc::dup2(saved, 2);
-            libc::close(saved);
-        }
-    }
-}
-
 /// fairseq's `GenerationConfig` from the shared search flags.
 pub fn generator_config(
     s: &SearchArgs,

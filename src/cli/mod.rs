@@ -64,7 +64,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     tchseq::libtorch::keep_freed_memory();
     common::apply_threads(cli.global.threads, cli.global.inter_threads)?;
     if !matches!(cli.command, Command::Doctor(_)) {
-        common::mute_nested_tensor_warning();
+        tchseq::libtorch::mute_nested_tensor_warning();
     }
     match cli.command {
         Command::Attention(a) => attention::run(&cli.global, &a),

@@ -4,6 +4,7 @@
 //! [`ModelBundle::load`].
 
 pub mod model_dir;
+mod options;
 mod pipeline;
 mod scorer;
 mod translator;
@@ -21,6 +22,7 @@ use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
 pub use model_dir::ModelFiles;
+pub use options::TranslateOptions;
 pub use pipeline::{build as build_pipeline, PipelineOverrides};
 pub use scorer::{Encoded, Scored};
 pub use translator::{AttentionMatrix, Batching, HypothesisText, TextMode, Translation, Translator};

@@ -3,6 +3,7 @@
 //! `/v1/score` both score through [`Translator::score`] (CTranslate2's `score_batch`).
 
 use super::{ModelBundle, Translator};
+use crate::generate::batching::batch_by_size;
 use crate::generate::scorer::{collate, ScorerError, SequenceScorer};
 use crate::generate::workers::run_jobs;
 use crate::generate::GenerateError;
@@ -102,6 +103,27 @@ impl Translator {
             Ok(results) => results,
             Err(e) => batches.iter().map(|_| Err(GenerateError::Invariant(e.to_string()).into())).collect(),
         }
+    }
+}
+
+impl Translator {
+    /// Scores `pairs` in batches of at most `max_tokens` (longest first by target, then source,
+    /// as fairseq orders pairs), `inter_threads` batches at a time; one result per pair, in order.
+    /// A batch that fails fails only its own pairs.
+    pub fn score_pairs(&self, pairs: &[Encoded], max_tokens: usize, inter_threads: usize) -> Vec<Result<Scored, String>> {
+        let mut order: Vec<usize> = (0..pairs.len()).collect();
+        order.sort_by_key(|&i| (pairs[i].target.len(), pairs[i].source.len()));
+        let sizes: Vec<usize> = order.iter().map(|&i| pairs[i].source.len().max(pairs[i].target.len())).collect();
+        let batches = batch_by_size(&order, &sizes, Some(max_tokens), None, 1);
+        let refs: Vec<Vec<&Encoded>> = batches.iter().map(|b| b.iter().map(|&i| &pairs[i]).collect()).collect();
+        let mut out: Vec<Result<Scored, String>> = (0..pairs.len()).map(|_| Err("not scored".to_string())).collect();
+        for (batch, scored) in batches.iter().zip(self.score_batches(&refs, inter_threads)) {
+            match scored {
+                Ok(scores) => batch.iter().zip(scores).for_each(|(&i, s)| out[i] = Ok(s)),
+                Err(e) => batch.iter().for_each(|&i| out[i] = Err(e.to_string())),
+            }
+        }
+        out
     }
 }
 

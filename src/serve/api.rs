@@ -8,8 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use tchseq::hub::TranslateOptions;
+
 use super::engine::Hypothesis;
-use super::options::TranslateOptions;
 
 /// A failed request: its status and a one-line message, sent as `{"error": message}`.
 #[derive(Debug)]

@@ -12,11 +12,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use tchseq::generate::batching::batch_by_size;
-use tchseq::hub::{AttentionMatrix, Batching, Encoded, Scored, Translation, Translator};
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, Scored, TranslateOptions, Translation, Translator};
 
 use super::metrics::Metrics;
-use super::options::TranslateOptions;
 
 /// How the worker gathers and cuts batches.
 #[derive(Debug, Clone, Copy)]
@@ -94,10 +92,9 @@ impl Engine {
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
         let worker = Worker { name: name.clone(), translator, policy, metrics, queued: queued.clone(), held: VecDeque::new() };
-        // libtorch tensors may move between threads: the worker owns the model from here on
-        let translator_box = SendBox(worker);
+        // the worker thread owns the model from here on
         let handle = std::thread::Builder::new().name(format!("model-{name}")).spawn(move || {
-            let SendBox(mut worker) = translator_box;
+            let mut worker = worker;
             tch::set_num_threads(worker.policy.intra_threads);
             worker.run(rx);
         })?;
@@ -138,11 +135,6 @@ impl Drop for Engine {
         self.stop();
     }
 }
-
-struct SendBox<T>(T);
-// SAFETY: `Translator` holds libtorch tensors, which are `Send`; this only moves the worker
-// (with its model) into its thread, which then owns it alone.
-unsafe impl<T> Send for SendBox<T> {}
 
 struct Worker {
     name: String,
@@ -351,29 +343,10 @@ impl Worker {
             results.push(out);
             replies.push(reply);
         }
-        // longest first by target then source, as fairseq orders pairs; batches cut at the budget
-        let mut order: Vec<usize> = (0..encoded.len()).collect();
-        order.sort_by_key(|&i| (encoded[i].2.target.len(), encoded[i].2.source.len()));
-        let sizes: Vec<usize> = order.iter().map(|&i| encoded[i].2.source.len().max(encoded[i].2.target.len())).collect();
-        let batches = batch_by_size(&order, &sizes, Some(self.policy.max_tokens), None, 1);
-        let refs: Vec<Vec<&Encoded>> = batches.iter().map(|b| b.iter().map(|&i| &encoded[i].2).collect()).collect();
-        let scored = self.translator.score_batches(&refs, self.policy.inter_threads);
-        for (batch, result) in batches.iter().zip(scored) {
-            match result {
-                Ok(scores) => {
-                    for (&i, s) in batch.iter().zip(scores) {
-                        let (j, index, e) = &encoded[i];
-                        let symbols = e.target.iter().map(|&id| self.translator.tgt_dict.symbol(id).to_string()).collect();
-                        results[*j][*index] = Ok((s, symbols));
-                    }
-                }
-                Err(e) => {
-                    for &i in batch {
-                        let (j, index, _) = &encoded[i];
-                        results[*j][*index] = Err(e.to_string());
-                    }
-                }
-            }
+        let pairs: Vec<Encoded> = encoded.iter().map(|(_, _, e)| e.clone()).collect();
+        let scored = self.translator.score_pairs(&pairs, self.policy.max_tokens, self.policy.inter_threads);
+        for ((j, index, e), result) in encoded.iter().zip(scored) {
+            results[*j][*index] = result.map(|s| (s, e.target.iter().map(|&id| self.translator.tgt_dict.symbol(id).to_string()).collect()));
         }
         let mut pairs = 0;
         let mut tokens = 0;

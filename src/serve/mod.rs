@@ -5,7 +5,6 @@
 mod api;
 mod engine;
 mod metrics;
-mod options;
 mod routes;
 
 use std::net::SocketAddr;

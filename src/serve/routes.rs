@@ -12,11 +12,15 @@ use tokio::sync::oneshot;
 use tchseq::plot::render::{render_svg, Axis, Figure, Heatmap, Scale};
 
 use super::api::*;
+use tchseq::hub::TranslateOptions;
 use super::engine::{PairResult, SentenceResult, SubmitError, Work};
-use super::options::TranslateOptions;
 use super::{AppState, Served};
 
 const PAGE: &str = include_str!("page.html");
+/// The largest beam a request may ask for (each beam row costs a decoder pass).
+const MAX_BEAM: usize = 64;
+/// The longest output a request may ask for (`max_len_b`).
+const MAX_LEN_B: usize = 1024;
 
 pub async fn page() -> Html<&'static str> {
     Html(PAGE)
@@ -69,6 +73,9 @@ fn submit_error(e: SubmitError) -> ApiError {
 async fn translate(app: &AppState, m: &Served, sentences: Vec<String>, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
     check_count(app, sentences.len())?;
     options.check().map_err(ApiError::bad_request)?;
+    if options.beam > MAX_BEAM || options.max_len_b > MAX_LEN_B || options.min_len > MAX_LEN_B {
+        return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
+    }
     let (reply, rx) = oneshot::channel();
     m.engine.submit(Work::Translate { sentences, options, reply }).map_err(submit_error)?;
     rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))

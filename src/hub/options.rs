@@ -1,14 +1,10 @@
-//! The generation options a request may set (the CLI's `translate` flags, in JSON), checked and
-//! turned into the library's `GeneratorConfig`.
+//! Translation options as the doors take them (server JSON, Python keyword arguments): fairseq's
+//! generation settings with fairseq's defaults, checked once here and turned into a
+//! `GeneratorConfig`.
 
 use serde::Deserialize;
 
-use tchseq::generate::{GeneratorConfig, NgramMode, SearchStrategy};
-
-/// The largest beam a request may ask for (each beam row costs a decoder pass).
-pub const MAX_BEAM: usize = 64;
-/// The largest `max_len_b` a request may ask for.
-pub const MAX_LEN_B: usize = 1024;
+use crate::generate::{GeneratorConfig, NgramMode, SearchStrategy};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -65,11 +61,11 @@ impl Default for TranslateOptions {
 }
 
 impl TranslateOptions {
-    /// Why these options cannot be served, in the request's field names.
+    /// Why these options cannot be used, in their own field names.
     pub fn check(&self) -> Result<(), String> {
         let beam = self.beam;
-        if beam == 0 || beam > MAX_BEAM {
-            return Err(format!("beam must be between 1 and {MAX_BEAM}"));
+        if beam == 0 {
+            return Err("beam must be at least 1".into());
         }
         if self.nbest == 0 || self.nbest > beam {
             return Err(format!("nbest must be between 1 and beam ({beam})"));
@@ -89,14 +85,14 @@ impl TranslateOptions {
         if !self.lenpen.is_finite() || !self.unkpen.is_finite() || !self.max_len_a.is_finite() || self.max_len_a < 0.0 {
             return Err("lenpen, unkpen and max_len_a must be finite (max_len_a at least 0)".into());
         }
-        if self.max_len_b > MAX_LEN_B {
-            return Err(format!("max_len_b must be at most {MAX_LEN_B}"));
+        if i64::try_from(self.max_len_b).is_err() || i64::try_from(self.min_len).is_err() {
+            return Err("max_len_b and min_len are too large".into());
         }
         if i64::try_from(self.seed).is_err() {
             return Err("seed is too large".into());
         }
         if self.compute_type != "exact" {
-            return Err(format!("compute_type {:?} is not available (this server computes `exact`)", self.compute_type));
+            return Err(format!("compute_type {:?} is not available (only \"exact\" is)", self.compute_type));
         }
         Ok(())
     }
@@ -106,7 +102,7 @@ impl TranslateOptions {
             beam_size: self.beam,
             max_len_a: self.max_len_a,
             max_len_b: self.max_len_b as i64,
-            min_len: self.min_len.min(MAX_LEN_B) as i64,
+            min_len: self.min_len as i64,
             normalize_scores: !self.unnormalized,
             len_penalty: self.lenpen,
             unk_penalty: self.unkpen,

@@ -1,0 +1,285 @@
+//! `tchseq._native`: the Python door. Models load through `tchseq::hub` and translate through
+//! `hub::Translator`, as the CLI and the server do; options are `hub::TranslateOptions` (the
+//! server's JSON names), checked by the library.
+
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator as HubTranslator};
+
+/// CTranslate2's keyword names, mapped to ours.
+const ALIASES: [(&str, &str); 7] = [
+    ("beam_size", "beam"),
+    ("num_hypotheses", "nbest"),
+    ("length_penalty", "lenpen"),
+    ("unk_penalty", "unkpen"),
+    ("sampling_temperature", "temperature"),
+    ("return_alignment", "alignment"),
+    ("return_attention", "attention"),
+];
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn py_to_json(v: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    if v.is_none() {
+        return Ok(serde_json::Value::Null);
+    }
+    if let Ok(b) = v.extract::<bool>() {
+        return Ok(b.into());
+    }
+    if let Ok(i) = v.extract::<i64>() {
+        return Ok(i.into());
+    }
+    if let Ok(f) = v.extract::<f64>() {
+        return Ok(serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number));
+    }
+    if let Ok(s) = v.extract::<String>() {
+        return Ok(s.into());
+    }
+    Err(value_error(format!("unsupported option value {v}")))
+}
+
+/// Keyword arguments → options, besides the batching keywords, which are returned apart.
+fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(TranslateOptions, Option<usize>, Option<usize>)> {
+    let mut map = serde_json::Map::new();
+    let (mut batch_size, mut max_tokens) = (None, None);
+    if let Some(kwargs) = kwargs {
+        for (k, v) in kwargs.iter() {
+            let key: String = k.extract()?;
+            match key.as_str() {
+                "batch_size" | "max_batch_size" => batch_size = v.extract::<Option<usize>>()?,
+                "max_tokens" => max_tokens = v.extract::<Option<usize>>()?,
+                "return_scores" => {}
+                _ => {
+                    let name = ALIASES.iter().find(|(a, _)| *a == key).map_or(key.as_str(), |(_, n)| n);
+                    map.insert(name.to_string(), py_to_json(&v)?);
+                }
+            }
+        }
+    }
+    let options: TranslateOptions = serde_json::from_value(serde_json::Value::Object(map)).map_err(value_error)?;
+    options.check().map_err(value_error)?;
+    if batch_size == Some(0) || max_tokens == Some(0) {
+        return Err(value_error("batch_size and max_tokens must be at least 1"));
+    }
+    Ok((options, batch_size, max_tokens))
+}
+
+/// One sentence's translation: hypotheses best first (CTranslate2's `TranslationResult`).
+#[pyclass(module = "tchseq", frozen, get_all)]
+pub struct TranslationResult {
+    /// Each hypothesis as subword tokens.
+    hypotheses: Vec<Vec<String>>,
+    /// Each hypothesis detokenized.
+    texts: Vec<String>,
+    /// Natural-log scores, length-normalized as fairseq does.
+    scores: Vec<f32>,
+    /// Per-token log-probabilities of each hypothesis, EOS included.
+    token_scores: Vec<Vec<f32>>,
+    /// `(source word, target word)` pairs per hypothesis, with `return_alignment=True`.
+    alignments: Option<Vec<Vec<(i64, i64)>>>,
+}
+
+#[pymethods]
+impl TranslationResult {
+    fn __repr__(&self) -> String {
+        format!("TranslationResult(texts={:?}, scores={:?})", self.texts, self.scores)
+    }
+}
+
+/// One pair's score (CTranslate2's `ScoringResult`).
+#[pyclass(module = "tchseq", frozen, get_all)]
+pub struct ScoringResult {
+    /// Target tokens, EOS included.
+    tokens: Vec<String>,
+    /// Their log-probabilities.
+    log_probs: Vec<f32>,
+    /// The sum (fairseq's unnormalized score).
+    logprob: f32,
+    /// fairseq's `--score-reference` score: `logprob / len(tokens)`.
+    avg_logprob: f32,
+}
+
+#[pymethods]
+impl ScoringResult {
+    fn __repr__(&self) -> String {
+        format!("ScoringResult(logprob={}, avg_logprob={}, tokens={:?})", self.logprob, self.avg_logprob, self.tokens)
+    }
+}
+
+/// A fairseq Transformer model, loaded once, ready to translate and score.
+#[pyclass(module = "tchseq", frozen)]
+pub struct Translator {
+    inner: Mutex<HubTranslator>,
+    threads: i32,
+    inter_threads: usize,
+}
+
+impl Translator {
+    fn run<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&HubTranslator) -> Result<R, String> + Send) -> PyResult<R> {
+        let threads = self.threads;
+        py.detach(|| {
+            let t = self.inner.lock().map_err(|_| "an earlier call panicked inside the model".to_string())?;
+            if threads > 0 {
+                tch::set_num_threads(threads);
+            }
+            f(&t)
+        })
+        .map_err(value_error)
+    }
+
+    fn batching(&self, batch_size: Option<usize>, max_tokens: Option<usize>) -> Batching {
+        let batch_size = if batch_size.is_none() && max_tokens.is_none() { Some(1) } else { batch_size };
+        Batching { max_tokens, batch_size, inter_threads: self.inter_threads }
+    }
+}
+
+enum Input {
+    Text(Vec<String>),
+    Tokens(Vec<Vec<String>>),
+}
+
+fn translate_all(t: &HubTranslator, input: Input, options: &TranslateOptions, batching: &Batching) -> Result<Vec<TranslationResult>, String> {
+    let tokens: Vec<Vec<i64>> = match &input {
+        Input::Text(lines) => lines.iter().map(|l| t.encode(l.trim())).collect(),
+        Input::Tokens(toks) => toks.iter().map(|s| t.src_dict.encode_line(&s.join(" "), true)).collect(),
+    };
+    let generator = t.generator(options.generator_config()).map_err(|e| e.to_string())?;
+    if options.sampling {
+        tch::manual_seed(options.seed as i64);
+    }
+    let batching = if options.sampling { Batching { inter_threads: 1, ..*batching } } else { *batching };
+    let translations = t.translate_tokens(&generator, tokens, &batching, options.alignment).map_err(|e| e.to_string())?;
+    translations
+        .into_iter()
+        .enumerate()
+        .map(|(i, tr)| {
+            if let Some(e) = tr.error() {
+                return Err(format!("sentence {i}: {e}"));
+            }
+            let Translation::Done { hypos, .. } = tr else { return Err(format!("sentence {i}: not translated")) };
+            let top = &hypos[..hypos.len().min(options.nbest)];
+            let mut r = TranslationResult {
+                hypotheses: Vec::new(),
+                texts: Vec::new(),
+                scores: Vec::new(),
+                token_scores: Vec::new(),
+                alignments: options.alignment.then(Vec::new),
+            };
+            for h in top {
+                let text = t.hypothesis_text(h).map_err(|e| format!("sentence {i}: {e}"))?;
+                r.hypotheses.push(text.tokens.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect());
+                r.texts.push(text.text);
+                r.scores.push(h.score);
+                r.token_scores.push(h.positional_scores.clone());
+                if let Some(a) = r.alignments.as_mut() {
+                    a.push(h.alignment.clone().unwrap_or_default());
+                }
+            }
+            Ok(r)
+        })
+        .collect()
+}
+
+#[pymethods]
+impl Translator {
+    /// Loads a model directory (model.pt, dict.*.txt, bpecodes) or a checkpoint file.
+    #[new]
+    #[pyo3(signature = (model_dir, device = "cpu", compute_type = "exact", threads = 0, inter_threads = 1, tokenized = false))]
+    fn new(py: Python<'_>, model_dir: std::path::PathBuf, device: &str, compute_type: &str, threads: i32, inter_threads: usize, tokenized: bool) -> PyResult<Self> {
+        if compute_type != "exact" {
+            return Err(value_error(format!("compute_type {compute_type:?} is not available (only \"exact\" is)")));
+        }
+        if threads < 0 || inter_threads == 0 {
+            return Err(value_error("threads must be at least 0 (0: libtorch's default) and inter_threads at least 1"));
+        }
+        let device = match device {
+            "cpu" => tch::Device::Cpu,
+            "cuda" if tch::Cuda::is_available() => tch::Device::Cuda(0),
+            "cuda" => return Err(value_error("device \"cuda\": libtorch sees no GPU")),
+            other => return Err(value_error(format!("device {other:?}: use \"cpu\" or \"cuda\""))),
+        };
+        tchseq::libtorch::mute_nested_tensor_warning();
+        let spec = ModelSpec { model: Some(model_dir), ..Default::default() };
+        let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
+        let translator = py
+            .detach(|| ModelBundle::load(&spec, &LoadOptions::fp32(device)).and_then(|b| HubTranslator::new(b, device, text)))
+            .map_err(value_error)?;
+        Ok(Translator { inner: Mutex::new(translator), threads, inter_threads })
+    }
+
+    /// Raw sentences in, the best translation of each out (`tchseq translate --format text`).
+    #[pyo3(signature = (sentences, **options))]
+    fn translate(&self, py: Python<'_>, sentences: Vec<String>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+        let (opts, batch_size, max_tokens) = self::options(options)?;
+        let batching = self.batching(batch_size, max_tokens);
+        let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &opts, &batching))?;
+        Ok(results.into_iter().map(|r| r.texts.into_iter().next().unwrap_or_default()).collect())
+    }
+
+    /// Raw sentences, or sentences as lists of subword tokens, in; a `TranslationResult` each
+    /// out. Keywords: beam_size (5), num_hypotheses (1), length_penalty (1.0), unk_penalty,
+    /// max_len_a, max_len_b (200), min_len (1), no_repeat_ngram_size, sampling,
+    /// sampling_topk, sampling_topp, sampling_temperature, seed, return_alignment,
+    /// batch_size / max_tokens (default: one sentence per batch, as fairseq-interactive).
+    #[pyo3(signature = (source, **options))]
+    fn translate_batch(&self, py: Python<'_>, source: &Bound<'_, PyList>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<TranslationResult>> {
+        let (opts, batch_size, max_tokens) = self::options(options)?;
+        let batching = self.batching(batch_size, max_tokens);
+        let input = if source.iter().all(|s| s.is_instance_of::<PyString>()) {
+            Input::Text(source.extract()?)
+        } else {
+            Input::Tokens(source.extract().map_err(|_| value_error("source must be a list of strings or a list of token lists"))?)
+        };
+        self.run(py, move |t| translate_all(t, input, &opts, &batching))
+    }
+
+    /// (source, target) pairs scored as `fairseq-generate --score-reference` does.
+    #[pyo3(signature = (source, target, max_tokens = 4096))]
+    fn score_batch(&self, py: Python<'_>, source: Vec<String>, target: Vec<String>, max_tokens: usize) -> PyResult<Vec<ScoringResult>> {
+        if source.len() != target.len() {
+            return Err(value_error(format!("{} sources but {} targets", source.len(), target.len())));
+        }
+        let inter_threads = self.inter_threads;
+        self.run(py, move |t| {
+            let encoded = source
+                .iter()
+                .zip(&target)
+                .enumerate()
+                .map(|(i, (s, g))| t.encode_pair(s.trim(), g.trim()).map_err(|e| format!("pair {i}: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let scored = t.score_pairs(&encoded, max_tokens, inter_threads);
+            encoded
+                .iter()
+                .zip(scored)
+                .enumerate()
+                .map(|(i, (e, s))| {
+                    let s = s.map_err(|err| format!("pair {i}: {err}"))?;
+                    let tokens = e.target.iter().map(|&id| t.tgt_dict.symbol(id).to_string()).collect();
+                    Ok(ScoringResult { tokens, log_probs: s.positional_scores, logprob: s.logprob, avg_logprob: s.avg_logprob })
+                })
+                .collect()
+        })
+    }
+
+    /// The load report (checkpoints, dictionaries, languages, warnings) as a dict-like JSON string.
+    #[getter]
+    fn report(&self) -> PyResult<String> {
+        let t = self.inner.lock().map_err(|_| PyRuntimeError::new_err("an earlier call panicked inside the model"))?;
+        serde_json::to_string(&t.report).map_err(value_error)
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Translator>()?;
+    m.add_class::<TranslationResult>()?;
+    m.add_class::<ScoringResult>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,54 @@
+from os import PathLike
+from typing import List, Optional, Sequence, Tuple, Union
+
+__version__: str
+
+class TranslationResult:
+    """One sentence's hypotheses, best first."""
+    hypotheses: List[List[str]]
+    """Each hypothesis as subword tokens."""
+    texts: List[str]
+    """Each hypothesis detokenized."""
+    scores: List[float]
+    """Natural-log scores, length-normalized as fairseq does."""
+    token_scores: List[List[float]]
+    """Per-token log-probabilities, EOS included."""
+    alignments: Optional[List[List[Tuple[int, int]]]]
+    """(source word, target word) pairs, with return_alignment=True."""
+
+class ScoringResult:
+    tokens: List[str]
+    """Target tokens, EOS included."""
+    log_probs: List[float]
+    logprob: float
+    avg_logprob: float
+
+class Translator:
+    """A fairseq Transformer model, loaded once.
+
+    >>> t = Translator("weights/multi30k.en-de", threads=2)
+    >>> t.translate(["A dog runs."])
+    ['Ein Hund rennt.']
+    """
+    def __init__(
+        self,
+        model_dir: Union[str, PathLike],
+        device: str = "cpu",
+        compute_type: str = "exact",
+        threads: int = 0,
+        inter_threads: int = 1,
+        tokenized: bool = False,
+    ) -> None: ...
+    def translate(self, sentences: Sequence[str], **options) -> List[str]:
+        """Raw text in, the best translation of each sentence out (tchseq translate --format text)."""
+    def translate_batch(self, source: Sequence[Union[str, Sequence[str]]], **options) -> List[TranslationResult]:
+        """Options: beam_size, num_hypotheses, length_penalty, unk_penalty, max_len_a, max_len_b, min_len,
+        no_repeat_ngram_size, sampling, sampling_topk, sampling_topp, sampling_temperature, seed,
+        return_alignment, batch_size, max_tokens (fairseq's names beam, nbest, lenpen, ... work too)."""
+    def score_batch(self, source: Sequence[str], target: Sequence[str], max_tokens: int = 4096) -> List[ScoringResult]:
+        """(source, target) pairs scored as fairseq-generate --score-reference does."""
+    @property
+    def report(self) -> str:
+        """The load report as JSON text."""
+
+Scorer = Translator

@@ -1,0 +1,103 @@
+"""tchseq's Python API against the CLI on the bundled model."""
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+import tchseq
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "weights" / "multi30k.en-de"
+BIN = ROOT / "target" / "release" / "tchseq"
+SENTENCES = [
+    "A man in a blue shirt is riding a bike.",
+    "Two dogs are playing in the snow.",
+    "A little girl is eating an ice cream.",
+]
+
+
+def cli_jsonl(*args):
+    out = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), "--format", "jsonl", *args, *SENTENCES],
+                         check=True, capture_output=True, text=True).stdout
+    return [json.loads(l) for l in out.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return tchseq.Translator(MODEL, threads=1)
+
+
+def test_translate_equals_the_cli(translator):
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), *SENTENCES],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    assert translator.translate(SENTENCES) == cli
+
+
+def test_translate_batch_has_the_cli_hypotheses_and_bits(translator):
+    cli = cli_jsonl("--nbest", "3", "--print-alignment")
+    results = translator.translate_batch(SENTENCES, beam_size=5, num_hypotheses=3, return_alignment=True)
+    assert len(results) == 3
+    for r, c in zip(results, cli):
+        assert r.texts == [h["text"] for h in c["hypotheses"]]
+        assert r.hypotheses == [h["tokens"] for h in c["hypotheses"]]
+        # f32 scores, the same bits as the CLI's (one sentence per batch in both)
+        assert r.scores == pytest.approx([h["score"] for h in c["hypotheses"]], abs=0, rel=1e-7)
+        assert [len(t) for t in r.token_scores] == [len(h["tokens"]) + 1 for h in c["hypotheses"]]
+        assert r.alignments == [[tuple(p) for p in h["alignment"]] for h in c["hypotheses"]]
+
+
+def test_token_lists_are_taken_as_they_are(translator):
+    tokens = translator.translate_batch(SENTENCES[1:2])[0].hypotheses[0]
+    src = ["Two", "dogs", "are", "playing", "in", "the", "snow", "."]
+    assert translator.translate_batch([src])[0].hypotheses[0] == tokens
+
+
+def test_score_batch_matches_forced_decoding(translator):
+    best = translator.translate_batch(SENTENCES)
+    scored = translator.score_batch(SENTENCES, [r.texts[0] for r in best])
+    for s, r in zip(scored, best):
+        assert s.tokens[-1] == "</s>"
+        assert len(s.log_probs) == len(s.tokens)
+        assert s.logprob == pytest.approx(sum(s.log_probs), abs=1e-4)
+        # the beam's best hypothesis, forced, scores what the beam said
+        assert s.avg_logprob == pytest.approx(r.scores[0], abs=1e-4)
+    assert tchseq.Scorer is tchseq.Translator
+
+
+def test_errors_are_value_errors_with_the_library_message(translator):
+    with pytest.raises(ValueError, match=r"nbest must be between 1 and beam \(2\)"):
+        translator.translate(SENTENCES, beam_size=2, num_hypotheses=3)
+    with pytest.raises(ValueError, match="unknown field `colour`"):
+        translator.translate(SENTENCES, colour="red")
+    with pytest.raises(ValueError, match="sentence 1: input is .* tokens long"):
+        translator.translate(["a", "dog " * 1100])
+    with pytest.raises(ValueError, match="1 sources but 2 targets"):
+        translator.score_batch(["a"], ["b", "c"])
+    with pytest.raises(ValueError, match="compute_type"):
+        tchseq.Translator(MODEL, compute_type="int8")
+    with pytest.raises(ValueError, match="nowhere"):
+        tchseq.Translator("/nowhere/model")
+
+
+def test_threads_share_one_translator(translator):
+    expected = translator.translate(SENTENCES)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = translator.translate(SENTENCES)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [expected] * 4
+
+
+def test_load_report_is_json(translator):
+    report = json.loads(translator.report)
+    assert report["source_lang"] == "en" and report["target_lang"] == "de"
