@@ -73,6 +73,13 @@ Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30
     /// Score (source, target) pairs from a CSV file: per-row log-probabilities.
     #[command(after_help = "Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv")]
     Score(ScoreArgs),
+    /// Rebuild the single-process output of `translate` or `score` from its shards' outputs.
+    #[command(after_help = "Records are put back in input order by their id (translate's `id`, score's `row` \
+column, which --num-shards adds as the last column); the `row` column is dropped again, so the result is byte for \
+byte what one process writes. A line or row found in two files, or one found in none, is an error.\n\n\
+Example:\n  for i in 0 1 2; do tchseq translate -m weights/multi30k.en-de --format jsonl --num-shards 3 --shard-id $i \
+--input in.txt --output part$i.jsonl; done\n  tchseq merge part0.jsonl part1.jsonl part2.jsonl > all.jsonl")]
+    Merge(MergeArgs),
     /// Compare weights and activations with tensors saved from PyTorch/fairseq.
     #[command(after_help = "`encoder_states.{i}` may be time-major [S,B,C] or batch-first [B,S,C], dense or nested, as \
 fairseq's encoder fast path returns them; the layout is read from the shape (when B == S, from which way the values \
@@ -236,6 +243,8 @@ pub struct TranslateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
+    pub shard: ShardArgs,
+    #[command(flatten)]
     pub pipeline: PipelineArgs,
     /// Sentences to translate; when none are given, lines are read from --input or stdin.
     #[arg(value_name = "SENTENCE")]
@@ -314,6 +323,8 @@ tchseq score -m model_dir --tokenized --delimiter '\\t' --input pairs.tsv --form
 pub struct ScoreArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub shard: ShardArgs,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     /// CSV file with a header row.
@@ -541,4 +552,27 @@ pub struct ServeArgs {
     /// Read the API key from the first line of FILE.
     #[arg(long = "api-key-file", value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
+}
+
+/// fairseq's `--num-shards`/`--shard-id`: this process takes every N-th buffer of the input.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ShardArgs {
+    /// Split the input into N shards by buffer (`--buffer-size`): buffer k goes to shard k mod N,
+    /// so every batch is the one a single run makes. Records keep their ids; `tchseq merge`
+    /// rebuilds the single run's output from the shards' outputs.
+    #[arg(long = "num-shards", value_name = "N")]
+    pub num_shards: Option<usize>,
+    /// Which shard this process computes, 0 to N-1.
+    #[arg(long = "shard-id", value_name = "I", default_value_t = 0, requires = "num_shards")]
+    pub shard_id: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' outputs (translate: --format jsonl or fairseq; score: csv, tsv or jsonl).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The number of input lines or rows; a missing last shard is found only with it.
+    #[arg(long, value_name = "N")]
+    pub lines: Option<u64>,
 }

@@ -11,12 +11,15 @@ mod decode;
 mod doctor;
 mod encode;
 mod lines;
+mod merge;
 mod output;
+mod partial;
 mod translate;
 mod inspect;
 mod positions;
 mod score;
 mod serve;
+mod shard;
 mod side_text;
 mod verify;
 
@@ -73,6 +76,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(a) => score::run(&cli.global, &a),
         Command::Serve(a) => serve::run(&cli.global, &a),
+        Command::Merge(a) => merge::run(&a),
         Command::Verify(a) => verify::run(&cli.global, &a),
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(a) => encode::run(&cli.global, &a),

@@ -4,7 +4,7 @@
 //! does (`generate::batching`), decoded with `SequenceGenerator`, and printed in input order.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
+use std::io::{self, BufReader, Write};
 
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
@@ -13,6 +13,8 @@ use super::args::{DtypeArg, GlobalArgs, TranslateArgs, TranslateFormat};
 use super::common;
 use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
+use super::partial::PartialFile;
+use super::shard::{self, Shard};
 use super::Outcome;
 use tchseq::generate::{SearchStrategy, SequenceGenerator};
 use tchseq::hub::{Batching, TextMode, Translation, Translator, Weights};
@@ -35,6 +37,15 @@ struct Session {
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     validate(a)?;
+    let shard = Shard::from_args(&a.shard)?;
+    if shard.is_some() {
+        if a.format == TranslateFormat::Text {
+            bail!("--num-shards needs --format jsonl or fairseq (text output has no line ids to merge by)");
+        }
+        if a.sampling {
+            bail!("--num-shards cannot be combined with --sampling (its random draws run through every buffer)");
+        }
+    }
     let device = common::resolve_device(global.device)?;
     let kind = match a.dtype {
         DtypeArg::Fp32 => Kind::Float,
@@ -77,20 +88,29 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         print_alignment: a.print_alignment,
     };
 
-    let out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(BufWriter::new(File::create(p).with_context(|| format!("creating {}", p.display()))?)),
-        None => Box::new(io::stdout().lock()),
+    // a file is written complete or not at all; stdout as it goes
+    let mut file = a.output.as_deref().map(PartialFile::create).transpose()?;
+    let stdout = io::stdout();
+    let mut out: Box<dyn Write + '_> = match file.as_mut() {
+        Some(f) => Box::new(f),
+        None => Box::new(stdout.lock()),
     };
-    let mut out = out;
     let mut failures = Failures::default();
+    let mut buffer_index = 0usize;
     let too_long = format!("longer than max_source_positions={max_source_positions} tokens (EOS included)");
     let mut next_id = 0usize;
     // Unreadable lines wait at their place but take no room: the buffers of readable lines, and
     // so their batches, are those of the same input without the unreadable lines.
     let mut buffer: Vec<Result<String, BadLine>> = Vec::with_capacity(buffer_size);
     let mut readable = 0usize;
-    let mut flush = |buffer: &mut Vec<Result<String, BadLine>>, out: &mut Box<dyn Write>, next_id: &mut usize| -> Result<()> {
+    let mut flush = |buffer: &mut Vec<Result<String, BadLine>>, out: &mut Box<dyn Write + '_>, next_id: &mut usize| -> Result<()> {
         if buffer.is_empty() {
+            return Ok(());
+        }
+        buffer_index += 1;
+        if !shard::takes(shard, buffer_index - 1) {
+            *next_id += buffer.len();
+            buffer.clear();
             return Ok(());
         }
         let good: Vec<&str> = buffer.iter().filter_map(|l| l.as_deref().ok()).collect();
@@ -148,6 +168,10 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
     }
     flush(&mut buffer, &mut out, &mut next_id)?;
+    drop(out);
+    if let Some(f) = file {
+        f.commit()?;
+    }
     failures.finish("translated")?;
     Ok(Outcome::Ok)
 }
@@ -216,7 +240,7 @@ fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
 
 /// A line that was not translated: an `E-` line, a JSON object with an `error`, or an empty
 /// line (and the error on stderr). `line` is `None` when the line could not be read.
-fn write_error(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<&str>, msg: &str) -> Result<()> {
+fn write_error(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&str>, msg: &str) -> Result<()> {
     match ctx.format {
         TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
         TranslateFormat::Jsonl => {
@@ -231,7 +255,7 @@ fn write_error(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<
     Ok(())
 }
 
-fn write_result(ctx: &Session, out: &mut Box<dyn Write>, id: usize, line: Option<&str>, result: &LineResult) -> Result<()> {
+fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&str>, result: &LineResult) -> Result<()> {
     let (src_tokens, hypos, seconds) = match result {
         LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),
         LineResult::Translated(t @ Translation::TooLong { .. }) => {

@@ -14,6 +14,7 @@ mod model;
 mod reproducible;
 mod score;
 mod serve;
+mod shard;
 mod text;
 mod translate;
 mod util;

@@ -8,6 +8,9 @@ use csv::ByteRecord;
 use crate::cli::args::ScoreFormat;
 
 pub(super) fn header_bytes(input: &Input, opts: &Options) -> Result<Vec<u8>> {
+    if opts.shard.is_some() && input.header_names.iter().any(|n| n == ROW_COLUMN) {
+        anyhow::bail!("the input has a `{ROW_COLUMN}` column, which --num-shards adds; rename it");
+    }
     match opts.format {
         ScoreFormat::Jsonl => Ok(Vec::new()),
         ScoreFormat::Csv => {
@@ -15,6 +18,9 @@ pub(super) fn header_bytes(input: &Input, opts: &Options) -> Result<Vec<u8>> {
             let mut header = input.header.clone();
             for col in output_columns(opts.per_token) {
                 header.push_field(col.as_bytes());
+            }
+            if opts.shard.is_some() {
+                header.push_field(ROW_COLUMN.as_bytes());
             }
             w.write_byte_record(&header)?;
             Ok(w.into_inner().map_err(|e| anyhow::anyhow!("{}", e.error()))?)
@@ -43,6 +49,7 @@ pub(super) fn format_row(
     rec: &ByteRecord,
     result: &RowResult,
     backend: &dyn Backend,
+    row: Option<u64>,
 ) -> Result<()> {
     let per_token = |s: &Scored, tokens: &[i64]| -> serde_json::Value {
         serde_json::Value::Array(
@@ -76,6 +83,9 @@ pub(super) fn format_row(
                         fields.push(Vec::new());
                     }
                 }
+            }
+            if let Some(row) = row {
+                fields.push(row.to_string().into_bytes());
             }
             let mut w = csv::WriterBuilder::new().delimiter(opts.delimiter).from_writer(Vec::new());
             w.write_record(&fields)?;
@@ -113,6 +123,9 @@ pub(super) fn format_row(
                         obj.insert(PER_TOKEN_COLUMN.into(), serde_json::Value::Null);
                     }
                 }
+            }
+            if let Some(row) = row {
+                obj.insert(ROW_COLUMN.into(), row.into());
             }
             serde_json::to_writer(&mut *out, &obj)?;
             out.push(b'\n');

@@ -34,6 +34,8 @@ const REQUIRED_BATCH_SIZE_MULTIPLE: usize = 8;
 const DEFAULT_MAX_TOKENS: usize = 12000;
 const ADDED_COLUMNS: [&str; 5] = ["logprob", "tokens", "avg_logprob", "ppl", "error"];
 const PER_TOKEN_COLUMN: &str = "token_logprobs";
+/// The input row (0-based) of an output row, added last with `--num-shards` (`merge` drops it).
+pub const ROW_COLUMN: &str = "row";
 
 pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     let opts = Options::new(a)?;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 
 use crate::cli::args::{ScoreArgs, ScoreFormat};
+use crate::cli::shard::Shard;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -21,6 +22,8 @@ pub struct Options {
     pub batch_size: Option<usize>,
     pub buffer_size: usize,
     pub resume: bool,
+    /// With `--num-shards`: the shard, and a `row` column is added last.
+    pub shard: Option<Shard>,
     /// Everything that must be unchanged for `--resume` to continue a run.
     pub fingerprint: String,
 }
@@ -36,6 +39,10 @@ impl Options {
         }
         if a.max_tokens == Some(0) {
             bail!("--max-tokens must be at least 1");
+        }
+        let shard = Shard::from_args(&a.shard)?;
+        if shard.is_some() && a.resume {
+            bail!("--resume cannot be combined with --num-shards (rerun the shard instead)");
         }
         if a.resume && a.output.is_none() {
             bail!("--resume needs --output (a run to stdout cannot be resumed)");
@@ -71,6 +78,7 @@ impl Options {
             batch_size,
             buffer_size: a.buffer_size,
             resume: a.resume,
+            shard,
             fingerprint,
         })
     }

@@ -81,6 +81,7 @@ pub fn score_input(
     };
 
     let mut chunk: Vec<ByteRecord> = Vec::with_capacity(opts.buffer_size.min(1 << 16));
+    let (mut chunk_index, mut first_row) = (0usize, 0u64);
     loop {
         chunk.clear();
         let mut record = ByteRecord::new();
@@ -92,11 +93,18 @@ pub fn score_input(
         if chunk.is_empty() {
             break;
         }
+        let (index, row) = (chunk_index, first_row);
+        chunk_index += 1;
+        first_row += chunk.len() as u64;
+        if !crate::cli::shard::takes(opts.shard, index) {
+            continue;
+        }
         let results = score_chunk(&input, opts, backend, &chunk);
         let mut data = Vec::new();
-        for (rec, result) in chunk.iter().zip(&results) {
+        for (k, (rec, result)) in chunk.iter().zip(&results).enumerate() {
             summary.add(result);
-            format_row(&mut data, &input, opts, rec, result, backend)?;
+            let row = opts.shard.map(|_| row + k as u64);
+            format_row(&mut data, &input, opts, rec, result, backend, row)?;
         }
         sink.write(&data)?;
         if let Sink::File(f) = &mut sink {

@@ -71,6 +71,7 @@ fn options(dir: &Path, input: &str, output: Option<&str>) -> Options {
         batch_size: Some(3),
         buffer_size: 7,
         resume: false,
+        shard: None,
         fingerprint: "test".into(),
     }
 }
