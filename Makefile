@@ -17,7 +17,7 @@ VENV_STAMP := $(CURDIR)/.venv/libtorch
 # CI machines have 2 cores; keep the C++ shim build from oversubscribing.
 CARGO ?= cargo
 
-.PHONY: all build test demo bench bench-serve browser python python-test parity reference reference-venv fuzz venv clean doc
+.PHONY: all build test demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc
 
 all: build
 
@@ -58,6 +58,20 @@ python: $(VENV_STAMP)
 # pytest without third-party plugins (fairseq's hydra registers one that breaks on Python 3.11)
 python-test: python build
 	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$(VENV)/bin/python" -m pytest -q -p no:cacheprovider python/tests
+
+# The Ray Data example (examples/ray/) in local mode, in its own venv (.venv-ray: ray[data]) that
+# sees the project venv's torch and tchseq through a .pth file. Not part of `make test` (Ray is
+# large and slow to start on 2 cores).
+RAY_VENV := $(CURDIR)/.venv-ray
+$(RAY_VENV)/.ok: $(VENV_STAMP)
+	@[ -x "$(RAY_VENV)/bin/python" ] || $(PYTHON) -m venv "$(RAY_VENV)"
+	"$(VENV)/bin/python" -c "import site; print(site.getsitepackages()[0])" \
+		> "$$("$(RAY_VENV)/bin/python" -c "import site; print(site.getsitepackages()[0])")/tchseq-project.pth"
+	"$(RAY_VENV)/bin/python" -m pip install --quiet "ray[data]==2.60.0" pytest
+	touch $@
+
+ray-test: python build $(RAY_VENV)/.ok
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$(RAY_VENV)/bin/python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning python/tests_ray
 
 demo: build
 	@printf '%s\n' "A man in a blue shirt is riding a bike." "Two dogs are playing in the snow." "A little girl is eating an ice cream." \

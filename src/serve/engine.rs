@@ -167,10 +167,9 @@ impl Worker {
             let n: usize = group.iter().map(|j| j.work.len()).sum();
             self.metrics.observe_batch(&self.name, n);
             match &group[0].work {
-                Work::Translate { .. } => self.translate(group),
-                Work::Score { .. } => self.score(group),
+                Work::Translate { .. } => self.translate(group, n),
+                Work::Score { .. } => self.score(group, n),
             }
-            self.queued.fetch_sub(n, Ordering::SeqCst);
         }
     }
 
@@ -229,7 +228,8 @@ impl Worker {
         Batching { max_tokens: Some(self.policy.max_tokens), batch_size: None, inter_threads: self.policy.inter_threads }
     }
 
-    fn translate(&mut self, group: Vec<Job>) {
+    /// Translates the gathered `group` (`n` sentences) and replies to each job.
+    fn translate(&mut self, group: Vec<Job>, n: usize) {
         let mut replies = Vec::new();
         let mut slots = Vec::new();
         let mut results: Vec<Vec<SentenceResult>> = Vec::new();
@@ -254,7 +254,10 @@ impl Worker {
             replies.push((reply, o.clone()));
             options.get_or_insert(o);
         }
-        let Some(options) = options else { return };
+        let Some(options) = options else {
+            self.queued.fetch_sub(n, Ordering::SeqCst);
+            return;
+        };
         let sampling = options.sampling;
         let outcome: Result<Vec<Failable>, String> =
             self.translator.generator(options.generator_config()).map_err(|e| e.to_string()).map(|generator| {
@@ -291,6 +294,8 @@ impl Worker {
                 }
             }
         }
+        // out of the queue before anyone hears back
+        self.queued.fetch_sub(n, Ordering::SeqCst);
         let mut sentences = 0;
         let mut tokens = 0;
         for ((reply, _), out) in replies.into_iter().zip(results) {
@@ -324,7 +329,8 @@ impl Worker {
             .collect()
     }
 
-    fn score(&mut self, group: Vec<Job>) {
+    /// Scores the gathered `group` (`n` pairs) and replies to each job.
+    fn score(&mut self, group: Vec<Job>, n: usize) {
         let mut replies = Vec::new();
         let mut results: Vec<Vec<PairResult>> = Vec::new();
         let mut encoded: Vec<(usize, usize, Encoded)> = Vec::new();
@@ -348,6 +354,7 @@ impl Worker {
         for ((j, index, e), result) in encoded.iter().zip(scored) {
             results[*j][*index] = result.map(|s| (s, e.target.iter().map(|&id| self.translator.tgt_dict.symbol(id).to_string()).collect()));
         }
+        self.queued.fetch_sub(n, Ordering::SeqCst);
         let mut pairs = 0;
         let mut tokens = 0;
         for (reply, out) in replies.into_iter().zip(results) {

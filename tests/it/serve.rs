@@ -327,11 +327,11 @@ fn deterministic_mode_answers_each_request_alone_with_the_cli_bits() {
 
 #[test]
 fn a_full_queue_is_refused_with_retry_after_and_a_slow_request_times_out() {
-    // the first request waits 3 s for company, holding the one queue place
-    let s = Server::start(&["--queue-size", "1", "--max-wait-ms", "3000", "--request-timeout", "10"]);
+    // the first request waits 5 s for company, holding the one queue place
+    let s = Server::start(&["--queue-size", "1", "--max-wait-ms", "5000", "--request-timeout", "20"]);
     let port = s.port;
     let first = std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(br#"{"text": "A dog runs."}"#)));
-    std::thread::sleep(Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(1500));
     let busy = s.post("/v1/translate", &json!({ "text": "A cat sleeps." }));
     busy.assert_error(503, "queue is full");
     assert_eq!(busy.header("retry-after"), Some("1"));
@@ -366,10 +366,10 @@ fn the_api_key_guards_every_route_but_health() {
 
 #[test]
 fn sigterm_finishes_the_request_in_flight_then_exits_0() {
-    let s = Server::start(&["--max-wait-ms", "2000"]);
+    let s = Server::start(&["--max-wait-ms", "4000"]);
     let port = s.port;
     let in_flight = std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(br#"{"text": "A dog runs."}"#)));
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(1500));
     let (status, stderr) = s.terminate();
     let reply = in_flight.join().unwrap();
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
