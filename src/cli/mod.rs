@@ -38,6 +38,7 @@ pub enum Outcome {
 }
 
 pub fn main() -> ExitCode {
+    ignore_file_size_signal();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -56,6 +57,16 @@ pub fn main() -> ExitCode {
             eprintln!("error: {}", common::one_line(&err));
             ExitCode::from(2)
         }
+    }
+}
+
+/// A file-size limit (`ulimit -f`) is then a write error we report (and `.partial` files are
+/// removed), instead of SIGXFSZ killing the process with half a file on disk.
+fn ignore_file_size_signal() {
+    #[cfg(unix)]
+    // SAFETY: sets a signal's disposition to "ignore", before any thread starts
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
 

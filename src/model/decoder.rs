@@ -95,19 +95,8 @@ impl TransformerDecoder {
             .collect::<Result<Vec<_>, _>>()?;
         // upgrade_state_dict_named: decoders up to version 2 had no final layer norm (but
         // 2018-19 pre-norm checkpoints carry version 2 and its weights; use them then)
-        let version = w.version()?;
         let wanted = o.normalize_before && !o.no_decoder_final_norm;
-        let layer_norm = match (wanted, version > 2.0, w.contains("layer_norm.weight")) {
-            (true, true, _) => Some(LayerNorm::load(&w.sub("layer_norm"), c)?),
-            (true, false, true) => {
-                warnings.push(format!(
-                    "decoder.version is {version} (fairseq drops the final layer norm) but decoder.layer_norm \
-                     is present: applying it"
-                ));
-                Some(LayerNorm::load(&w.sub("layer_norm"), c)?)
-            }
-            _ => None,
-        };
+        let layer_norm = LayerNorm::load_final(w, c, "decoder", wanted, |v| v > 2.0, &mut warnings)?;
         let project_out_dim =
             if c != o.output_dim { Some(Linear::load(&w.sub("project_out_dim"), c, o.output_dim, false)?) } else { None };
         let vocab = embed_tokens.num_embeddings();

@@ -106,18 +106,7 @@ impl TransformerEncoder {
             })
             .collect::<Result<Vec<_>, _>>()?;
         // upgrade_state_dict_named: checkpoints before version 2 had no final layer norm
-        let version = w.version()?;
-        let layer_norm = match (o.normalize_before, version >= 2.0, w.contains("layer_norm.weight")) {
-            (true, true, _) => Some(LayerNorm::load(&w.sub("layer_norm"), c)?),
-            (true, false, true) => {
-                warnings.push(format!(
-                    "encoder.version is {version} (fairseq drops the final layer norm) but encoder.layer_norm \
-                     is present: applying it"
-                ));
-                Some(LayerNorm::load(&w.sub("layer_norm"), c)?)
-            }
-            _ => None,
-        };
+        let layer_norm = LayerNorm::load_final(w, c, "encoder", o.normalize_before, |v| v >= 2.0, &mut warnings)?;
         let encoder = Self {
             embed_tokens,
             embed_scale: if o.no_scale_embedding { 1.0 } else { (c as f64).sqrt() },

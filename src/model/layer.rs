@@ -89,17 +89,7 @@ impl TransformerEncoderLayer {
         if !self.normalize_before {
             x = self.self_attn_layer_norm.forward(&x)?;
         }
-        let residual = x.shallow_clone();
-        if self.normalize_before {
-            x = self.final_layer_norm.forward(&x)?;
-        }
-        x = self.activation_fn.forward(&self.fc1.forward(&x)?)?;
-        x = self.fc2.forward(&x)?;
-        x = residual.f_add(&x)?;
-        if !self.normalize_before {
-            x = self.final_layer_norm.forward(&x)?;
-        }
-        Ok(x)
+        feed_forward(&x, &self.fc1, &self.fc2, self.activation_fn, &self.final_layer_norm, self.normalize_before)
     }
 
     /// `torch._transformer_encoder_layer_fwd` as fairseq calls it: `x` batch-first `[B, S, C]`
@@ -248,16 +238,27 @@ impl TransformerDecoderLayer {
             x = self.encoder_attn_layer_norm.forward(&x)?;
         }
 
-        let residual = x.shallow_clone();
-        if self.normalize_before {
-            x = self.final_layer_norm.forward(&x)?;
-        }
-        x = self.activation_fn.forward(&self.fc1.forward(&x)?)?;
-        x = self.fc2.forward(&x)?;
-        x = residual.f_add(&x)?;
-        if !self.normalize_before {
-            x = self.final_layer_norm.forward(&x)?;
-        }
+        let x = feed_forward(&x, &self.fc1, &self.fc2, self.activation_fn, &self.final_layer_norm, self.normalize_before)?;
         Ok((x, attn))
+    }
+}
+
+/// The residual feed-forward block both layer kinds end with: `fc2(activation(fc1(x)))` added to
+/// `x`, with `final_layer_norm` before (pre-norm) or after (post-norm).
+fn feed_forward(
+    x: &Tensor,
+    fc1: &Linear,
+    fc2: &Linear,
+    activation_fn: ActivationFn,
+    final_layer_norm: &LayerNorm,
+    normalize_before: bool,
+) -> Result<Tensor, ModelError> {
+    let h = if normalize_before { final_layer_norm.forward(x)? } else { x.shallow_clone() };
+    let h = fc2.forward(&activation_fn.forward(&fc1.forward(&h)?)?)?;
+    let x = x.f_add(&h)?;
+    if normalize_before {
+        Ok(x)
+    } else {
+        Ok(final_layer_norm.forward(&x)?)
     }
 }

@@ -41,6 +41,24 @@ impl LayerNorm {
         Ok(Self { weight: w.get("weight", &[dim])?, bias: w.get("bias", &[dim])?, eps: Self::EPS, dim })
     }
 
+    /// The final `layer_norm` of an encoder or decoder (`side`) as `upgrade_state_dict_named`
+    /// leaves it: loaded when `wanted`, unless the checkpoint's version predates it
+    /// (`versioned` false) and carries no weights for it; when it does carry them, they are used
+    /// and a warning says so.
+    pub fn load_final(w: &Weights, dim: i64, side: &str, wanted: bool, versioned: impl Fn(f64) -> bool, warnings: &mut Vec<String>) -> Result<Option<Self>, ModelError> {
+        let version = w.version()?;
+        match (wanted, versioned(version), w.contains("layer_norm.weight")) {
+            (true, true, _) => Ok(Some(Self::load(&w.sub("layer_norm"), dim)?)),
+            (true, false, true) => {
+                warnings.push(format!(
+                    "{side}.version is {version} (fairseq drops the final layer norm) but {side}.layer_norm is present: applying it"
+                ));
+                Ok(Some(Self::load(&w.sub("layer_norm"), dim)?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
         // F.layer_norm passes torch.backends.cudnn.enabled (true by default).
         Ok(x.f_layer_norm([self.dim].as_slice(), Some(&self.weight), Some(&self.bias), self.eps, true)?)

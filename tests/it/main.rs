@@ -6,6 +6,7 @@ mod browser;
 mod bundled;
 mod cli;
 mod fairseq_out;
+mod faults;
 mod hub;
 mod loader;
 mod look_inside;

@@ -325,3 +325,48 @@ fn nested_tensors_are_padded_and_hostile_ones_refused() {
         assert!(err.contains("tensor x: nested tensor") && err.contains(wanted), "{case}: {err}");
     }
 }
+
+/// Loads `bytes` as a checkpoint through the library, in this process: an error must be one
+/// line, and nothing may panic.
+fn load_bytes(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    let result = std::panic::catch_unwind(|| tchseq::checkpoint::load_checkpoint(&path).map(|_| ()).map_err(|e| e.to_string()));
+    let _ = std::fs::remove_file(&path);
+    let result = result.unwrap_or_else(|_| panic!("{name}: loading panicked"));
+    if let Err(e) = &result {
+        assert!(!e.contains('\n'), "{name}: a multi-line error: {e}");
+        assert!(!e.is_empty(), "{name}: an empty error");
+    }
+    result
+}
+
+#[test]
+fn every_4k_truncation_and_hundreds_of_flipped_bytes_fail_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, good) in [("zip", postnorm_bytes()), ("legacy", legacy_bytes())] {
+        let mut cuts = 0;
+        for cut in (0..good.len()).step_by(4096) {
+            assert!(load_bytes(tmp.path(), &format!("{name}-cut-{cut}.pt"), &good[..cut]).is_err(), "{name} cut at {cut} loaded");
+            cuts += 1;
+        }
+        assert!(cuts > 40, "{cuts} truncations of {name}");
+        // a fixed pseudo-random walk over the file (xorshift), one flipped byte per variant
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut failed = 0;
+        for i in 0..200 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let at = (state % good.len() as u64) as usize;
+            let mut bad = good.clone();
+            bad[at] ^= 1 << (i % 8);
+            // a flip in a field nobody reads (a zip timestamp, padding) may load; nothing may panic
+            failed += usize::from(load_bytes(tmp.path(), &format!("{name}-flip-{at}.pt"), &bad).is_err());
+        }
+        // the zip container checks every entry's CRC-32; legacy files carry raw weights without one
+        if name == "zip" {
+            assert!(failed > 150, "{name}: only {failed} of 200 flipped bytes were caught");
+        }
+    }
+}

@@ -281,16 +281,18 @@ fn bad_requests_get_a_json_error_and_the_server_goes_on() {
     assert_eq!(s.get("/health").status, 200);
 }
 
+/// One request per sentence of [`SENTENCES`], all at once; the replies in sentence order.
+fn translate_concurrently(port: u16) -> Vec<Value> {
+    let post = move |sentence: &str| http(port, "POST", "/v1/translate", &[], Some(json!({ "text": sentence }).to_string().as_bytes())).json();
+    let handles: Vec<_> = SENTENCES.iter().map(|&sentence| std::thread::spawn(move || post(sentence))).collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 #[test]
 fn concurrent_requests_share_batches_and_match_the_cli() {
     let s = Server::start(&["--max-wait-ms", "1500"]);
     let cli = cli_best(&SENTENCES);
-    let port = s.port;
-    let handles: Vec<_> = SENTENCES
-        .iter()
-        .map(|&sentence| std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(json!({ "text": sentence }).to_string().as_bytes())).json()))
-        .collect();
-    let replies: Vec<Value> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let replies = translate_concurrently(s.port);
     for (reply, (text, score)) in replies.iter().zip(&cli) {
         let h = &reply["translations"][0]["hypotheses"][0];
         // in one batch with others the last bits may move, as in fairseq
@@ -310,13 +312,7 @@ fn concurrent_requests_share_batches_and_match_the_cli() {
 fn deterministic_mode_answers_each_request_alone_with_the_cli_bits() {
     let s = Server::start(&["--deterministic", "--max-wait-ms", "1500"]);
     let cli = cli_best(&SENTENCES);
-    let port = s.port;
-    let handles: Vec<_> = SENTENCES
-        .iter()
-        .map(|&sentence| std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(json!({ "text": sentence }).to_string().as_bytes())).json()))
-        .collect();
-    for (h, (text, score)) in handles.into_iter().zip(&cli) {
-        let reply = h.join().unwrap();
+    for (reply, (text, score)) in translate_concurrently(s.port).into_iter().zip(&cli) {
         let best = &reply["translations"][0]["hypotheses"][0];
         assert_eq!(best["text"], text.as_str());
         assert_eq!(best["score"].as_f64().unwrap() as f32, *score as f32);
