@@ -57,6 +57,31 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for JsonBody
     }
 }
 
+/// A JSON body, or an HTML form (`application/x-www-form-urlencoded`), which LibreTranslate
+/// accepts too and its Python client (`libretranslatepy`) sends.
+pub struct JsonOrForm<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for JsonOrForm<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if is_form(req.headers()) {
+            let axum::Form(v) = axum::Form::<T>::from_request(req, state)
+                .await
+                .map_err(|e| ApiError::new(e.status(), format!("invalid form: {}", e.body_text())))?;
+            return Ok(JsonOrForm(v));
+        }
+        JsonBody::<T>::from_request(req, state).await.map(|JsonBody(v)| JsonOrForm(v))
+    }
+}
+
+pub fn is_form(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     let status = rejection.status();
     let message = match &rejection {
@@ -172,7 +197,7 @@ pub struct ModelInfo {
 
 // --- LibreTranslate --------------------------------------------------------------------------
 
-/// LibreTranslate's `/translate` body (JSON).
+/// LibreTranslate's `/translate` body (JSON or form).
 #[derive(Debug, Deserialize)]
 pub struct LibreRequest {
     pub q: OneOrMany,

@@ -149,9 +149,11 @@ async fn api_key(State(app): State<Arc<AppState>>, req: Request, next: Next) -> 
         let Ok(bytes) = axum::body::to_bytes(body, app.limits.max_body_bytes).await else {
             return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large").into_response();
         };
-        let body_key = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("api_key").and_then(|k| k.as_str()).map(str::to_string));
+        let body_key = if api::is_form(&parts.headers) {
+            serde_urlencoded::from_bytes::<Vec<(String, String)>>(&bytes).ok().and_then(|kv| kv.into_iter().find(|(k, _)| k == "api_key").map(|(_, v)| v))
+        } else {
+            serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v.get("api_key").and_then(|k| k.as_str()).map(str::to_string))
+        };
         if body_key.is_some_and(|k| same_key(&k, key)) {
             return next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
         }

@@ -164,7 +164,7 @@ pub async fn libre_languages(State(app): State<Arc<AppState>>) -> Json<Vec<Libre
     Json(langs)
 }
 
-pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<LibreRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): JsonOrForm<LibreRequest>) -> Result<Json<serde_json::Value>, ApiError> {
     if let Some(f) = req.format.as_deref().filter(|f| *f != "text") {
         return Err(ApiError::bad_request(format!("format {f:?} is not supported (only \"text\")")));
     }

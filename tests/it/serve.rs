@@ -233,6 +233,12 @@ fn libretranslate_and_opennmt_clients_work_unchanged() {
     let v = r.json();
     assert_eq!(v["translatedText"], json!([cli[0].0, cli[1].0]));
     assert_eq!(v["alternatives"][0].as_array().unwrap().len(), 2);
+    // libretranslatepy posts an HTML form
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let body = format!("q={}&source=en&target=de&format=text", SENTENCES[0].replace(' ', "+"));
+    let r = http(s.port, "POST", "/translate", &form, Some(body.as_bytes()));
+    assert_eq!(r.json(), json!({ "translatedText": cli[0].0 }));
+    http(s.port, "POST", "/translate", &form, Some(b"source=en&target=de")).assert_error(422, "invalid form");
     s.post("/translate", &json!({ "q": "x", "source": "en", "target": "fr" })).assert_error(400, "en → fr is not supported");
     s.post("/translate", &json!({ "q": "x", "source": "en", "target": "de", "format": "html" })).assert_error(400, "html");
     assert_eq!(s.get("/languages").json(), json!([{ "code": "en", "name": "en", "targets": ["de"] }]));
@@ -358,6 +364,9 @@ fn the_api_key_guards_every_route_but_health() {
     assert_eq!(s.post("/translate", &libre).status, 200);
     let libre = json!({ "q": "A dog runs.", "source": "en", "target": "de", "api_key": "nope" });
     s.post("/translate", &libre).assert_error(401, "API key");
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    assert_eq!(http(s.port, "POST", "/translate", &form, Some(b"q=A+dog+runs.&source=en&target=de&api_key=s3cret")).status, 200);
+    http(s.port, "POST", "/translate", &form, Some(b"q=A+dog+runs.&source=en&target=de&api_key=nope")).assert_error(401, "API key");
 }
 
 #[test]
