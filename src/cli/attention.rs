@@ -9,7 +9,7 @@ use super::args::{AttentionArgs, AttentionKindArg, GlobalArgs};
 use super::common;
 use super::Outcome;
 use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{EnsembleModel, SearchStrategy, SequenceGenerator};
+use tchseq::generate::{EnsembleModel, SequenceGenerator};
 use tchseq::model::TransformerModel;
 use tchseq::plot::capture::{capture_attention, select};
 use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
@@ -126,7 +126,7 @@ fn side_name(kind: AttentionKind) -> &'static str {
 
 /// The best beam-search hypothesis (final EOS included), as `translate` finds it.
 fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, a: &AttentionArgs) -> Result<Vec<i64>> {
-    let cfg = common::generator_config(&a.search, SearchStrategy::Beam, 1.0, false)?;
+    let cfg = common::generator_config(&common::translate_options(&a.search))?;
     let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
     let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
     let models = std::slice::from_ref(model);

@@ -1,13 +1,14 @@
 //! Helpers shared by the commands: threads, devices, error formatting.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use tch::Device;
 
 use tchseq::text::pipeline::PipelineError;
 use tchseq::hub::{HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, PipelineOverrides, Weights};
 
 use super::args::{BpeArg, DeviceArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
-use tchseq::generate::{GeneratorConfig, NgramMode, SearchStrategy};
+use tchseq::generate::GeneratorConfig;
+use tchseq::hub::TranslateOptions;
 
 /// Applies `--threads` (default: all cores, libtorch's own default; one per worker when
 /// `--inter-threads` is above 1).
@@ -156,25 +157,40 @@ pub fn print_warnings(report: &LoadReport) {
     }
 }
 
-/// fairseq's `GenerationConfig` from the shared search flags.
-pub fn generator_config(
-    s: &SearchArgs,
-    search: SearchStrategy,
-    temperature: f64,
-    need_attn: bool,
-) -> Result<GeneratorConfig> {
-    Ok(GeneratorConfig {
-        beam_size: s.beam,
+/// The shared search flags as the library's options (the rest at their defaults).
+pub fn translate_options(s: &SearchArgs) -> TranslateOptions {
+    TranslateOptions {
+        beam: s.beam,
+        lenpen: s.lenpen,
+        unkpen: s.unkpen,
         max_len_a: s.max_len_a,
-        max_len_b: i64::try_from(s.max_len_b).context("--max-len-b is too large")?,
-        min_len: i64::try_from(s.min_len).context("--min-len is too large")?,
-        normalize_scores: !s.unnormalized,
-        len_penalty: s.lenpen,
-        unk_penalty: s.unkpen,
-        temperature,
+        max_len_b: s.max_len_b,
+        min_len: s.min_len,
+        unnormalized: s.unnormalized,
         no_repeat_ngram_size: s.no_repeat_ngram_size,
-        ngram_mode: if s.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
-        search,
-        need_attn,
-    })
+        fairseq_compat_ngram: s.fairseq_compat_ngram,
+        ..TranslateOptions::default()
+    }
+}
+
+/// fairseq's `GenerationConfig` from checked options; the library's complaint, with the flags'
+/// names in place of the option names.
+pub fn generator_config(options: &TranslateOptions) -> Result<GeneratorConfig> {
+    options.check().map_err(|e| anyhow::anyhow!("{}", flag_names(&e)))?;
+    Ok(options.generator_config())
+}
+
+/// `sampling_topk` → `--sampling-topk`, for every option that is a flag.
+fn flag_names(message: &str) -> String {
+    const FLAGS: [&str; 13] = [
+        "beam", "nbest", "lenpen", "unkpen", "max_len_a", "max_len_b", "min_len", "sampling", "sampling_topk",
+        "sampling_topp", "temperature", "seed", "compute_type",
+    ];
+    let words = regex::Regex::new(r"\b[a-z_]+\b").expect("a valid pattern");
+    words
+        .replace_all(message, |c: &regex::Captures| {
+            let w = &c[0];
+            if FLAGS.contains(&w) { format!("--{}", w.replace('_', "-")) } else { w.to_string() }
+        })
+        .into_owned()
 }

@@ -16,8 +16,8 @@ use super::output::{python_fixed4, python_float_repr};
 use super::partial::PartialFile;
 use super::shard::{self, Shard};
 use super::Outcome;
-use tchseq::generate::{SearchStrategy, SequenceGenerator};
-use tchseq::hub::{Batching, TextMode, Translation, Translator, Weights};
+use tchseq::generate::SequenceGenerator;
+use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator, Weights};
 use tchseq::text::dictionary::is_py_space;
 
 /// What happened to one input line.
@@ -65,13 +65,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     common::print_warnings(&translator.report);
     let max_source_positions = translator.max_source_positions;
 
-    let search = if a.sampling {
-        SearchStrategy::Sampling { topk: a.sampling_topk, topp: a.sampling_topp }
-    } else {
-        SearchStrategy::Beam
-    };
-    let cfg = common::generator_config(&a.search, search, a.temperature, a.print_alignment)?;
-    let generator = translator.generator(cfg)?;
+    let generator = translator.generator(common::generator_config(&options(a))?)?;
 
     let (batch_size, buffer_size) = batching_sizes(a)?;
     let ctx = Session {
@@ -177,25 +171,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 }
 
 fn validate(a: &TranslateArgs) -> Result<()> {
-    let beam = a.search.beam;
-    if beam == 0 {
-        bail!("--beam must be at least 1");
-    }
-    if a.nbest == 0 || a.nbest > beam {
-        bail!("--nbest must be between 1 and --beam ({beam})");
-    }
-    if a.sampling && a.nbest != beam {
-        bail!("--sampling requires --nbest to be equal to --beam");
-    }
-    if !a.sampling && (a.sampling_topk > 0 || a.sampling_topp > 0.0) {
-        bail!("--sampling-topk/--sampling-topp require --sampling");
-    }
-    if !(a.temperature > 0.0) {
-        bail!("--temperature must be greater than 0");
-    }
-    if a.sampling_topp > 1.0 {
-        bail!("--sampling-topp must be at most 1");
-    }
+    // the search options are checked by the library (once, for every door)
+    common::generator_config(&options(a))?;
     if a.batch_size == Some(0) || a.max_tokens == Some(0) {
         bail!("--batch-size and --max-tokens must be at least 1");
     }
@@ -203,6 +180,20 @@ fn validate(a: &TranslateArgs) -> Result<()> {
         bail!("give sentences as arguments or --input, not both");
     }
     Ok(())
+}
+
+/// The flags as the library's translation options.
+fn options(a: &TranslateArgs) -> TranslateOptions {
+    TranslateOptions {
+        nbest: a.nbest,
+        sampling: a.sampling,
+        sampling_topk: a.sampling_topk,
+        sampling_topp: a.sampling_topp,
+        temperature: a.temperature,
+        seed: a.seed,
+        alignment: a.print_alignment,
+        ..common::translate_options(&a.search)
+    }
 }
 
 /// fairseq-interactive: `--buffer-size` < 1 means 1; with neither `--batch-size` nor

@@ -18,6 +18,8 @@ pub struct TranslateOptions {
     pub min_len: usize,
     pub unnormalized: bool,
     pub no_repeat_ngram_size: usize,
+    /// fairseq 0.12.2's CPU n-gram blocking, which blocks nothing (see `NgramMode`).
+    pub fairseq_compat_ngram: bool,
     pub sampling: bool,
     pub sampling_topk: i64,
     pub sampling_topp: f64,
@@ -47,6 +49,7 @@ impl Default for TranslateOptions {
             min_len: 1,
             unnormalized: false,
             no_repeat_ngram_size: 0,
+            fairseq_compat_ngram: false,
             sampling: false,
             sampling_topk: -1,
             sampling_topp: -1.0,
@@ -82,8 +85,8 @@ impl TranslateOptions {
         if self.sampling_topp > 1.0 {
             return Err("sampling_topp must be at most 1".into());
         }
-        if !self.lenpen.is_finite() || !self.unkpen.is_finite() || !self.max_len_a.is_finite() || self.max_len_a < 0.0 {
-            return Err("lenpen, unkpen and max_len_a must be finite (max_len_a at least 0)".into());
+        if !self.lenpen.is_finite() || !self.unkpen.is_finite() || !self.max_len_a.is_finite() {
+            return Err("lenpen, unkpen and max_len_a must be finite numbers".into());
         }
         if i64::try_from(self.max_len_b).is_err() || i64::try_from(self.min_len).is_err() {
             return Err("max_len_b and min_len are too large".into());
@@ -108,7 +111,7 @@ impl TranslateOptions {
             unk_penalty: self.unkpen,
             temperature: self.temperature,
             no_repeat_ngram_size: self.no_repeat_ngram_size,
-            ngram_mode: NgramMode::Intended,
+            ngram_mode: if self.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
             search: if self.sampling {
                 SearchStrategy::Sampling { topk: self.sampling_topk, topp: self.sampling_topp }
             } else {
