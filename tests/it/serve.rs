@@ -224,6 +224,24 @@ fn every_endpoint_answers_in_its_own_shape() {
 }
 
 #[test]
+fn sampling_with_a_seed_repeats_itself() {
+    let s = Server::start(&[]);
+    let sample = |seed: u64| {
+        let options = json!({ "sampling": true, "beam": 4, "nbest": 4, "sampling_topk": 10, "seed": seed, "lenpen": 0.8 });
+        let r = s.post("/v1/translate", &json!({ "text": SENTENCES[2], "options": options }));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let hyps = r.json()["translations"][0]["hypotheses"].clone();
+        hyps.as_array().unwrap().iter().map(|h| h["text"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    let first = sample(7);
+    assert_eq!(first.len(), 4);
+    assert_eq!(sample(7), first, "the same seed draws the same samples");
+    let others: Vec<Vec<String>> = (8..12).map(sample).collect();
+    assert!(others.iter().any(|o| *o != first), "other seeds draw other samples: {first:?} {others:?}");
+    s.post("/v1/translate", &json!({ "text": "a", "options": { "sampling": true, "beam": 2 } })).assert_error(400, "sampling requires nbest to be equal to beam");
+}
+
+#[test]
 fn libretranslate_and_opennmt_clients_work_unchanged() {
     let s = Server::start(&[]);
     let cli = cli_best(&SENTENCES[..2]);
