@@ -1,6 +1,6 @@
 //! Gives every binary of this package (the CLI, tests, benches) an rpath to libtorch's lib
 //! directory, and keeps `libtorch_cuda` linked (`--no-as-needed -ltorch`) so CUDA is found on GPU
-//! machines. `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
+//! machines, unless `TCHSEQ_LINK_CUDA=0`. `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
 
 fn main() {
     for var in ["LIBTORCH", "LIBTORCH_USE_PYTORCH", "VIRTUAL_ENV", "LIBTORCH_LIB"] {
@@ -30,7 +30,11 @@ fn main() {
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION=unknown");
         }
     }
-    if target_os == "linux" {
+    // TCHSEQ_LINK_CUDA=0: link libtorch_cpu + c10 only (a CPU build that runs from the slim
+    // `pip install --no-deps torch nvidia-cuda-runtime nvidia-cuda-cupti` install)
+    println!("cargo:rerun-if-env-changed=TCHSEQ_LINK_CUDA");
+    let link_cuda = std::env::var("TCHSEQ_LINK_CUDA").map_or(true, |v| v != "0");
+    if target_os == "linux" && link_cuda {
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
         println!("cargo:rustc-link-arg=-ltorch");
     }
