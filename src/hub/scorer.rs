@@ -4,7 +4,7 @@
 
 use super::{ModelBundle, Translator};
 use crate::generate::batching::batch_by_size;
-use crate::generate::scorer::{collate, ScorerError, SequenceScorer};
+use crate::generate::scorer::{collate, ordered_indices, ScorerError, SequenceScorer};
 use crate::generate::workers::run_jobs;
 use crate::generate::GenerateError;
 use crate::model::TransformerModel;
@@ -107,12 +107,13 @@ impl Translator {
 }
 
 impl Translator {
-    /// Scores `pairs` in batches of at most `max_tokens` (longest first by target, then source,
-    /// as fairseq orders pairs), `inter_threads` batches at a time; one result per pair, in order.
+    /// Scores `pairs` in batches of at most `max_tokens`, ordered as fairseq's
+    /// `LanguagePairDataset.ordered_indices` orders them, `inter_threads` batches at a time; one result per pair, in order.
     /// A batch that fails fails only its own pairs.
     pub fn score_pairs(&self, pairs: &[Encoded], max_tokens: usize, inter_threads: usize) -> Vec<Result<Scored, String>> {
-        let mut order: Vec<usize> = (0..pairs.len()).collect();
-        order.sort_by_key(|&i| (pairs[i].target.len(), pairs[i].source.len()));
+        let src_sizes: Vec<usize> = pairs.iter().map(|p| p.source.len()).collect();
+        let tgt_sizes: Vec<usize> = pairs.iter().map(|p| p.target.len()).collect();
+        let order = ordered_indices(&src_sizes, &tgt_sizes);
         let sizes: Vec<usize> = order.iter().map(|&i| pairs[i].source.len().max(pairs[i].target.len())).collect();
         let batches = batch_by_size(&order, &sizes, Some(max_tokens), None, 1);
         let refs: Vec<Vec<&Encoded>> = batches.iter().map(|b| b.iter().map(|&i| &pairs[i]).collect()).collect();
