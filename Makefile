@@ -35,12 +35,14 @@ build: $(VENV_STAMP)
 	$(CARGO) build --release
 
 # Every test: the Rust suites (portable: goldens within tolerance, bits in reproducible mode),
-# then fairseq 0.12.2 live beside tchseq on this machine (make parity).
+# then fairseq 0.12.2 live beside tchseq on this machine (make parity), in the default mode at one
+# thread and in the reproducible mode at two.
 test: $(VENV_STAMP) browser
 	$(CARGO) build --release
 	$(CARGO) test --release
 	$(MAKE) python-test
 	$(MAKE) parity
+	$(MAKE) parity PARITY_ARGS="--reproducible --threads 2"
 
 # The web page's test drives headless Chromium: Debian's `chromium`, installed with apt when missing.
 browser:

@@ -21,7 +21,7 @@ text dropped) and `P-{id}\t...`, rendered from tchseq's CSV with float32 arithme
 
 Pinned kernels: MKL_CBWR / ATEN_CPU_CAPABILITY in the environment reach both sides;
 --reproducible (or TCHSEQ_REPRODUCIBLE=1) runs tchseq with --reproducible and fairseq with
-MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2, which is what tchseq pins.
+MKL_CBWR=AVX2,STRICT ATEN_CPU_CAPABILITY=avx2, which is what tchseq pins.
 
 Usage (from anywhere; normally through reference/parity.sh, which sources env.sh):
   python reference/parity.py [--threads N] [--reproducible] [--only REGEX] [--workers K]
@@ -47,7 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF = os.path.join(ROOT, "reference")
 WORK = "reference/work/parity"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| ")
-PINNED = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+PINNED = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
 SHOW = 3  # differing line pairs shown per job
 
 BUNDLED = "weights/multi30k.en-de"
@@ -356,7 +356,7 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("PARITY_THREADS", "1")),
                     help="intra-op threads on both sides (fairseq: OMP/MKL_NUM_THREADS; tchseq: --threads)")
     ap.add_argument("--reproducible", action="store_true",
-                    help="tchseq --reproducible, fairseq under MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2 "
+                    help="tchseq --reproducible, fairseq under MKL_CBWR=AVX2,STRICT ATEN_CPU_CAPABILITY=avx2 "
                          "(also when TCHSEQ_REPRODUCIBLE=1)")
     ap.add_argument("--only", help="run only the jobs whose name matches this regular expression")
     ap.add_argument("--workers", type=int, default=0,

@@ -53,12 +53,13 @@ pub fn keep_freed_memory() {
     }
 }
 
-/// The environment that pins libtorch's CPU kernels: MKL's conditional numerical
+/// The environment that pins libtorch's CPU kernels: MKL's strict conditional numerical
 /// reproducibility on its AVX2 code path, and ATen's AVX2 kernels. With both set before
-/// libtorch computes anything, results no longer depend on the thread count, and an AVX-512
-/// machine computes what an AVX2-only one does. fairseq run under the same variables gives the
-/// same bits.
-pub const REPRODUCIBLE_ENV: [(&str, &str); 2] = [("MKL_CBWR", "AVX2"), ("ATEN_CPU_CAPABILITY", "avx2")];
+/// libtorch computes anything, results no longer depend on the thread count, and fairseq run
+/// under the same variables gives the same bits. `STRICT` is what makes MKL's GEMM independent
+/// of the thread count on Intel CPUs: with `MKL_CBWR=AVX2` alone, a Xeon gave different bits at
+/// 1 and 2 threads (an AMD Zen 1 did not). The bits still differ between CPU vendors.
+pub const REPRODUCIBLE_ENV: [(&str, &str); 2] = [("MKL_CBWR", "AVX2,STRICT"), ("ATEN_CPU_CAPABILITY", "avx2")];
 
 /// The variable that asks for [`pin_reproducible_kernels`] from the environment.
 pub const REPRODUCIBLE_VAR: &str = "TCHSEQ_REPRODUCIBLE";

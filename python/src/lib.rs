@@ -64,9 +64,6 @@ fn options(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(TranslateOptions, Op
     }
     let options: TranslateOptions = serde_json::from_value(serde_json::Value::Object(map)).map_err(value_error)?;
     options.check().map_err(value_error)?;
-    if batch_size == Some(0) || max_tokens == Some(0) {
-        return Err(value_error("batch_size and max_tokens must be at least 1"));
-    }
     Ok((options, batch_size, max_tokens))
 }
 
@@ -133,9 +130,8 @@ impl Translator {
         .map_err(value_error)
     }
 
-    fn batching(&self, batch_size: Option<usize>, max_tokens: Option<usize>) -> Batching {
-        let batch_size = if batch_size.is_none() && max_tokens.is_none() { Some(1) } else { batch_size };
-        Batching { max_tokens, batch_size, inter_threads: self.inter_threads }
+    fn batching(&self, batch_size: Option<usize>, max_tokens: Option<usize>) -> PyResult<Batching> {
+        Batching::new(max_tokens, batch_size, self.inter_threads).map_err(value_error)
     }
 }
 
@@ -149,11 +145,7 @@ fn translate_all(t: &HubTranslator, input: Input, options: &TranslateOptions, ba
         Input::Text(lines) => lines.iter().map(|l| t.encode(l.trim())).collect(),
         Input::Tokens(toks) => toks.iter().map(|s| t.src_dict.encode_line(&s.join(" "), true)).collect(),
     };
-    let generator = t.generator(options.generator_config()).map_err(|e| e.to_string())?;
-    if options.sampling {
-        tch::manual_seed(options.seed as i64);
-    }
-    let batching = if options.sampling { Batching { inter_threads: 1, ..*batching } } else { *batching };
+    let (generator, batching) = t.search(options, *batching).map_err(|e| e.to_string())?;
     let translations = t.translate_tokens(&generator, tokens, &batching, options.alignment).map_err(|e| e.to_string())?;
     translations
         .into_iter()
@@ -217,7 +209,7 @@ impl Translator {
     #[pyo3(signature = (sentences, **options))]
     fn translate(&self, py: Python<'_>, sentences: Vec<String>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
         let (opts, batch_size, max_tokens) = self::options(options)?;
-        let batching = self.batching(batch_size, max_tokens);
+        let batching = self.batching(batch_size, max_tokens)?;
         let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &opts, &batching))?;
         Ok(results.into_iter().map(|r| r.texts.into_iter().next().unwrap_or_default()).collect())
     }
@@ -230,7 +222,7 @@ impl Translator {
     #[pyo3(signature = (source, **options))]
     fn translate_batch(&self, py: Python<'_>, source: &Bound<'_, PyList>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<TranslationResult>> {
         let (opts, batch_size, max_tokens) = self::options(options)?;
-        let batching = self.batching(batch_size, max_tokens);
+        let batching = self.batching(batch_size, max_tokens)?;
         let input = if source.iter().all(|s| s.is_instance_of::<PyString>()) {
             Input::Text(source.extract()?)
         } else {

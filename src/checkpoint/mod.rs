@@ -53,6 +53,12 @@ pub enum CheckpointError {
     Invalid { path: PathBuf, msg: String },
     #[error("{path}: tensor {name}: {msg}")]
     Tensor { path: PathBuf, name: String, msg: String },
+    #[error("{path}: tensor {name}: {source}")]
+    TensorData { path: PathBuf, name: String, source: ContainerError },
+    #[error("{path}: tensor {name}: {source}")]
+    Torch { path: PathBuf, name: String, source: tch::TchError },
+    #[error("{path}: {source}")]
+    Upgrade { path: PathBuf, source: upgrade::UpgradeError },
 }
 
 /// A loaded checkpoint: config plus fairseq's post-upgrade state dict.
@@ -167,6 +173,7 @@ struct Materializer<'a> {
 impl Materializer<'_> {
     fn tensor(&mut self, name: &str, v: &Value) -> Result<Tensor, CheckpointError> {
         let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
+        let tch_err = |source| CheckpointError::Torch { path: self.path.to_path_buf(), name: name.to_string(), source };
         let p = &self.raw.pickle;
         let t = match p.node(v) {
             Some(Node::Tensor(t)) => t.clone(),
@@ -178,7 +185,11 @@ impl Materializer<'_> {
         check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(err)?;
         let kind = kind_of(s.dtype);
         if !self.storages.contains_key(&t.storage) {
-            let data = self.raw.storage_bytes(self.bytes, s).map_err(|e| err(e.to_string()))?;
+            let data = self.raw.storage_bytes(self.bytes, s).map_err(|source| CheckpointError::TensorData {
+                path: self.path.to_path_buf(),
+                name: name.to_string(),
+                source,
+            })?;
             let numel = i64::try_from(s.numel).map_err(|_| err("storage too large".into()))?;
             let st = if self.raw.big_endian {
                 let es = s.dtype.element_size();
@@ -187,14 +198,14 @@ impl Materializer<'_> {
             } else {
                 Tensor::f_from_data_size(&data, &[numel], kind)
             }
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(tch_err)?;
             if let Cow::Borrowed(part) = data {
                 release_pages(self.bytes, part);
             }
             self.storages.insert(t.storage, st);
         }
         let st = &self.storages[&t.storage];
-        st.f_as_strided(&t.size, &t.stride, t.storage_offset).map_err(|e| err(e.to_string()))
+        st.f_as_strided(&t.size, &t.stride, t.storage_offset).map_err(tch_err)
     }
 
     /// A strided nested tensor, `torch._utils._rebuild_nested_tensor(buffer, sizes, strides,
@@ -203,7 +214,7 @@ impl Materializer<'_> {
     fn nested(&mut self, name: &str, args: &[Value]) -> Result<Tensor, CheckpointError> {
         let path = self.path;
         let err = |msg: String| CheckpointError::Tensor { path: path.to_path_buf(), name: name.to_string(), msg };
-        let tch_err = |e: tch::TchError| err(e.to_string());
+        let tch_err = |source| CheckpointError::Torch { path: path.to_path_buf(), name: name.to_string(), source };
         let [buffer, sizes, strides, offsets] = args else {
             return Err(err(format!("nested tensor: _rebuild_nested_tensor takes 4 arguments, got {}", args.len())));
         };
@@ -362,7 +373,8 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
         };
         sd.insert(name.to_string(), m.tensor(name, v)?);
     }
-    let state_dict = upgrade::upgrade_state_dict(&config, sd).map_err(|e| invalid(path, e.to_string()))?;
+    let state_dict = upgrade::upgrade_state_dict(&config, sd)
+        .map_err(|source| CheckpointError::Upgrade { path: path.to_path_buf(), source })?;
     Ok(Checkpoint { path: path.to_path_buf(), format: raw.format, config_source, config, state_dict })
 }
 

@@ -30,12 +30,14 @@ pub enum UpgradeError {
     Shape { name: String, actual: Vec<i64>, expected: Vec<i64> },
     #[error("{name}: {msg}")]
     Tensor { name: String, msg: String },
+    #[error("{name}: {source}")]
+    Torch { name: String, source: tch::TchError },
 }
 
 type StateDict = IndexMap<String, Tensor>;
 
 fn terr(name: &str, e: tch::TchError) -> UpgradeError {
-    UpgradeError::Tensor { name: name.to_string(), msg: e.to_string() }
+    UpgradeError::Torch { name: name.to_string(), source: e }
 }
 
 /// `MultiheadAttention.upgrade_state_dict_named`: fused `in_proj_*` -> q/k/v.

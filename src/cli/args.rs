@@ -34,9 +34,9 @@ pub struct GlobalArgs {
     /// takes a GPU when libtorch sees one).
     #[arg(long, global = true, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
-    /// Pin libtorch's CPU kernels (MKL_CBWR=AVX2, ATEN_CPU_CAPABILITY=avx2) so that results are
-    /// the same at any --threads and on any x86-64 CPU with AVX2, and equal to fairseq run under
-    /// the same variables. Also TCHSEQ_REPRODUCIBLE=1. Batch composition still changes bits, as
+    /// Pin libtorch's CPU kernels (MKL_CBWR=AVX2,STRICT, ATEN_CPU_CAPABILITY=avx2) so that
+    /// results are the same at any --threads, and equal to fairseq run under the same variables
+    /// on the same machine. Also TCHSEQ_REPRODUCIBLE=1. Batch composition still changes bits, as
     /// in fairseq.
     #[arg(long, global = true)]
     pub reproducible: bool,

@@ -8,7 +8,7 @@ use tchseq::hub::{HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, Pip
 
 use super::args::{BpeArg, DeviceArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
 use tchseq::generate::GeneratorConfig;
-use tchseq::hub::TranslateOptions;
+use tchseq::hub::{Batching, TranslateOptions};
 
 /// Applies `--threads` (default: all cores, libtorch's own default; one per worker when
 /// `--inter-threads` is above 1).
@@ -180,11 +180,16 @@ pub fn generator_config(options: &TranslateOptions) -> Result<GeneratorConfig> {
     Ok(options.generator_config())
 }
 
+/// `--max-tokens/--batch-size/--inter-threads` as the library's batching, checked there.
+pub fn batching(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Batching> {
+    Batching::new(max_tokens, batch_size, inter_threads).map_err(|e| anyhow::anyhow!("{}", flag_names(&e)))
+}
+
 /// `sampling_topk` → `--sampling-topk`, for every option that is a flag.
 fn flag_names(message: &str) -> String {
-    const FLAGS: [&str; 13] = [
+    const FLAGS: [&str; 16] = [
         "beam", "nbest", "lenpen", "unkpen", "max_len_a", "max_len_b", "min_len", "sampling", "sampling_topk",
-        "sampling_topp", "temperature", "seed", "compute_type",
+        "sampling_topp", "temperature", "seed", "compute_type", "max_tokens", "batch_size", "inter_threads",
     ];
     let words = regex::Regex::new(r"\b[a-z_]+\b").expect("a valid pattern");
     words

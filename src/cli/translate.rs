@@ -67,16 +67,14 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     let generator = translator.generator(common::generator_config(&options(a))?)?;
 
-    let (batch_size, buffer_size) = batching_sizes(a)?;
+    // fairseq's random draws (sampling) happen in batch order
+    let inter_threads = if a.sampling { 1 } else { global.inter_threads };
+    let batching = common::batching(a.max_tokens, a.batch_size, inter_threads)?;
+    let buffer_size = buffer_size(a, &batching)?;
     let ctx = Session {
         translator,
         generator,
-        batching: Batching {
-            max_tokens: a.max_tokens,
-            batch_size,
-            // fairseq's random draws (sampling) happen in batch order
-            inter_threads: if a.sampling { 1 } else { global.inter_threads },
-        },
+        batching,
         nbest: a.nbest,
         format: a.format,
         print_alignment: a.print_alignment,
@@ -173,9 +171,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 fn validate(a: &TranslateArgs) -> Result<()> {
     // the search options are checked by the library (once, for every door)
     common::generator_config(&options(a))?;
-    if a.batch_size == Some(0) || a.max_tokens == Some(0) {
-        bail!("--batch-size and --max-tokens must be at least 1");
-    }
+    common::batching(a.max_tokens, a.batch_size, 1)?;
     if !a.sentences.is_empty() && a.input.is_some() {
         bail!("give sentences as arguments or --input, not both");
     }
@@ -196,21 +192,14 @@ fn options(a: &TranslateArgs) -> TranslateOptions {
     }
 }
 
-/// fairseq-interactive: `--buffer-size` < 1 means 1; with neither `--batch-size` nor
-/// `--max-tokens` the batch size is 1; `--batch-size` may not exceed `--buffer-size`. When
+/// fairseq-interactive: `--buffer-size` < 1 means 1, and `--batch-size` may not exceed it. When
 /// `--buffer-size` is not given, it defaults to the batch size here (fairseq refuses instead).
-fn batching_sizes(a: &TranslateArgs) -> Result<(Option<usize>, usize)> {
-    let batch_size = match (a.batch_size, a.max_tokens) {
-        (None, None) => Some(1),
-        (b, _) => b,
-    };
-    let buffer_size = if a.buffer_size == 0 { batch_size.unwrap_or(1).max(1) } else { a.buffer_size };
-    if let Some(b) = batch_size {
-        if b > buffer_size {
-            bail!("--batch-size ({b}) cannot be larger than --buffer-size ({buffer_size})");
-        }
+fn buffer_size(a: &TranslateArgs, batching: &Batching) -> Result<usize> {
+    let buffer_size = if a.buffer_size == 0 { batching.batch_size.unwrap_or(1) } else { a.buffer_size };
+    if let Some(b) = batching.batch_size.filter(|&b| b > buffer_size) {
+        bail!("--batch-size ({b}) cannot be larger than --buffer-size ({buffer_size})");
     }
-    Ok((batch_size, buffer_size))
+    Ok(buffer_size)
 }
 
 /// The tokenizer + BPE of the checkpoint config and model directory, with the command line's

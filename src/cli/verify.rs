@@ -159,6 +159,8 @@ struct Computed {
     /// `[B, S]` / `[B, T]` true at real tokens.
     src_keep: Option<Tensor>,
     tgt_keep: Option<Tensor>,
+    /// Logits and log-probs computed from the reference's own last decoder state, and its name.
+    head: Option<(Tensor, Tensor, String)>,
 }
 
 impl Computed {
@@ -179,8 +181,8 @@ impl Computed {
         }
         if let Some((dec, lprobs)) = &self.decoder {
             match name {
-                "logits" => return Some(dec.logits.shallow_clone()),
-                "lprobs" => return Some(lprobs.shallow_clone()),
+                "logits" => return Some(self.head.as_ref().map_or(&dec.logits, |h| &h.0).shallow_clone()),
+                "lprobs" => return Some(self.head.as_ref().map_or(lprobs, |h| &h.1).shallow_clone()),
                 "attn" => return dec.attn.as_ref().map(Tensor::shallow_clone),
                 "incremental_logits" => return self.incremental_logits.as_ref().map(Tensor::shallow_clone),
                 _ => {}
@@ -261,7 +263,8 @@ fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, devic
     };
     let needs_decoder = wants(false).is_some();
     let needs_encoder = needs_decoder || wants(true).is_some();
-    let mut out = Computed { encoder: None, decoder: None, incremental_logits: None, src_keep: None, tgt_keep: None };
+    let mut out =
+        Computed { encoder: None, decoder: None, incremental_logits: None, src_keep: None, tgt_keep: None, head: None };
     if !needs_encoder {
         return Ok(out);
     }
@@ -283,6 +286,7 @@ fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, devic
             .forward(&prev.f_to_device(device)?, &enc, None, true, true)
             .context("running the decoder")?;
         let lprobs = get_normalized_probs(&dec.logits, true);
+        out.head = head_from_reference(model, reference, &dec)?;
         out.decoder = Some((dec, lprobs));
         if reference.contains_key("incremental_logits") {
             let prev = prev.f_to_device(device)?;
@@ -297,6 +301,24 @@ fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, devic
     }
     out.encoder = Some((enc, path));
     Ok(out)
+}
+
+/// The output layer run on the reference's last decoder state, when it has one of our shape:
+/// the logits then carry only the output layer's own rounding, not what the layers before it
+/// compound on another CPU (those states are compared themselves).
+fn head_from_reference(
+    model: &TransformerModel,
+    reference: &IndexMap<String, Tensor>,
+    dec: &DecoderOut,
+) -> Result<Option<(Tensor, Tensor, String)>> {
+    let (Some(ours), name) = (dec.inner_states.last(), format!("decoder_inner_states.{}", model.decoder.layers.len())) else {
+        return Ok(None);
+    };
+    let Some(theirs) = reference.get(&name).filter(|t| t.size() == ours.size()) else { return Ok(None) };
+    let features = theirs.f_to_device(ours.device())?.f_to_kind(ours.kind())?;
+    let logits = model.decoder.output_layer(&features).context("running the output layer")?;
+    let lprobs = get_normalized_probs(&logits, true);
+    Ok(Some((logits, lprobs, name)))
 }
 
 #[derive(Clone, Copy)]
@@ -387,6 +409,9 @@ fn activation_row(computed: &Computed, name: &str, theirs: &Tensor, layouts: &[A
     }
     if nested {
         notes.push("nested tensor, read as to_padded_tensor(0.0)".to_string());
+    }
+    if let Some((_, _, state)) = computed.head.as_ref().filter(|_| matches!(name, "logits" | "lprobs")) {
+        notes.push(format!("computed from the reference's {state}"));
     }
     let mut row = Row::new(name, shape, Some(c.layout));
     row.max_abs_diff = Some(c.max_abs);

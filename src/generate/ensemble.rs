@@ -21,10 +21,6 @@ impl<'m> EnsembleModel<'m> {
     }
 }
 
-fn model_err(e: impl std::fmt::Display) -> GenerateError {
-    GenerateError::Model(e.to_string())
-}
-
 impl StepModel for EnsembleModel<'_> {
     fn max_decoder_positions(&self) -> usize {
         self.models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(usize::MAX)
@@ -33,7 +29,7 @@ impl StepModel for EnsembleModel<'_> {
     fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
         self.state.clear();
         for model in self.models {
-            let enc = model.encoder.forward(src_tokens, false).map_err(model_err)?;
+            let enc = model.encoder.forward(src_tokens, false)?;
             self.state.push((enc.reorder(new_order), IncrementalState::new()));
         }
         Ok(())
@@ -63,7 +59,7 @@ impl StepModel for EnsembleModel<'_> {
         let mut log_probs = Vec::with_capacity(n);
         let mut avg_attn: Option<Tensor> = None;
         for (model, (enc, inc)) in self.models.iter().zip(self.state.iter_mut()) {
-            let out = model.decoder.forward(tokens, enc, Some(inc), need_attn, false).map_err(model_err)?;
+            let out = model.decoder.forward(tokens, enc, Some(inc), need_attn, false)?;
             let attn = match out.attn.as_ref() {
                 Some(a) => {
                     let t = a.size()[1];

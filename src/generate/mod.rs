@@ -40,6 +40,8 @@ pub enum GenerateError {
     Torch(#[from] tch::TchError),
     #[error("model: {0}")]
     Model(String),
+    #[error("model: {0}")]
+    Forward(#[from] crate::model::ModelError),
     #[error("invalid generation option: {0}")]
     InvalidOption(String),
     #[error("internal search invariant violated: {0}")]

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use tch::Device;
 
+use super::options::TranslateOptions;
 use super::scorer::PairScoring;
 use super::{HubError, LoadReport, ModelBundle};
 use crate::generate::batching::{batch_by_size, collate, ordered_indices};
@@ -24,6 +25,20 @@ pub struct Batching {
     pub max_tokens: Option<usize>,
     pub batch_size: Option<usize>,
     pub inter_threads: usize,
+}
+
+impl Batching {
+    /// `max_tokens` and `batch_size` as fairseq takes them, checked; with neither, one sentence
+    /// per batch (fairseq-interactive).
+    pub fn new(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Self, String> {
+        for (name, value) in [("max_tokens", max_tokens), ("batch_size", batch_size), ("inter_threads", Some(inter_threads))] {
+            if value == Some(0) {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        let batch_size = if max_tokens.is_none() && batch_size.is_none() { Some(1) } else { batch_size };
+        Ok(Batching { max_tokens, batch_size, inter_threads })
+    }
 }
 
 impl Default for Batching {
@@ -122,6 +137,24 @@ impl Translator {
     pub fn generator(&self, cfg: GeneratorConfig) -> Result<SequenceGenerator, GenerateError> {
         let d = &self.tgt_dict;
         SequenceGenerator::new(cfg, d.len(), Specials { pad: d.pad(), eos: d.eos(), unk: d.unk() })
+    }
+
+    /// The generator for `options`, and the batching it runs with. A sampling search seeds
+    /// libtorch's generator with `options.seed` here (fairseq's `set_torch_seed`) and runs on one
+    /// worker, so that its draws come in batch order.
+    pub fn search(
+        &self,
+        options: &TranslateOptions,
+        batching: Batching,
+    ) -> Result<(SequenceGenerator, Batching), GenerateError> {
+        let generator = self.generator(options.generator_config())?;
+        if !options.sampling {
+            return Ok((generator, batching));
+        }
+        let seed = i64::try_from(options.seed)
+            .map_err(|_| GenerateError::InvalidOption(format!("seed {} is too large", options.seed)))?;
+        tch::manual_seed(seed);
+        Ok((generator, Batching { inter_threads: 1, ..batching }))
     }
 
     /// Source text → token ids (tokenizer, BPE, dictionary, EOS).

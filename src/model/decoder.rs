@@ -2,11 +2,12 @@
 
 use tch::{Kind, Tensor};
 
-use super::embedding::{load_positions_and_layernorm, Embedding, PositionalEmbedding};
+use super::embedding::EmbeddingFrontEnd;
 use super::encoder::EncoderOut;
 use super::incremental::IncrementalState;
 use super::layer::TransformerDecoderLayer;
-use super::nn::{ActivationFn, LayerNorm, Linear};
+use super::nn::{LayerNorm, Linear};
+use super::options::DecoderOptions;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 
@@ -24,11 +25,7 @@ pub struct DecoderOut {
 
 #[derive(Debug)]
 pub struct TransformerDecoder {
-    pub embed_tokens: Embedding,
-    pub embed_scale: f64,
-    pub project_in_dim: Option<Linear>,
-    pub embed_positions: Option<PositionalEmbedding>,
-    pub layernorm_embedding: Option<LayerNorm>,
+    pub embedding: EmbeddingFrontEnd,
     pub layers: Vec<TransformerDecoderLayer>,
     pub layer_norm: Option<LayerNorm>,
     pub project_out_dim: Option<Linear>,
@@ -41,78 +38,32 @@ pub struct TransformerDecoder {
     pub torch_self_attention: bool,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct DecoderOptions {
-    pub embed_dim: i64,
-    pub encoder_embed_dim: i64,
-    pub ffn_embed_dim: i64,
-    pub layers: usize,
-    pub attention_heads: i64,
-    pub normalize_before: bool,
-    pub learned_pos: bool,
-    pub output_dim: i64,
-    pub no_decoder_final_norm: bool,
-    pub no_token_positional_embeddings: bool,
-    pub no_scale_embedding: bool,
-    pub layernorm_embedding: bool,
-    pub max_target_positions: usize,
-    pub activation_fn: ActivationFn,
-}
-
 impl TransformerDecoder {
     pub(crate) fn load(w: &Weights, o: &DecoderOptions) -> Result<(Self, Vec<String>), ModelError> {
         let mut warnings = Vec::new();
-        let c = o.embed_dim;
+        let c = o.side.embed_dim;
         // the embedding width is the table's own (it differs from the decoder width only
         // when fairseq adds project_in_dim)
-        let embed_tokens = Embedding::load(&w.sub("embed_tokens"), -1, PADDING_IDX)?;
-        let input_embed_dim = embed_tokens.embedding_dim();
-        let project_in_dim = if input_embed_dim != c {
-            Some(Linear::load(&w.sub("project_in_dim"), input_embed_dim, c, false)?)
-        } else {
-            None
-        };
-        let (embed_positions, layernorm_embedding) = load_positions_and_layernorm(
-            w,
-            c,
-            o.max_target_positions,
-            o.learned_pos,
-            o.no_token_positional_embeddings,
-            o.layernorm_embedding,
-        )?;
-        let layers = (0..o.layers)
-            .map(|i| {
-                TransformerDecoderLayer::load(
-                    &w.sub(&format!("layers.{i}")),
-                    c,
-                    o.encoder_embed_dim,
-                    o.ffn_embed_dim,
-                    o.attention_heads,
-                    o.activation_fn,
-                    o.normalize_before,
-                )
-            })
+        let embedding = EmbeddingFrontEnd::load(w, &o.side, true)?;
+        let layers = (0..o.side.layers)
+            .map(|i| TransformerDecoderLayer::load(&w.sub(&format!("layers.{i}")), o))
             .collect::<Result<Vec<_>, _>>()?;
         // upgrade_state_dict_named: decoders up to version 2 had no final layer norm (but
         // 2018-19 pre-norm checkpoints carry version 2 and its weights; use them then)
-        let wanted = o.normalize_before && !o.no_decoder_final_norm;
+        let wanted = o.side.normalize_before && !o.no_decoder_final_norm;
         let layer_norm = LayerNorm::load_final(w, c, "decoder", wanted, |v| v > 2.0, &mut warnings)?;
         let project_out_dim =
             if c != o.output_dim { Some(Linear::load(&w.sub("project_out_dim"), c, o.output_dim, false)?) } else { None };
-        let vocab = embed_tokens.num_embeddings();
+        let vocab = embedding.embed_tokens.num_embeddings();
         let output_projection = Linear::load(&w.sub("output_projection"), o.output_dim, vocab, false)?;
         let decoder = Self {
-            embed_tokens,
-            embed_scale: if o.no_scale_embedding { 1.0 } else { (c as f64).sqrt() },
-            project_in_dim,
-            embed_positions,
-            layernorm_embedding,
+            embedding,
             layers,
             layer_norm,
             project_out_dim,
             output_projection,
             padding_idx: PADDING_IDX,
-            max_target_positions: o.max_target_positions,
+            max_target_positions: o.side.max_positions,
             torch_self_attention: true,
         };
         Ok((decoder, warnings))
@@ -120,10 +71,7 @@ impl TransformerDecoder {
 
     /// fairseq's `decoder.max_positions()`.
     pub fn max_positions(&self) -> usize {
-        match &self.embed_positions {
-            Some(p) => self.max_target_positions.min(p.max_positions()),
-            None => self.max_target_positions,
-        }
+        self.embedding.max_positions(self.max_target_positions)
     }
 
     /// `buffered_future_mask`: `triu(fill_with_neg_inf(zeros(T, T)), 1)` cast to `x`.
@@ -164,10 +112,7 @@ impl TransformerDecoder {
             )));
         }
         let incremental = incremental_state.is_some();
-        let mut positions = match &self.embed_positions {
-            Some(p) => Some(p.forward(prev_output_tokens, incremental)?),
-            None => None,
-        };
+        let mut positions = self.embedding.positions(prev_output_tokens, incremental)?;
         let mut tokens = prev_output_tokens.shallow_clone();
         if incremental {
             tokens = tokens.f_narrow(1, tokens.size()[1] - 1, 1)?;
@@ -176,16 +121,7 @@ impl TransformerDecoder {
             }
         }
         let tokens = tokens.f_contiguous()?;
-        let mut x = self.embed_tokens.forward(&tokens)?.f_mul_scalar(self.embed_scale)?;
-        if let Some(proj) = &self.project_in_dim {
-            x = proj.forward(&x)?;
-        }
-        if let Some(p) = &positions {
-            let _ = x.f_add_(p)?;
-        }
-        if let Some(ln) = &self.layernorm_embedding {
-            x = ln.forward(&x)?;
-        }
+        let (mut x, _) = self.embedding.forward(&tokens, positions.as_ref())?;
         x = x.f_transpose(0, 1)?;
         let pad_mask = tokens.f_eq(self.padding_idx)?;
         let self_attn_padding_mask = (pad_mask.f_any()?.f_int64_value(&[])? != 0).then_some(pad_mask);
@@ -223,14 +159,22 @@ impl TransformerDecoder {
             Some(a) => Some(a.f_mean_dim(0, false, None::<Kind>)?),
             None => None,
         };
-        if let Some(ln) = &self.layer_norm {
-            x = ln.forward(&x)?;
-        }
+        let logits = self.output_layer(&x)?;
+        Ok(DecoderOut { logits, attn, inner_states })
+    }
+
+    /// The last layer's output `[T, B, C]` to logits `[B, T, V]`: the final layer norm, then
+    /// `project_out_dim` and `output_layer` (the output projection).
+    pub fn output_layer(&self, features: &Tensor) -> Result<Tensor, ModelError> {
+        let _guard = tch::no_grad_guard();
+        let mut x = match &self.layer_norm {
+            Some(ln) => ln.forward(features)?,
+            None => features.shallow_clone(),
+        };
         x = x.f_transpose(0, 1)?;
         if let Some(proj) = &self.project_out_dim {
             x = proj.forward(&x)?;
         }
-        let logits = self.output_projection.forward(&x)?;
-        Ok(DecoderOut { logits, attn, inner_states })
+        Ok(self.output_projection.forward(&x)?)
     }
 }

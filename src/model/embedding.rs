@@ -3,8 +3,10 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::nn::{LayerNorm, Linear};
+use super::options::EncDecOptions;
 use super::weights::Weights;
-use super::ModelError;
+use super::{ModelError, PADDING_IDX};
 
 /// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`.
 #[derive(Debug)]
@@ -188,6 +190,75 @@ impl PositionalEmbedding {
     }
 }
 
+/// What `TransformerEncoderBase.forward_embedding` and the start of
+/// `TransformerDecoderBase.extract_features_scriptable` compute alike: `embed_scale *
+/// embed_tokens(tokens)`, then `project_in_dim` (decoder only, when the table is narrower than
+/// the decoder), `+ embed_positions` and `layernorm_embedding` (dropout is off at inference).
+#[derive(Debug)]
+pub struct EmbeddingFrontEnd {
+    pub embed_tokens: Embedding,
+    pub embed_scale: f64,
+    pub project_in_dim: Option<Linear>,
+    pub embed_positions: Option<PositionalEmbedding>,
+    pub layernorm_embedding: Option<LayerNorm>,
+}
+
+impl EmbeddingFrontEnd {
+    /// `w` is the encoder's or decoder's weights. With `project_in`, the table may be narrower
+    /// than `embed_dim` (fairseq then adds `project_in_dim`); else it must be `embed_dim` wide.
+    pub(crate) fn load(w: &Weights, o: &EncDecOptions, project_in: bool) -> Result<Self, ModelError> {
+        let c = o.embed_dim;
+        let embed_tokens = Embedding::load(&w.sub("embed_tokens"), if project_in { -1 } else { c }, PADDING_IDX)?;
+        let input_embed_dim = embed_tokens.embedding_dim();
+        let project_in_dim = if input_embed_dim != c {
+            Some(Linear::load(&w.sub("project_in_dim"), input_embed_dim, c, false)?)
+        } else {
+            None
+        };
+        let max_pos = i64::try_from(o.max_positions)
+            .map_err(|_| ModelError::Unsupported(format!("{} positions is too many", o.max_positions)))?;
+        let embed_positions = if o.no_token_positional_embeddings {
+            None
+        } else {
+            Some(PositionalEmbedding::load(&w.sub("embed_positions"), o.learned_pos, max_pos, c, PADDING_IDX)?)
+        };
+        let layernorm_embedding =
+            if o.layernorm_embedding { Some(LayerNorm::load(&w.sub("layernorm_embedding"), c)?) } else { None };
+        let embed_scale = if o.no_scale_embedding { 1.0 } else { (c as f64).sqrt() };
+        Ok(Self { embed_tokens, embed_scale, project_in_dim, embed_positions, layernorm_embedding })
+    }
+
+    /// The positions `input` `[B, T]` takes (only the next one when `incremental`), if any.
+    pub fn positions(&self, input: &Tensor, incremental: bool) -> Result<Option<Tensor>, ModelError> {
+        self.embed_positions.as_ref().map(|p| p.forward(input, incremental)).transpose()
+    }
+
+    /// `max_positions()`: the configured limit, capped by the positional table.
+    pub fn max_positions(&self, configured: usize) -> usize {
+        match &self.embed_positions {
+            Some(p) => configured.min(p.max_positions()),
+            None => configured,
+        }
+    }
+
+    /// `tokens` `[B, T]` and their `positions`: (the layers' input `[B, T, C]`, the scaled token
+    /// embedding, fairseq's `encoder_embedding`).
+    pub fn forward(&self, tokens: &Tensor, positions: Option<&Tensor>) -> Result<(Tensor, Tensor), ModelError> {
+        let embed = self.embed_tokens.forward(tokens)?.f_mul_scalar(self.embed_scale)?;
+        let mut x = match &self.project_in_dim {
+            Some(proj) => proj.forward(&embed)?,
+            None => embed.shallow_clone(),
+        };
+        if let Some(p) = positions {
+            x = x.f_add(p)?;
+        }
+        if let Some(ln) = &self.layernorm_embedding {
+            x = ln.forward(&x)?;
+        }
+        Ok((x, embed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,24 +295,3 @@ mod tests {
     }
 }
 
-/// What an encoder and a decoder load around their token embedding: the positional embedding
-/// (unless `no_token_positional_embeddings`) and `layernorm_embedding` (when configured).
-pub(crate) fn load_positions_and_layernorm(
-    w: &Weights,
-    dim: i64,
-    max_positions: usize,
-    learned: bool,
-    no_positions: bool,
-    layernorm_embedding: bool,
-) -> Result<(Option<PositionalEmbedding>, Option<super::nn::LayerNorm>), ModelError> {
-    let max_pos = i64::try_from(max_positions)
-        .map_err(|_| ModelError::Unsupported(format!("{max_positions} positions is too many")))?;
-    let positions = if no_positions {
-        None
-    } else {
-        Some(PositionalEmbedding::load(&w.sub("embed_positions"), learned, max_pos, dim, super::PADDING_IDX)?)
-    };
-    let layernorm =
-        if layernorm_embedding { Some(super::nn::LayerNorm::load(&w.sub("layernorm_embedding"), dim)?) } else { None };
-    Ok((positions, layernorm))
-}

@@ -2,9 +2,10 @@
 
 use tch::{Kind, Tensor};
 
-use super::embedding::{load_positions_and_layernorm, Embedding, PositionalEmbedding};
+use super::embedding::EmbeddingFrontEnd;
 use super::layer::TransformerEncoderLayer;
-use super::nn::{ActivationFn, LayerNorm};
+use super::nn::LayerNorm;
+use super::options::EncDecOptions;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 
@@ -52,10 +53,7 @@ pub enum EncoderPath {
 
 #[derive(Debug)]
 pub struct TransformerEncoder {
-    pub embed_tokens: Embedding,
-    pub embed_scale: f64,
-    pub embed_positions: Option<PositionalEmbedding>,
-    pub layernorm_embedding: Option<LayerNorm>,
+    pub embedding: EmbeddingFrontEnd,
     pub layers: Vec<TransformerEncoderLayer>,
     pub layer_norm: Option<LayerNorm>,
     pub padding_idx: i64,
@@ -64,58 +62,22 @@ pub struct TransformerEncoder {
     pub allow_fastpath: bool,
 }
 
-/// The encoder options `TransformerModel::from_state_dict` resolves from the config.
-#[derive(Debug, Clone)]
-pub(crate) struct EncoderOptions {
-    pub embed_dim: i64,
-    pub ffn_embed_dim: i64,
-    pub layers: usize,
-    pub attention_heads: i64,
-    pub normalize_before: bool,
-    pub learned_pos: bool,
-    pub no_token_positional_embeddings: bool,
-    pub no_scale_embedding: bool,
-    pub layernorm_embedding: bool,
-    pub max_source_positions: usize,
-    pub activation_fn: ActivationFn,
-}
-
 impl TransformerEncoder {
-    pub(crate) fn load(w: &Weights, o: &EncoderOptions) -> Result<(Self, Vec<String>), ModelError> {
+    pub(crate) fn load(w: &Weights, o: &EncDecOptions) -> Result<(Self, Vec<String>), ModelError> {
         let mut warnings = Vec::new();
-        let c = o.embed_dim;
-        let embed_tokens = Embedding::load(&w.sub("embed_tokens"), c, PADDING_IDX)?;
-        let (embed_positions, layernorm_embedding) = load_positions_and_layernorm(
-            w,
-            c,
-            o.max_source_positions,
-            o.learned_pos,
-            o.no_token_positional_embeddings,
-            o.layernorm_embedding,
-        )?;
+        let embedding = EmbeddingFrontEnd::load(w, o, false)?;
         let layers = (0..o.layers)
-            .map(|i| {
-                TransformerEncoderLayer::load(
-                    &w.sub(&format!("layers.{i}")),
-                    c,
-                    o.ffn_embed_dim,
-                    o.attention_heads,
-                    o.activation_fn,
-                    o.normalize_before,
-                )
-            })
+            .map(|i| TransformerEncoderLayer::load(&w.sub(&format!("layers.{i}")), o))
             .collect::<Result<Vec<_>, _>>()?;
         // upgrade_state_dict_named: checkpoints before version 2 had no final layer norm
-        let layer_norm = LayerNorm::load_final(w, c, "encoder", o.normalize_before, |v| v >= 2.0, &mut warnings)?;
+        let layer_norm =
+            LayerNorm::load_final(w, o.embed_dim, "encoder", o.normalize_before, |v| v >= 2.0, &mut warnings)?;
         let encoder = Self {
-            embed_tokens,
-            embed_scale: if o.no_scale_embedding { 1.0 } else { (c as f64).sqrt() },
-            embed_positions,
-            layernorm_embedding,
+            embedding,
             layers,
             layer_norm,
             padding_idx: PADDING_IDX,
-            max_source_positions: o.max_source_positions,
+            max_source_positions: o.max_positions,
             allow_fastpath: true,
         };
         Ok((encoder, warnings))
@@ -123,10 +85,7 @@ impl TransformerEncoder {
 
     /// fairseq's `encoder.max_positions()`.
     pub fn max_positions(&self) -> usize {
-        match &self.embed_positions {
-            Some(p) => self.max_source_positions.min(p.max_positions()),
-            None => self.max_source_positions,
-        }
+        self.embedding.max_positions(self.max_source_positions)
     }
 
     /// The path fairseq 0.12.2 takes for this padding mask.
@@ -141,20 +100,6 @@ impl TransformerEncoder {
         let lengths = tokens.f_sum_dim_intlist(1, true, Kind::Int64)?;
         let left_aligned = Tensor::f_arange(s, (Kind::Int64, tokens.device()))?.f_unsqueeze(0)?.f_lt_tensor(&lengths)?;
         Ok(if left_aligned.f_equal(&tokens)? { EncoderPath::FastPathNested } else { EncoderPath::FastPathMasked })
-    }
-
-    /// `forward_embedding`: (scaled embeddings + positions [+ layernorm], scaled embeddings).
-    fn forward_embedding(&self, src_tokens: &Tensor) -> Result<(Tensor, Tensor), ModelError> {
-        let token_embedding = self.embed_tokens.forward(src_tokens)?;
-        let embed = token_embedding.f_mul_scalar(self.embed_scale)?;
-        let mut x = match &self.embed_positions {
-            Some(p) => embed.f_add(&p.forward(src_tokens, false)?)?,
-            None => embed.shallow_clone(),
-        };
-        if let Some(ln) = &self.layernorm_embedding {
-            x = ln.forward(&x)?;
-        }
-        Ok((x, embed))
     }
 
     /// `src_tokens` `[B, S]` int64, left- or right-padded with pad = 1.
@@ -179,7 +124,8 @@ impl TransformerEncoder {
         let (bsz, src_len) = src_tokens.size2()?;
         let encoder_padding_mask = src_tokens.f_eq(self.padding_idx)?;
         let has_pads = encoder_padding_mask.f_any()?.f_int64_value(&[])? != 0;
-        let (mut x, encoder_embedding) = self.forward_embedding(src_tokens)?;
+        let positions = self.embedding.positions(src_tokens, false)?;
+        let (mut x, encoder_embedding) = self.embedding.forward(src_tokens, positions.as_ref())?;
         if has_pads {
             let keep = encoder_padding_mask.f_unsqueeze(-1)?.f_to_kind(x.kind())?.f_rsub_scalar(1)?;
             x = x.f_mul(&keep)?;
@@ -201,7 +147,7 @@ impl TransformerEncoder {
                 }
             }
             EncoderPath::FastPathMasked | EncoderPath::FastPathNested => {
-                let c = self.embed_tokens.embedding_dim();
+                let c = x.size()[2];
                 let padded_size = [bsz, src_len, c];
                 // batch first again (a view, as in fairseq)
                 x = x.f_transpose(0, 1)?;

@@ -6,6 +6,7 @@ use tch::Tensor;
 use super::attention::MultiheadAttention;
 use super::incremental::LayerState;
 use super::nn::{ActivationFn, LayerNorm, Linear};
+use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::Weights;
 use super::ModelError;
 
@@ -25,14 +26,8 @@ pub struct TransformerEncoderLayer {
 }
 
 impl TransformerEncoderLayer {
-    pub fn load(
-        w: &Weights,
-        embed_dim: i64,
-        ffn_embed_dim: i64,
-        num_heads: i64,
-        activation_fn: ActivationFn,
-        normalize_before: bool,
-    ) -> Result<Self, ModelError> {
+    pub(crate) fn load(w: &Weights, o: &EncDecOptions) -> Result<Self, ModelError> {
+        let (embed_dim, ffn_embed_dim, num_heads) = (o.embed_dim, o.ffn_embed_dim, o.attention_heads);
         let self_attn = MultiheadAttention::load(&w.sub("self_attn"), embed_dim, embed_dim, num_heads)?;
         let self_attn_layer_norm = LayerNorm::load(&w.sub("self_attn_layer_norm"), embed_dim)?;
         let fc1 = Linear::load(&w.sub("fc1"), embed_dim, ffn_embed_dim, true)?;
@@ -64,8 +59,8 @@ impl TransformerEncoderLayer {
             fc1,
             fc2,
             final_layer_norm,
-            activation_fn,
-            normalize_before,
+            activation_fn: o.activation_fn,
+            normalize_before: o.normalize_before,
             in_proj_weight,
             in_proj_bias,
         })
@@ -140,15 +135,10 @@ pub struct TransformerDecoderLayer {
 }
 
 impl TransformerDecoderLayer {
-    pub fn load(
-        w: &Weights,
-        embed_dim: i64,
-        encoder_embed_dim: i64,
-        ffn_embed_dim: i64,
-        num_heads: i64,
-        activation_fn: ActivationFn,
-        normalize_before: bool,
-    ) -> Result<Self, ModelError> {
+    pub(crate) fn load(w: &Weights, o: &DecoderOptions) -> Result<Self, ModelError> {
+        let (embed_dim, ffn_embed_dim, num_heads) = (o.side.embed_dim, o.side.ffn_embed_dim, o.side.attention_heads);
+        let encoder_embed_dim = o.encoder_embed_dim;
+        let (activation_fn, normalize_before) = (o.side.activation_fn, o.side.normalize_before);
         Ok(Self {
             self_attn: MultiheadAttention::load(&w.sub("self_attn"), embed_dim, embed_dim, num_heads)?,
             self_attn_layer_norm: LayerNorm::load(&w.sub("self_attn_layer_norm"), embed_dim)?,

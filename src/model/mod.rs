@@ -17,13 +17,14 @@ mod encoder;
 mod incremental;
 mod layer;
 mod nn;
+mod options;
 mod transformer;
 pub mod weights;
 
 pub use attention::MultiheadAttention;
 pub use decoder::{DecoderOut, TransformerDecoder};
 pub use embedding::{
-    make_positions, Embedding, LearnedPositionalEmbedding, PositionalEmbedding,
+    make_positions, Embedding, EmbeddingFrontEnd, LearnedPositionalEmbedding, PositionalEmbedding,
     SinusoidalPositionalEmbedding,
 };
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};

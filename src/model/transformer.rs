@@ -3,9 +3,9 @@
 use indexmap::IndexMap;
 use tch::{Device, Kind, Tensor};
 
-use super::decoder::{DecoderOptions, TransformerDecoder};
-use super::encoder::{EncoderOptions, TransformerEncoder};
-use super::nn::ActivationFn;
+use super::decoder::TransformerDecoder;
+use super::encoder::TransformerEncoder;
+use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
 use super::ModelError;
 use crate::config::TransformerConfig;
@@ -21,18 +21,6 @@ pub struct TransformerModel {
     pub kind: Kind,
 }
 
-fn dim(value: i64, name: &str) -> Result<i64, ModelError> {
-    if value > 0 {
-        Ok(value)
-    } else {
-        Err(ModelError::Unsupported(format!("{name} = {value}")))
-    }
-}
-
-fn count(value: i64, name: &str) -> Result<usize, ModelError> {
-    usize::try_from(value).map_err(|_| ModelError::Unsupported(format!("{name} = {value}")))
-}
-
 impl TransformerModel {
     /// Builds every module from the state dict (constructor tree = key tree); a missing key is
     /// an error, unused keys are reported. Weights are cast to `kind` on `device`.
@@ -46,36 +34,8 @@ impl TransformerModel {
         if !matches!(kind, Kind::Float | Kind::Half | Kind::BFloat16 | Kind::Double) {
             return Err(ModelError::Unsupported(format!("model dtype {kind:?}")));
         }
-        let activation_fn = ActivationFn::from_name(&cfg.activation_fn)?;
-        let encoder_options = EncoderOptions {
-            embed_dim: dim(cfg.encoder_embed_dim, "encoder_embed_dim")?,
-            ffn_embed_dim: dim(cfg.encoder_ffn_embed_dim, "encoder_ffn_embed_dim")?,
-            layers: count(cfg.encoder_layers, "encoder_layers")?,
-            attention_heads: dim(cfg.encoder_attention_heads, "encoder_attention_heads")?,
-            normalize_before: cfg.encoder_normalize_before,
-            learned_pos: cfg.encoder_learned_pos,
-            no_token_positional_embeddings: cfg.no_token_positional_embeddings,
-            no_scale_embedding: cfg.no_scale_embedding,
-            layernorm_embedding: cfg.layernorm_embedding,
-            max_source_positions: count(cfg.max_source_positions, "max_source_positions")?,
-            activation_fn,
-        };
-        let decoder_options = DecoderOptions {
-            embed_dim: dim(cfg.decoder_embed_dim, "decoder_embed_dim")?,
-            encoder_embed_dim: encoder_options.embed_dim,
-            ffn_embed_dim: dim(cfg.decoder_ffn_embed_dim, "decoder_ffn_embed_dim")?,
-            layers: count(cfg.decoder_layers, "decoder_layers")?,
-            attention_heads: dim(cfg.decoder_attention_heads, "decoder_attention_heads")?,
-            normalize_before: cfg.decoder_normalize_before,
-            learned_pos: cfg.decoder_learned_pos,
-            output_dim: dim(cfg.decoder_output_dim, "decoder_output_dim")?,
-            no_decoder_final_norm: cfg.no_decoder_final_norm,
-            no_token_positional_embeddings: cfg.no_token_positional_embeddings,
-            no_scale_embedding: cfg.no_scale_embedding,
-            layernorm_embedding: cfg.layernorm_embedding,
-            max_target_positions: count(cfg.max_target_positions, "max_target_positions")?,
-            activation_fn,
-        };
+        let encoder_options = EncDecOptions::encoder(cfg)?;
+        let decoder_options = DecoderOptions::new(cfg)?;
 
         let state = StateDict::new(sd, device, kind);
         // One nn.Parameter under several names: load_state_dict copies each name into it in

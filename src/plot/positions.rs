@@ -19,8 +19,8 @@ pub enum Side {
 pub fn positional_table(model: &TransformerModel, side: Side, length: usize) -> Result<(Vec<Vec<f32>>, bool), PlotError> {
     let _guard = tch::no_grad_guard();
     let embed = match side {
-        Side::Encoder => model.encoder.embed_positions.as_ref(),
-        Side::Decoder => model.decoder.embed_positions.as_ref(),
+        Side::Encoder => model.encoder.embedding.embed_positions.as_ref(),
+        Side::Decoder => model.decoder.embedding.embed_positions.as_ref(),
     };
     let Some(embed) = embed else {
         return Err(PlotError::Input("the model has no positional embeddings (no_token_positional_embeddings)".into()));

@@ -258,16 +258,8 @@ impl Worker {
             self.queued.fetch_sub(n, Ordering::SeqCst);
             return;
         };
-        let sampling = options.sampling;
         let outcome: Result<Vec<Failable>, String> =
-            self.translator.generator(options.generator_config()).map_err(|e| e.to_string()).map(|generator| {
-                if sampling {
-                    tch::manual_seed(options.seed as i64);
-                }
-                let mut batching = self.batching();
-                if sampling {
-                    batching.inter_threads = 1;
-                }
+            self.translator.search(&options, self.batching()).map_err(|e| e.to_string()).map(|(generator, batching)| {
                 let tokens: Vec<Vec<i64>> = slots.iter().map(|s| s.tokens.clone()).collect();
                 match self.translator.translate_tokens(&generator, tokens, &batching, options.alignment) {
                     Ok(t) => t.into_iter().map(Ok).collect(),

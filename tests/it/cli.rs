@@ -90,7 +90,7 @@ fn doctor_shows_whether_the_kernels_are_pinned() {
     assert_eq!(plain["reproducible"], false);
     assert_eq!(plain["MKL_CBWR"], serde_json::Value::Null);
     assert_eq!(pinned["reproducible"], true);
-    assert_eq!(pinned["MKL_CBWR"], "AVX2");
+    assert_eq!(pinned["MKL_CBWR"], "AVX2,STRICT");
     assert_eq!(pinned["ATEN_CPU_CAPABILITY"], "avx2");
     assert!(pinned["cpu_vector_isa"].is_string());
 }

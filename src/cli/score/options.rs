@@ -34,12 +34,7 @@ impl Options {
         if a.buffer_size == 0 {
             bail!("--buffer-size must be at least 1");
         }
-        if a.batch_size == Some(0) {
-            bail!("--batch-size must be at least 1");
-        }
-        if a.max_tokens == Some(0) {
-            bail!("--max-tokens must be at least 1");
-        }
+        crate::cli::common::batching(a.max_tokens, a.batch_size, 1)?;
         let shard = Shard::from_args(&a.shard)?;
         if shard.is_some() && a.resume {
             bail!("--resume cannot be combined with --num-shards (rerun the shard instead)");

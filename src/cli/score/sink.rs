@@ -119,11 +119,12 @@ impl FileSink {
 
     pub(super) fn reopen(output: &Path) -> Result<(Self, Progress)> {
         let (partial_path, progress_path) = Self::paths(output);
-        let text = fs::read_to_string(&progress_path).map_err(|_| {
-            anyhow::anyhow!(
+        let text = fs::read_to_string(&progress_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow::anyhow!(
                 "--resume: no interrupted run to continue ({} does not exist)",
                 progress_path.display()
-            )
+            ),
+            _ => anyhow::Error::new(e).context(format!("--resume: cannot read {}", progress_path.display())),
         })?;
         let progress: Progress = serde_json::from_str(&text)
             .with_context(|| format!("--resume: {} is not a progress file", progress_path.display()))?;
