@@ -55,6 +55,7 @@ with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
 subprocess.run([sys.executable, "reference/run_cli.py", f.name], check=True)
 os.unlink(f.name)
 env = {k: os.environ[k] for k in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-json.dump({"environment": env, "fixtures": made}, open(f"{out}/manifest.json", "w"), indent=1)
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+json.dump({"environment": env, "cpu": cpu, "fixtures": made}, open(f"{out}/manifest.json", "w"), indent=1)
 PY
 echo "wrote $OUT"
