@@ -161,6 +161,33 @@ def interactive_to_tchseq(argv):
     return ["translate"] + args + ["--tokenizer", "none", "--bpe", "none", "--format", "fairseq"] + opts + compat
 
 
+# Option sets for fairseq's DiverseBeamSearch, DiverseSiblingsSearch and
+# LengthConstrainedBeamSearch (and --prefix-size, which fairseq-interactive accepts and ignores),
+# run on every fixture at batch 16.
+DIVERSE_SETS = [
+    ("diverse_beam_g2", ["--beam", "4", "--diverse-beam-groups", "2", "--nbest", "4"]),
+    ("diverse_beam_g4_s0.3", ["--beam", "4", "--diverse-beam-groups", "4", "--diverse-beam-strength", "0.3"]),
+    ("diversity_rate0.5", ["--diversity-rate", "0.5", "--nbest", "3"]),
+    ("diversity_rate0", ["--diversity-rate", "0"]),
+    ("prefix_size2", ["--prefix-size", "2"]),
+    ("match_source_len", ["--match-source-len", "--nbest", "2"]),
+]
+
+
+def with_options(argv, opts):
+    """argv with each --flag in opts set to its value there (replaced, or appended)."""
+    argv = list(argv)
+    i = 0
+    while i < len(opts):
+        flag, value = opts[i], opts[i + 1]
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+        i += 2
+    return argv
+
+
 def build_jobs():
     """Returns (preprocess jobs for fairseq, parity jobs)."""
     prep, jobs = [], []
@@ -179,6 +206,12 @@ def build_jobs():
                     "fairseq": g["argv"],
                     "tchseq": interactive_to_tchseq(g["argv"]),
                 })
+        # fairseq's other searches, on the batched beam-5 run's command line
+        base = fx["goldens"]["interactive"]["beam5"]["batched"]["argv"]
+        for set_name, opts in DIVERSE_SETS:
+            argv = with_options(base, opts)
+            jobs.append({"name": f"{name}/{set_name}", "kind": "interactive", "fairseq": argv,
+                         "tchseq": interactive_to_tchseq(argv)})
         # the test split binarized with this fixture's dictionaries (= fixtures.sh's bin-*/test)
         bin_dir = f"{WORK}/bin/{name}"
         prep.append({"argv": ["fairseq-preprocess", "-s", fx["source_lang"], "-t", fx["target_lang"],
@@ -216,6 +249,10 @@ def build_jobs():
         ("batch16", ["--buffer-size", "1024", "--batch-size", "16"]),
         ("batch1", ["--batch-size", "1"]),
         ("nbest2_batch16", ["--nbest", "2", "--buffer-size", "1024", "--batch-size", "16"]),
+        ("diverse_beam_g3_nbest3", ["--beam", "6", "--diverse-beam-groups", "3", "--nbest", "3",
+                                    "--buffer-size", "1024", "--batch-size", "16"]),
+        ("diversity_rate0.3_nbest2", ["--diversity-rate", "0.3", "--nbest", "2", "--buffer-size", "1024",
+                                      "--batch-size", "16"]),
     ]:
         jobs.append({
             "name": f"bundled/{tag}",

@@ -44,6 +44,7 @@ class Translator:
     def translate_batch(self, source: Sequence[Union[str, Sequence[str]]], **options) -> List[TranslationResult]:
         """Options: beam_size, num_hypotheses, length_penalty, unk_penalty, max_len_a, max_len_b, min_len,
         no_repeat_ngram_size, sampling, sampling_topk, sampling_topp, sampling_temperature, seed,
+        diverse_beam_groups, diverse_beam_strength, diversity_rate, match_source_len,
         return_alignment, batch_size, max_tokens (fairseq's names beam, nbest, lenpen, ... work too)."""
     def score_batch(self, source: Sequence[str], target: Sequence[str], max_tokens: int = 4096) -> List[ScoringResult]:
         """(source, target) pairs scored as fairseq-generate --score-reference does."""

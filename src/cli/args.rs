@@ -236,6 +236,28 @@ pub struct SearchArgs {
     /// match outputs made with fairseq 0.12.x without the CUDA extension.
     #[arg(long = "fairseq-compat-ngram")]
     pub fairseq_compat_ngram: bool,
+    /// Diverse beam search: split the beam into this many groups, each penalised for the tokens
+    /// the groups before it chose (fairseq's DiverseBeamSearch; the beam must be divisible by it).
+    #[arg(long = "diverse-beam-groups", default_value_t = -1, allow_negative_numbers = true)]
+    pub diverse_beam_groups: i64,
+    /// The penalty per earlier choice of a token, with --diverse-beam-groups.
+    #[arg(long = "diverse-beam-strength", default_value_t = 0.5, allow_negative_numbers = true)]
+    pub diverse_beam_strength: f64,
+    /// Diverse siblings search: the k-th best extension of each hypothesis loses k * rate
+    /// (fairseq's DiverseSiblingsSearch, used when the rate is above -1; 0 ranks as plain beam).
+    #[arg(long = "diversity-rate", default_value_t = -1.0, allow_negative_numbers = true)]
+    pub diversity_rate: f64,
+    /// Accepted as fairseq-interactive accepts it: it passes no prefix to the search, so this
+    /// changes nothing.
+    #[arg(long = "prefix-size", default_value_t = 0)]
+    pub prefix_size: usize,
+    /// fairseq's inference with dropout on; refused (results would be random).
+    #[arg(long = "retain-dropout")]
+    pub retain_dropout: bool,
+    /// Generate hypotheses exactly as long as their source (fairseq's
+    /// LengthConstrainedBeamSearch: EOS only after as many tokens as the source has).
+    #[arg(long = "match-source-len")]
+    pub match_source_len: bool,
 }
 
 #[derive(Debug, Args)]

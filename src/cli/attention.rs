@@ -126,6 +126,7 @@ fn side_name(kind: AttentionKind) -> &'static str {
 
 /// The best beam-search hypothesis (final EOS included), as `translate` finds it.
 fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, a: &AttentionArgs) -> Result<Vec<i64>> {
+    common::refuse_unsupported(&a.search)?;
     let cfg = common::generator_config(&common::translate_options(&a.search))?;
     let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
     let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;

@@ -169,6 +169,10 @@ pub fn translate_options(s: &SearchArgs) -> TranslateOptions {
         unnormalized: s.unnormalized,
         no_repeat_ngram_size: s.no_repeat_ngram_size,
         fairseq_compat_ngram: s.fairseq_compat_ngram,
+        diverse_beam_groups: s.diverse_beam_groups,
+        diverse_beam_strength: s.diverse_beam_strength,
+        diversity_rate: s.diversity_rate,
+        match_source_len: s.match_source_len,
         ..TranslateOptions::default()
     }
 }
@@ -180,6 +184,14 @@ pub fn generator_config(options: &TranslateOptions) -> Result<GeneratorConfig> {
     Ok(options.generator_config())
 }
 
+/// The search flags that fairseq has and this command refuses.
+pub fn refuse_unsupported(s: &SearchArgs) -> Result<()> {
+    if s.retain_dropout {
+        bail!("--retain-dropout is not supported: inference with dropout on gives random results");
+    }
+    Ok(())
+}
+
 /// `--max-tokens/--batch-size/--inter-threads` as the library's batching, checked there.
 pub fn batching(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Batching> {
     Batching::new(max_tokens, batch_size, inter_threads).map_err(|e| anyhow::anyhow!("{}", flag_names(&e)))
@@ -187,9 +199,10 @@ pub fn batching(max_tokens: Option<usize>, batch_size: Option<usize>, inter_thre
 
 /// `sampling_topk` → `--sampling-topk`, for every option that is a flag.
 fn flag_names(message: &str) -> String {
-    const FLAGS: [&str; 16] = [
+    const FLAGS: [&str; 20] = [
         "beam", "nbest", "lenpen", "unkpen", "max_len_a", "max_len_b", "min_len", "sampling", "sampling_topk",
         "sampling_topp", "temperature", "seed", "compute_type", "max_tokens", "batch_size", "inter_threads",
+        "diverse_beam_groups", "diverse_beam_strength", "diversity_rate", "match_source_len",
     ];
     let words = regex::Regex::new(r"\b[a-z_]+\b").expect("a valid pattern");
     words

@@ -170,6 +170,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
 fn validate(a: &TranslateArgs) -> Result<()> {
     // the search options are checked by the library (once, for every door)
+    common::refuse_unsupported(&a.search)?;
     common::generator_config(&options(a))?;
     common::batching(a.max_tokens, a.batch_size, 1)?;
     if !a.sentences.is_empty() && a.input.is_some() {

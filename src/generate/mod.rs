@@ -8,6 +8,7 @@
 //! the [`StepModel`] trait; [`ensemble::EnsembleModel`] implements it for real checkpoints.
 
 pub mod batching;
+mod diverse;
 pub mod ensemble;
 pub mod ngram;
 pub mod rng_replay;

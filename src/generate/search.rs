@@ -1,4 +1,5 @@
-//! fairseq 0.12.2 `search.py`: `BeamSearch.step` and `Sampling.step`, op for op.
+//! fairseq 0.12.2 `search.py`: `BeamSearch.step` and `Sampling.step`, op for op (the diverse
+//! searches are in `diverse.rs`).
 
 use tch::{Kind, Tensor};
 
@@ -12,6 +13,16 @@ pub enum SearchStrategy {
     /// `Sampling(sampling_topk, sampling_topp)`: beam candidates per sentence, drawn with
     /// `torch.multinomial` from libtorch's default CPU generator.
     Sampling { topk: i64, topp: f64 },
+    /// `DiverseBeamSearch(num_groups, diversity_strength)` (`--diverse-beam-groups`,
+    /// `--diverse-beam-strength`): the beam split into groups, each penalised for the tokens
+    /// the groups before it chose at this step.
+    DiverseBeam { groups: i64, strength: f64 },
+    /// `DiverseSiblingsSearch(diversity_rate)` (`--diversity-rate`): the k-th best extension of
+    /// each hypothesis loses `k * rate`.
+    DiverseSiblings { rate: f64 },
+    /// `LengthConstrainedBeamSearch(min_len_a=1, min_len_b=0, max_len_a=1, max_len_b=0)`, which
+    /// `--match-source-len` selects: EOS only at the source length (EOS and padding not counted).
+    MatchSourceLen,
 }
 
 /// `(scores, indices, beams)` of one search step, each `[bsz, cand_size]`.
@@ -24,31 +35,49 @@ pub struct Candidates {
 impl SearchStrategy {
     /// Candidates per sentence for a beam of `beam_size` (`cand_size` in `_generate`).
     pub fn cand_size(&self, beam_size: i64) -> i64 {
-        match self {
-            SearchStrategy::Beam => 2 * beam_size,
-            // `_generate` still allocates `2 * beam_size` offsets; `Sampling` returns beam_size.
-            SearchStrategy::Sampling { .. } => 2 * beam_size,
-        }
+        // `_generate` allocates `2 * beam_size` offsets whatever the search; `Sampling` returns
+        // only beam_size candidates.
+        let _ = self;
+        2 * beam_size
     }
 
     /// `search.step(step, lprobs, scores)`: `lprobs` is `[bsz, beam, V]`, `scores` is
-    /// `[bsz, beam, step]` (cumulative scores so far).
-    pub fn step(&self, step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
+    /// `[bsz, beam, step]` (cumulative scores so far), `src_lengths` `[bsz]` (what
+    /// `set_src_lengths` gives the searches that need it). `lprobs` may be changed in place, as
+    /// fairseq's searches change the generator's buffer.
+    pub fn step(
+        &self,
+        step: i64,
+        lprobs: &Tensor,
+        scores: &Tensor,
+        src_lengths: &Tensor,
+        eos: i64,
+    ) -> Result<Candidates, GenerateError> {
         match *self {
+            SearchStrategy::MatchSourceLen => {
+                let mut eos_column = lprobs.f_select(2, eos)?;
+                let _ = eos_column.f_masked_fill_(&src_lengths.f_gt(step)?.f_unsqueeze(1)?, f64::NEG_INFINITY)?;
+                let _ = eos_column.f_masked_fill_(&src_lengths.f_le(step)?.f_unsqueeze(1)?, 0.0)?;
+                beam_step(step, lprobs, scores)
+            }
             SearchStrategy::Beam => beam_step(step, lprobs, scores),
             SearchStrategy::Sampling { topk, topp } => sampling_step(step, lprobs, scores, topk, topp),
+            SearchStrategy::DiverseBeam { groups, strength } => {
+                super::diverse::diverse_beam_step(step, lprobs, scores, groups, strength)
+            }
+            SearchStrategy::DiverseSiblings { rate } => super::diverse::diverse_siblings_step(step, lprobs, scores, rate),
         }
     }
 }
 
-fn size3(t: &Tensor) -> Result<(i64, i64, i64), GenerateError> {
+pub(super) fn size3(t: &Tensor) -> Result<(i64, i64, i64), GenerateError> {
     match t.size().as_slice() {
         &[a, b, c] => Ok((a, b, c)),
         other => Err(GenerateError::Invariant(format!("expected a 3-d tensor, got {other:?}"))),
     }
 }
 
-fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
+pub(super) fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
     let (bsz, beam_size, vocab_size) = size3(lprobs)?;
     let lprobs = if step == 0 {
         // at the first step all hypotheses are equally likely, so use only the first beam
@@ -140,6 +169,21 @@ mod tests {
     use super::*;
     use tch::Device;
 
+    fn no_lengths() -> Tensor {
+        Tensor::zeros([1], (Kind::Int64, Device::Cpu))
+    }
+
+    #[test]
+    fn match_source_len_allows_eos_only_at_the_source_length() {
+        // two sentences of source length 1 and 3, beam 1, vocabulary 4, EOS = 2
+        let l = Tensor::full([2, 1, 4], -1.0f64, (Kind::Float, Device::Cpu));
+        let s = Tensor::zeros([2, 1, 1], (Kind::Float, Device::Cpu));
+        let lengths = Tensor::from_slice(&[1i64, 3]);
+        SearchStrategy::MatchSourceLen.step(1, &l, &s, &lengths, 2).unwrap();
+        let eos = Vec::<f32>::try_from(l.select(2, 2).view([-1])).unwrap();
+        assert_eq!(eos, [0.0, f32::NEG_INFINITY]);
+    }
+
     fn lp(rows: &[&[f32]], bsz: i64, beam: i64) -> Tensor {
         let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
         let v = rows[0].len() as i64;
@@ -150,7 +194,7 @@ mod tests {
     fn beam_step0_uses_first_beam_and_2k_candidates() {
         let l = lp(&[&[-1.0, -3.0, -0.5, -2.0, -4.0], &[-0.1, -0.1, -0.1, -0.1, -0.1]], 1, 2);
         let s = Tensor::zeros([1, 2, 0], (Kind::Float, Device::Cpu));
-        let c = SearchStrategy::Beam.step(0, &l, &s).unwrap();
+        let c = SearchStrategy::Beam.step(0, &l, &s, &no_lengths(), 2).unwrap();
         assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), vec![-0.5, -1.0, -2.0, -3.0]);
         assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), vec![2, 0, 3, 1]);
         assert_eq!(Vec::<i64>::try_from(c.beams.view([-1])).unwrap(), vec![0, 0, 0, 0]);
@@ -160,7 +204,7 @@ mod tests {
     fn beam_step_adds_cumulative_scores_and_splits_beams() {
         let l = lp(&[&[-1.0, -3.0, -0.5], &[-0.25, -2.0, -5.0]], 1, 2);
         let s = Tensor::from_slice(&[-1.0f32, -0.5]).view([1, 2, 1]);
-        let c = SearchStrategy::Beam.step(1, &l, &s).unwrap();
+        let c = SearchStrategy::Beam.step(1, &l, &s, &no_lengths(), 2).unwrap();
         // cumulative: beam0 [-2,-4,-1.5], beam1 [-0.75,-2.5,-5.5]; k = min(4, 6-1) = 4
         assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), vec![-0.75, -1.5, -2.0, -2.5]);
         assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), vec![0, 2, 0, 1]);
@@ -187,7 +231,7 @@ mod tests {
             let l = Tensor::from_slice(&logs).view([1, 1, 4]).repeat([1, 3, 1]);
             let s = Tensor::zeros([1, 3, 0], (Kind::Float, Device::Cpu));
             let strategy = SearchStrategy::Sampling { topk: 2, topp: -1.0 };
-            let c = strategy.step(0, &l, &s).unwrap();
+            let c = strategy.step(0, &l, &s, &no_lengths(), 2).unwrap();
             Vec::<i64>::try_from(c.indices.view([-1])).unwrap()
         };
         let a = run();

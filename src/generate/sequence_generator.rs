@@ -25,6 +25,13 @@ pub struct GeneratorConfig {
     pub need_attn: bool,
 }
 
+impl GeneratorConfig {
+    /// `match_source_len`: the search is `LengthConstrainedBeamSearch`.
+    fn match_source_len(&self) -> bool {
+        self.search == SearchStrategy::MatchSourceLen
+    }
+}
+
 impl Default for GeneratorConfig {
     fn default() -> Self {
         GeneratorConfig {
@@ -120,7 +127,13 @@ impl SequenceGenerator {
         let orig_bsz = bsz;
         let beam_size = self.beam_size;
         let device: Device = src_tokens.device();
-        let max_len = self.max_len(src_len, model.max_decoder_positions());
+        // the source length without EOS and padding
+        let mut src_lengths = src_tokens.f_ne(eos)?.f_logical_and(&src_tokens.f_ne(pad)?)?.f_sum_dim_intlist(1, false, Kind::Int64)?;
+        let max_len = if self.cfg.match_source_len() {
+            src_lengths.f_max()?.f_int64_value(&[])?
+        } else {
+            self.max_len(src_len, model.max_decoder_positions())
+        };
         if self.cfg.min_len > max_len {
             return Err(GenerateError::InvalidOption(format!(
                 "min_len cannot be larger than max_len ({} > {max_len}), please adjust these",
@@ -189,6 +202,8 @@ impl SequenceGenerator {
                 step,
                 &lprobs.f_view([bsz, -1, self.vocab_size])?,
                 &scores.f_view([bsz, beam_size, -1])?.f_narrow(2, 0, step)?,
+                &src_lengths,
+                eos,
             )?;
             let mut cand_scores = cands.scores;
             let mut cand_indices = cands.indices;
@@ -214,6 +229,7 @@ impl SequenceGenerator {
                     &mut finished,
                     attn.as_ref(),
                     max_len,
+                    &src_lengths,
                 )?;
                 num_remaining_sent -= finalized_sents.len() as i64;
             }
@@ -244,6 +260,7 @@ impl SequenceGenerator {
                 cand_scores = cand_scores.f_index_select(0, &bi)?;
                 cand_indices = cand_indices.f_index_select(0, &bi)?;
                 cands_to_ignore = cands_to_ignore.f_index_select(0, &bi)?;
+                src_lengths = src_lengths.f_index_select(0, &bi)?;
                 scores = scores.f_view([bsz, -1])?.f_index_select(0, &bi)?.f_view([new_bsz * beam_size, -1])?;
                 tokens = tokens.f_view([bsz, -1])?.f_index_select(0, &bi)?.f_view([new_bsz * beam_size, -1])?;
                 if let Some(a) = attn.take() {
@@ -319,6 +336,7 @@ impl SequenceGenerator {
         finished: &mut [bool],
         attn: Option<&Tensor>,
         max_len: i64,
+        src_lengths: &Tensor,
     ) -> Result<Vec<i64>, GenerateError> {
         let beam_size = self.beam_size;
         let eos = self.specials.eos;
@@ -338,6 +356,11 @@ impl SequenceGenerator {
             // Python: eos_scores /= (step + 1) ** self.len_penalty
             let denom = ((step + 1) as f64).powf(self.cfg.len_penalty);
             let _ = eos_scores.f_div_scalar_(denom)?;
+        }
+        if self.cfg.match_source_len() {
+            let unfin_idx = bbsz_idx.f_div_scalar_mode(beam_size, "trunc")?;
+            let too_long = src_lengths.f_index_select(0, &unfin_idx)?.f_lt(step)?;
+            eos_scores = eos_scores.f_masked_fill(&too_long, f64::NEG_INFINITY)?;
         }
 
         // map rows of the reduced batch back to the original sentence indices

@@ -24,6 +24,13 @@ pub struct TranslateOptions {
     pub sampling_topk: i64,
     pub sampling_topp: f64,
     pub temperature: f64,
+    /// `DiverseBeamSearch`: the beam split into this many groups (fairseq: when > 0).
+    pub diverse_beam_groups: i64,
+    pub diverse_beam_strength: f64,
+    /// `DiverseSiblingsSearch` with this rate (fairseq: when > -1).
+    pub diversity_rate: f64,
+    /// `LengthConstrainedBeamSearch`: hypotheses as long as their source.
+    pub match_source_len: bool,
     /// Seed of libtorch's generator for this request (sampling).
     pub seed: u64,
     /// Per-token log-probabilities in the reply.
@@ -54,6 +61,10 @@ impl Default for TranslateOptions {
             sampling_topk: -1,
             sampling_topp: -1.0,
             temperature: 1.0,
+            diverse_beam_groups: -1,
+            diverse_beam_strength: 0.5,
+            diversity_rate: -1.0,
+            match_source_len: false,
             seed: 1,
             token_scores: false,
             alignment: false,
@@ -78,6 +89,16 @@ impl TranslateOptions {
         }
         if !self.sampling && (self.sampling_topk > 0 || self.sampling_topp > 0.0) {
             return Err("sampling_topk/sampling_topp require sampling".into());
+        }
+        let searches = [self.sampling, self.diverse_beam_groups > 0, self.match_source_len, self.diversity_rate > 0.0];
+        if searches.iter().filter(|&&on| on).count() > 1 {
+            return Err("sampling, diverse_beam_groups, match_source_len and diversity_rate are mutually exclusive".into());
+        }
+        if self.diverse_beam_groups > 0 && beam as i64 % self.diverse_beam_groups != 0 {
+            return Err(format!("beam ({beam}) must be divisible by diverse_beam_groups ({})", self.diverse_beam_groups));
+        }
+        if !self.diverse_beam_strength.is_finite() || !self.diversity_rate.is_finite() {
+            return Err("diverse_beam_strength and diversity_rate must be finite numbers".into());
         }
         if !(self.temperature > 0.0) || !self.temperature.is_finite() {
             return Err("temperature must be a finite number greater than 0".into());
@@ -112,12 +133,23 @@ impl TranslateOptions {
             temperature: self.temperature,
             no_repeat_ngram_size: self.no_repeat_ngram_size,
             ngram_mode: if self.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
-            search: if self.sampling {
-                SearchStrategy::Sampling { topk: self.sampling_topk, topp: self.sampling_topp }
-            } else {
-                SearchStrategy::Beam
-            },
+            search: self.search(),
             need_attn: self.alignment || self.attention,
+        }
+    }
+
+    /// The `Search` fairseq's `build_generator` picks, in its order.
+    fn search(&self) -> SearchStrategy {
+        if self.sampling {
+            SearchStrategy::Sampling { topk: self.sampling_topk, topp: self.sampling_topp }
+        } else if self.diverse_beam_groups > 0 {
+            SearchStrategy::DiverseBeam { groups: self.diverse_beam_groups, strength: self.diverse_beam_strength }
+        } else if self.match_source_len {
+            SearchStrategy::MatchSourceLen
+        } else if self.diversity_rate > -1.0 {
+            SearchStrategy::DiverseSiblings { rate: self.diversity_rate }
+        } else {
+            SearchStrategy::Beam
         }
     }
 

@@ -5,6 +5,7 @@ mod bad_input;
 mod browser;
 mod bundled;
 mod cli;
+mod decoding;
 mod fairseq_out;
 mod faults;
 mod hub;

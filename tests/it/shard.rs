@@ -163,7 +163,8 @@ fn the_slurm_and_kubernetes_examples_run_the_shards_that_merge_into_one_run() {
         let status = Command::new("bash")
             .arg(examples.join("slurm.sh"))
             .env("SLURM_ARRAY_TASK_ID", i.to_string())
-            .env("SLURM_CPUS_PER_TASK", "1")
+            // the single run below uses the test thread count: the bits depend on it
+            .env("SLURM_CPUS_PER_TASK", crate::util::test_threads().to_string())
             .env("NUM_SHARDS", "3")
             .env("BUFFER_SIZE", "2")
             .env("MODEL", repo(MODEL))

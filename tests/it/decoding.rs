@@ -1,0 +1,106 @@
+//! fairseq's other searches: `--diverse-beam-groups/--diverse-beam-strength` (DiverseBeamSearch),
+//! `--diversity-rate` (DiverseSiblingsSearch), and `--prefix-size`, which fairseq-interactive
+//! accepts and ignores; against fairseq 0.12.2's output for the bundled model
+//! (tests/fixtures/decoding, made by reference/decoding_goldens.sh). `make parity` runs the same
+//! searches on every fixture, bit for bit.
+
+use std::fs;
+
+use crate::fairseq_out::{compare, parse_fairseq};
+use crate::util::{fixture, repo, tchseq};
+
+fn translate(args: &[&str]) -> std::process::Output {
+    tchseq()
+        .args(["--device", "cpu", "translate", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .args(["--format", "fairseq", "--buffer-size", "1024", "--batch-size", "16", "--input"])
+        .arg(fixture("bundled/input.en"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The same hypotheses in the same order and scores within 1e-4. The scores carry the searches'
+/// penalties, so a differing hypothesis cannot be settled as a near-tie by force-decoding: it fails.
+#[test]
+fn diverse_searches_match_fairseq_interactive() {
+    for (golden, args, hyps) in [
+        ("diverse_beam_g3_nbest3.txt", vec!["--beam", "6", "--diverse-beam-groups", "3", "--nbest", "3"], 120),
+        (
+            "diverse_beam_g2_s0.3_nbest2.txt",
+            vec!["--beam", "4", "--diverse-beam-groups", "2", "--diverse-beam-strength", "0.3", "--nbest", "2"],
+            80,
+        ),
+        ("diversity_rate0.3_nbest2.txt", vec!["--beam", "5", "--diversity-rate", "0.3", "--nbest", "2"], 80),
+    ] {
+        let out = translate(&args);
+        assert!(out.status.success(), "{golden}: {}", String::from_utf8_lossy(&out.stderr));
+        let want = parse_fairseq(&fs::read_to_string(fixture(&format!("decoding/{golden}"))).unwrap());
+        assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{golden}");
+        let c = compare(&want, &parse_fairseq(&String::from_utf8(out.stdout).unwrap()));
+        assert!(c.ok(), "{golden}: {:?}", c.failures());
+        eprintln!("{golden}: {} hypotheses, {} of {} lines bit-identical", c.hyps, c.identical_lines, c.total_lines);
+    }
+}
+
+/// The searches differ from plain beam search (else the test above would prove little).
+#[test]
+fn diverse_searches_change_the_nbest_list() {
+    let plain = parse_fairseq(&fs::read_to_string(fixture("reproducible/bundled/interactive_nbest2_batch16.txt")).unwrap());
+    let siblings = parse_fairseq(&fs::read_to_string(fixture("decoding/diversity_rate0.3_nbest2.txt")).unwrap());
+    assert_eq!(plain.len(), siblings.len());
+    let second = |e: &crate::fairseq_out::Entry| e.hyps.get(1).map(|h| h.h_str.clone());
+    let changed = plain.iter().filter(|(id, e)| second(e) != second(&siblings[*id])).count();
+    assert!(changed >= 5, "only {changed} second-best hypotheses differ");
+}
+
+/// fairseq-interactive passes no prefix tokens to the search, so `--prefix-size` changes nothing.
+#[test]
+fn prefix_size_is_accepted_and_changes_nothing_as_in_fairseq_interactive() {
+    let with = translate(&["--beam", "5", "--prefix-size", "2"]);
+    let without = translate(&["--beam", "5"]);
+    assert!(with.status.success(), "{}", String::from_utf8_lossy(&with.stderr));
+    let lines = |o: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.starts_with("W-")).map(str::to_string).collect()
+    };
+    assert_eq!(lines(&with), lines(&without));
+    let want = parse_fairseq(&fs::read_to_string(fixture("decoding/prefix_size2.txt")).unwrap());
+    let c = compare(&want, &parse_fairseq(&String::from_utf8(with.stdout).unwrap()));
+    assert!(c.ok(), "{:?}", c.failures());
+}
+
+#[test]
+fn search_flags_fairseq_refuses_or_we_do_not_have_are_one_line_errors() {
+    for (args, wanted) in [
+        (vec!["--sampling", "--beam", "2", "--nbest", "2", "--diverse-beam-groups", "2"], "mutually exclusive"),
+        (vec!["--diversity-rate", "0.5", "--diverse-beam-groups", "5"], "mutually exclusive"),
+        (vec!["--beam", "5", "--diverse-beam-groups", "2"], "--beam (5) must be divisible by --diverse-beam-groups (2)"),
+        (vec!["--retain-dropout"], "--retain-dropout is not supported"),
+        (vec!["--match-source-len", "--diverse-beam-groups", "5"], "mutually exclusive"),
+    ] {
+        let out = translate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+        assert!(errors[0].contains(wanted), "{args:?}: {stderr}");
+    }
+}
+
+/// `--match-source-len`: fairseq's LengthConstrainedBeamSearch, EOS only after as many tokens as
+/// the source has (EOS not counted).
+#[test]
+fn match_source_len_matches_fairseq_and_makes_hypotheses_as_long_as_their_source() {
+    let out = translate(&["--beam", "5", "--match-source-len", "--nbest", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got = parse_fairseq(&String::from_utf8(out.stdout).unwrap());
+    let want = parse_fairseq(&fs::read_to_string(fixture("decoding/match_source_len_nbest2.txt")).unwrap());
+    let c = compare(&want, &got);
+    assert!(c.ok(), "{:?}", c.failures());
+    for (id, e) in &got {
+        let src_len = e.src.as_deref().unwrap().split(' ').count();
+        let h = &e.hyps[0];
+        assert_eq!(h.h_str.split(' ').count(), src_len, "id {id}: {:?} for {:?}", h.h_str, e.src);
+        assert_eq!(h.p.last(), Some(&0.0), "id {id}: EOS at the source length costs nothing");
+    }
+}
