@@ -175,16 +175,21 @@ DIVERSE_SETS = [
 
 
 def with_options(argv, opts):
-    """argv with each --flag in opts set to its value there (replaced, or appended)."""
+    """argv with each --flag of opts set to the value that follows it there (replaced, or
+    appended); a flag followed by another flag (or by nothing) is a switch."""
     argv = list(argv)
     i = 0
     while i < len(opts):
-        flag, value = opts[i], opts[i + 1]
-        if flag in argv:
+        flag = opts[i]
+        value = opts[i + 1] if i + 1 < len(opts) and not opts[i + 1].startswith("--") else None
+        if value is None:
+            if flag not in argv:
+                argv.append(flag)
+        elif flag in argv:
             argv[argv.index(flag) + 1] = value
         else:
             argv += [flag, value]
-        i += 2
+        i += 1 if value is None else 2
     return argv
 
 

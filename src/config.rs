@@ -88,6 +88,13 @@ fn set_default(m: &mut Map<String, Value>, key: &str, v: impl Into<Value>) {
     }
 }
 
+/// [`set_default`] for each pair, in order (as fairseq's arch functions list them).
+fn set_defaults(m: &mut Map<String, Value>, defaults: &[(&str, i64)]) {
+    for &(key, value) in defaults {
+        set_default(m, key, value);
+    }
+}
+
 fn copy_default(m: &mut Map<String, Value>, key: &str, from: &str) {
     if !m.contains_key(key) {
         let v = m.get(from).cloned().unwrap_or(Value::Null);
@@ -145,23 +152,16 @@ pub fn apply_arch_defaults(arch: &str, m: &mut Map<String, Value>) -> Result<(),
     match arch {
         "transformer" | "transformer_wmt_en_de" => base_architecture(m),
         "transformer_tiny" => {
-            set_default(m, "encoder_embed_dim", 64);
-            set_default(m, "encoder_ffn_embed_dim", 64);
-            set_default(m, "encoder_layers", 2);
-            set_default(m, "encoder_attention_heads", 2);
-            set_default(m, "decoder_layers", 2);
-            set_default(m, "decoder_attention_heads", 2);
+            let sizes = [("encoder_embed_dim", 64), ("encoder_ffn_embed_dim", 64), ("encoder_layers", 2)];
+            set_defaults(m, &sizes);
+            set_defaults(m, &[("encoder_attention_heads", 2), ("decoder_layers", 2), ("decoder_attention_heads", 2)]);
             base_architecture(m);
         }
         "transformer_iwslt_de_en" => {
-            set_default(m, "encoder_embed_dim", 512);
-            set_default(m, "encoder_ffn_embed_dim", 1024);
-            set_default(m, "encoder_attention_heads", 4);
-            set_default(m, "encoder_layers", 6);
-            set_default(m, "decoder_embed_dim", 512);
-            set_default(m, "decoder_ffn_embed_dim", 1024);
-            set_default(m, "decoder_attention_heads", 4);
-            set_default(m, "decoder_layers", 6);
+            let encoder = [("encoder_embed_dim", 512), ("encoder_ffn_embed_dim", 1024), ("encoder_attention_heads", 4)];
+            set_defaults(m, &encoder);
+            set_defaults(m, &[("encoder_layers", 6), ("decoder_embed_dim", 512), ("decoder_ffn_embed_dim", 1024)]);
+            set_defaults(m, &[("decoder_attention_heads", 4), ("decoder_layers", 6)]);
             base_architecture(m);
         }
         "transformer_vaswani_wmt_en_de_big" => vaswani_big(m),

@@ -23,7 +23,6 @@ mod shard;
 mod side_text;
 mod verify;
 
-use clap::Parser;
 use std::process::ExitCode;
 
 use args::{Cli, Command};
@@ -37,9 +36,21 @@ pub enum Outcome {
     CheckFailed,
 }
 
+/// The command line, parsed as fairseq's argparse does in one respect: a flag given twice takes
+/// its last value (scripts that append `--beam 6` to a base command line keep working).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut command = Cli::command().args_override_self(true);
+    let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in names {
+        command = command.mut_subcommand(name, |s| s.args_override_self(true));
+    }
+    Cli::from_arg_matches(&command.try_get_matches()?)
+}
+
 pub fn main() -> ExitCode {
     ignore_file_size_signal();
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };

@@ -94,3 +94,19 @@ fn doctor_shows_whether_the_kernels_are_pinned() {
     assert_eq!(pinned["ATEN_CPU_CAPABILITY"], "avx2");
     assert!(pinned["cpu_vector_isa"].is_string());
 }
+
+/// As with fairseq's argparse, a flag given twice takes its last value, so scripts that append
+/// to a base command line keep working; repeatable flags (`serve -m`) still collect every value.
+#[test]
+fn a_repeated_flag_takes_its_last_value_as_in_fairseq() {
+    let out = crate::util::tchseq()
+        .args(["translate", "--format", "text", "--format", "fairseq", "--beam", "2", "--beam", "1", "-m"])
+        .arg(crate::util::repo("weights/multi30k.en-de"))
+        .arg("A dog runs.")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("S-0\t"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("H-")).count(), 1);
+}

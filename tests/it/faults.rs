@@ -86,3 +86,64 @@ fn input_cut_off_mid_row_costs_only_that_row() {
     assert!(rows[1].starts_with("A dog runs.,Ein Hund rennt.,-"), "{text}");
     assert!(rows[2].ends_with("\"ragged row: 1 fields, the header has 2\""), "{text}");
 }
+
+/// kill -9 at 20 points of a `score` run (spread over the clean run's duration, with a fixed
+/// pseudo-random jitter): every run finished with `--resume` equals the clean run byte for byte.
+#[test]
+fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read_to_string(crate::util::fixture("bundled/score_reference/test.bpe.en")).unwrap();
+    let tgt = std::fs::read_to_string(crate::util::fixture("bundled/score_reference/test.bpe.de")).unwrap();
+    let csv = dir.path().join("pairs.csv");
+    let mut w = csv::Writer::from_path(&csv).unwrap();
+    w.write_record(["source", "target"]).unwrap();
+    for _ in 0..12 {
+        for (s, t) in src.lines().zip(tgt.lines()) {
+            w.write_record([s, t]).unwrap();
+        }
+    }
+    w.flush().unwrap();
+    let score = |output: &std::path::Path, resume: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tchseq"));
+        cmd.env_remove("LD_LIBRARY_PATH").args(["--threads", "1", "score", "-q", "--tokenized", "--per-token", "-m"]);
+        cmd.arg(repo(MODEL)).args(["--buffer-size", "16", "--batch-size", "8", "--input"]).arg(&csv).arg("--output").arg(output);
+        if resume {
+            cmd.arg("--resume");
+        }
+        cmd
+    };
+    let clean_path = dir.path().join("clean.csv");
+    let started = std::time::Instant::now();
+    assert!(score(&clean_path, false).status().unwrap().success());
+    let clean_time = started.elapsed();
+    let clean = std::fs::read(&clean_path).unwrap();
+    assert_eq!(clean.iter().filter(|&&b| b == b'\n').count(), 1201, "a header and 1,200 rows");
+
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut interrupted = 0;
+    for k in 0..20u32 {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let jitter = (state >> 33) as f64 / (1u64 << 31) as f64;
+        let at = clean_time.mul_f64((f64::from(k) + jitter) / 20.0);
+        let output = dir.path().join(format!("run{k}.csv"));
+        let mut child = score(&output, false).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        std::thread::sleep(at);
+        let _ = child.kill();
+        let _ = child.wait();
+        let partial = dir.path().join(format!("run{k}.csv.partial.progress"));
+        if !output.exists() {
+            assert!(!output.exists() || partial.exists());
+            let resumed = if partial.exists() {
+                interrupted += 1;
+                score(&output, true).output().unwrap()
+            } else {
+                score(&output, false).output().unwrap()
+            };
+            assert!(resumed.status.success(), "run {k}: {}", String::from_utf8_lossy(&resumed.stderr));
+        }
+        assert_eq!(std::fs::read(&output).unwrap(), clean, "run {k}, killed after {at:?}");
+        assert!(!dir.path().join(format!("run{k}.csv.partial")).exists(), "run {k}: the partial file is gone");
+    }
+    assert!(interrupted >= 12, "only {interrupted} of 20 kills landed mid-run (clean run {clean_time:?})");
+    eprintln!("score: {interrupted} of 20 kill -9s landed mid-run; every --resume equals the clean run");
+}
