@@ -8,6 +8,7 @@ mod cli;
 mod decoding;
 mod fairseq_out;
 mod faults;
+mod fuzz_corpus;
 mod hub;
 mod loader;
 mod look_inside;
