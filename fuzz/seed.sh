@@ -3,7 +3,7 @@
 set -euo pipefail
 FUZZ="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$FUZZ")"
-mkdir -p "$FUZZ"/corpus/{pickle,container,torch_zip,legacy,safetensors}
+mkdir -p "$FUZZ"/corpus/{pickle,container,torch_zip,legacy,safetensors,dictionary,bpe_codes,sentencepiece_model}
 i=0
 for f in "$ROOT"/tests/fixtures/models/*/model.pt "$ROOT"/tests/fixtures/models/*/weights.pt \
          "$ROOT"/tests/fixtures/wild/*/checkpoint*.pt "$ROOT"/tests/fixtures/wild/*/checkpoints/*.pt; do
@@ -29,4 +29,10 @@ import json, struct, sys
 h = json.dumps({"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(16))
 PY
-echo "seeded $i checkpoints into $FUZZ/corpus"
+# The text readers: the bundled model's dictionaries and BPE codes, the BPE and sentencepiece
+# fixtures.
+cp "$ROOT"/weights/multi30k.en-de/dict.*.txt "$FUZZ/corpus/dictionary/"
+cp "$ROOT"/tests/fixtures/text/bpecodes* "$FUZZ/corpus/bpe_codes/"
+cp "$ROOT/weights/multi30k.en-de/bpecodes" "$FUZZ/corpus/bpe_codes/bundled"
+cp "$ROOT"/tests/fixtures/text/spm/*.model "$FUZZ/corpus/sentencepiece_model/"
+echo "seeded $i checkpoints and the text readers' files into $FUZZ/corpus"

@@ -1,17 +1,24 @@
 //! The fuzz corpus, replayed on stable Rust through the fuzz targets' own entry points
-//! (fuzz/fuzz_targets): the minimized inputs the campaigns kept (fuzz/corpus-min/<target>/) and
-//! the checkpoints they were seeded with (fuzz/seed.sh: the fixtures). Each must return, Ok or
-//! Err, without a panic.
+//! (fuzz/fuzz_targets, fuzz/src/lib.rs): the minimized inputs the campaigns kept
+//! (fuzz/corpus-min/<target>/) and the checkpoints they were seeded with (fuzz/seed.sh: the
+//! fixtures). Each must return, Ok or Err, without a panic.
 
 use std::path::PathBuf;
 
 use tchseq::checkpoint::container::{self, legacy, safetensors, torch_zip, RawFile};
 use tchseq::checkpoint::pickle::{self, Node};
 use tchseq::checkpoint::pyjson;
+use tchseq::text::bpe::Bpe;
+use tchseq::text::dictionary::Dictionary;
+use tchseq::text::sentencepiece::SentencePieceModel;
 
 use crate::util::repo;
 
-const TARGETS: [&str; 5] = ["pickle", "container", "torch_zip", "legacy", "safetensors"];
+const TARGETS: [&str; 8] =
+    ["pickle", "container", "torch_zip", "legacy", "safetensors", "dictionary", "bpe_codes", "sentencepiece_model"];
+
+/// What the text targets encode with what they read (fuzz/src/lib.rs's `SENTENCE`).
+const SENTENCE: &str = "A man in an orange hat, staring at something — \u{e9}t\u{e9} 2024!";
 
 fn corpus(target: &str) -> Vec<PathBuf> {
     let dir = repo("fuzz/corpus-min").join(target);
@@ -66,6 +73,23 @@ fn replay(target: &str, data: &[u8]) {
         "torch_zip" => torch_zip::read(data).iter().for_each(|raw| storages(raw, data)),
         "legacy" => legacy::read(data).iter().for_each(|raw| storages(raw, data)),
         "safetensors" => safetensors::read(data).iter().for_each(|raw| storages(raw, data)),
+        "dictionary" => {
+            if let Ok(d) = Dictionary::from_bytes(data) {
+                let ids = d.encode_line(SENTENCE, true);
+                let _ = d.string(&ids, Some("@@ "), false, &[]);
+            }
+        }
+        "bpe_codes" => {
+            let text = String::from_utf8_lossy(data);
+            for codes in [Bpe::subword_nmt_from_str(&text), Bpe::fastbpe_from_str(&text)].into_iter().flatten() {
+                let _ = codes.encode(SENTENCE);
+            }
+        }
+        "sentencepiece_model" => {
+            if let Ok(m) = SentencePieceModel::from_bytes(data) {
+                let _ = m.encode_as_string(SENTENCE);
+            }
+        }
         other => panic!("unknown target {other}"),
     }
 }
