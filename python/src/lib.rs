@@ -140,13 +140,36 @@ enum Input {
     Tokens(Vec<Vec<String>>),
 }
 
-fn translate_all(t: &HubTranslator, input: Input, options: &TranslateOptions, batching: &Batching) -> Result<Vec<TranslationResult>, String> {
+/// What a sentence's hypotheses must begin with: target text, subword tokens, or nothing.
+enum Prefix {
+    None,
+    Text(String),
+    Tokens(Vec<String>),
+}
+
+fn translate_all(
+    t: &HubTranslator,
+    input: Input,
+    prefixes: &[Prefix],
+    options: &TranslateOptions,
+    batching: &Batching,
+) -> Result<Vec<TranslationResult>, String> {
     let tokens: Vec<Vec<i64>> = match &input {
         Input::Text(lines) => lines.iter().map(|l| t.encode(l.trim())).collect(),
         Input::Tokens(toks) => toks.iter().map(|s| t.src_dict.encode_line(&s.join(" "), true)).collect(),
     };
+    let prefixes: Vec<Vec<i64>> = prefixes
+        .iter()
+        .map(|p| match p {
+            Prefix::None => Vec::new(),
+            Prefix::Text(text) => t.encode_target_prefix(text.trim()),
+            Prefix::Tokens(tokens) => t.tgt_dict.encode_line(&tokens.join(" "), false),
+        })
+        .collect();
     let (generator, batching) = t.search(options, *batching).map_err(|e| e.to_string())?;
-    let translations = t.translate_tokens(&generator, tokens, &batching, options.alignment).map_err(|e| e.to_string())?;
+    let translations = t
+        .translate_tokens_with_prefixes(&generator, tokens, &prefixes, &batching, options.alignment)
+        .map_err(|e| e.to_string())?;
     translations
         .into_iter()
         .enumerate()
@@ -210,7 +233,7 @@ impl Translator {
     fn translate(&self, py: Python<'_>, sentences: Vec<String>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
         let (opts, batch_size, max_tokens) = self::options(options)?;
         let batching = self.batching(batch_size, max_tokens)?;
-        let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &opts, &batching))?;
+        let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &[], &opts, &batching))?;
         Ok(results.into_iter().map(|r| r.texts.into_iter().next().unwrap_or_default()).collect())
     }
 
@@ -219,8 +242,16 @@ impl Translator {
     /// max_len_a, max_len_b (200), min_len (1), no_repeat_ngram_size, sampling,
     /// sampling_topk, sampling_topp, sampling_temperature, seed, return_alignment,
     /// batch_size / max_tokens (default: one sentence per batch, as fairseq-interactive).
-    #[pyo3(signature = (source, **options))]
-    fn translate_batch(&self, py: Python<'_>, source: &Bound<'_, PyList>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<TranslationResult>> {
+    /// `target_prefix`: per sentence, target text (or a list of subword tokens, or None) that
+    /// its hypotheses must begin with (fairseq's `prefix_tokens`).
+    #[pyo3(signature = (source, target_prefix = None, **options))]
+    fn translate_batch(
+        &self,
+        py: Python<'_>,
+        source: &Bound<'_, PyList>,
+        target_prefix: Option<&Bound<'_, PyList>>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Vec<TranslationResult>> {
         let (opts, batch_size, max_tokens) = self::options(options)?;
         let batching = self.batching(batch_size, max_tokens)?;
         let input = if source.iter().all(|s| s.is_instance_of::<PyString>()) {
@@ -228,7 +259,29 @@ impl Translator {
         } else {
             Input::Tokens(source.extract().map_err(|_| value_error("source must be a list of strings or a list of token lists"))?)
         };
-        self.run(py, move |t| translate_all(t, input, &opts, &batching))
+        let prefixes: Vec<Prefix> = match target_prefix {
+            None => Vec::new(),
+            Some(list) => {
+                if list.len() != source.len() {
+                    return Err(value_error(format!("{} target prefixes for {} sentences", list.len(), source.len())));
+                }
+                list.iter()
+                    .map(|p| {
+                        if p.is_none() {
+                            Ok(Prefix::None)
+                        } else if let Ok(text) = p.extract::<String>() {
+                            Ok(Prefix::Text(text))
+                        } else {
+                            let tokens: Vec<String> = p.extract().map_err(|_| {
+                                value_error("a target prefix must be a string, a list of subword tokens or None")
+                            })?;
+                            Ok(Prefix::Tokens(tokens))
+                        }
+                    })
+                    .collect::<PyResult<_>>()?
+            }
+        };
+        self.run(py, move |t| translate_all(t, input, &prefixes, &opts, &batching))
     }
 
     /// (source, target) pairs scored as `fairseq-generate --score-reference` does.

@@ -41,11 +41,18 @@ class Translator:
     ) -> None: ...
     def translate(self, sentences: Sequence[str], **options) -> List[str]:
         """Raw text in, the best translation of each sentence out (tchseq translate --format text)."""
-    def translate_batch(self, source: Sequence[Union[str, Sequence[str]]], **options) -> List[TranslationResult]:
+    def translate_batch(
+        self,
+        source: Sequence[Union[str, Sequence[str]]],
+        target_prefix: Optional[Sequence[Union[str, Sequence[str], None]]] = None,
+        **options,
+    ) -> List[TranslationResult]:
         """Options: beam_size, num_hypotheses, length_penalty, unk_penalty, max_len_a, max_len_b, min_len,
         no_repeat_ngram_size, sampling, sampling_topk, sampling_topp, sampling_temperature, seed,
         diverse_beam_groups, diverse_beam_strength, diversity_rate, match_source_len,
-        return_alignment, batch_size, max_tokens (fairseq's names beam, nbest, lenpen, ... work too)."""
+        return_alignment, batch_size, max_tokens (fairseq's names beam, nbest, lenpen, ... work too).
+        target_prefix: per sentence, target text (or subword tokens, or None) that its hypotheses
+        begin with (fairseq's prefix_tokens)."""
     def score_batch(self, source: Sequence[str], target: Sequence[str], max_tokens: int = 4096) -> List[ScoringResult]:
         """(source, target) pairs scored as fairseq-generate --score-reference does."""
     @property

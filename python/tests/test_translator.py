@@ -101,3 +101,30 @@ def test_threads_share_one_translator(translator):
 def test_load_report_is_json(translator):
     report = json.loads(translator.report)
     assert report["source_lang"] == "en" and report["target_lang"] == "de"
+
+
+def test_target_prefix_matches_fairseqs_prefix_tokens(translator):
+    # fairseq's hub generate(..., inference_step_args={"prefix_tokens": ...}), one sentence per
+    # call (reference/prefix_goldens.py)
+    cases = json.loads((ROOT / "tests" / "fixtures" / "decoding" / "prefix.json").read_text())
+    for c in cases:
+        prefix = c["prefix"] or None
+        r = translator.translate_batch([c["source"]], target_prefix=[prefix], beam_size=5, num_hypotheses=2)[0]
+        want = c["hypotheses"]
+        assert [" ".join(h) for h in r.hypotheses] == [h["tokens"] for h in want], c["source"]
+        assert r.texts == [h["text"] for h in want]
+        assert r.scores == pytest.approx([h["score"] for h in want], abs=1e-4)
+        for ours, theirs in zip(r.token_scores, want):
+            assert ours == pytest.approx(theirs["positional_scores"], abs=1e-4)
+        if prefix:
+            assert all(t.startswith(prefix) for t in r.texts)
+
+
+def test_target_prefix_as_tokens_and_its_errors(translator):
+    as_text = translator.translate_batch(["Two dogs are playing in the snow."], target_prefix=["Im Schnee"])[0]
+    as_tokens = translator.translate_batch(["Two dogs are playing in the snow."], target_prefix=[["Im", "Schnee"]])[0]
+    assert as_text.hypotheses == as_tokens.hypotheses
+    with pytest.raises(ValueError, match="2 target prefixes for 1 sentences"):
+        translator.translate_batch(["A dog."], target_prefix=["Ein", "Hund"])
+    with pytest.raises(ValueError, match="end-of-sentence"):
+        translator.translate_batch(["A dog."], target_prefix=[["</s>"]])

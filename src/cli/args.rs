@@ -188,6 +188,15 @@ pub struct PipelineArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    /// One sentence per line, as fairseq-interactive reads them.
+    Text,
+    /// One JSON object per line: `{"src": "...", "prefix": "..."}`; the hypotheses begin with
+    /// `prefix` (target text, optional).
+    Jsonl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TranslateFormat {
     /// One detokenized best hypothesis per input line.
     Text,
@@ -281,6 +290,10 @@ pub struct TranslateArgs {
     /// natural log in `jsonl`.
     #[arg(long, value_enum, default_value_t = TranslateFormat::Text)]
     pub format: TranslateFormat,
+    /// Input format: `text` lines, or `jsonl` objects with a source and an optional target
+    /// prefix that the hypotheses must begin with (fairseq's `prefix_tokens`).
+    #[arg(long = "input-format", value_enum, default_value_t = InputFormat::Text)]
+    pub input_format: InputFormat,
     #[command(flatten)]
     pub search: SearchArgs,
     /// Hypotheses printed per sentence.

@@ -9,7 +9,7 @@ use std::io::{self, BufReader, Write};
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 
-use super::args::{DtypeArg, GlobalArgs, TranslateArgs, TranslateFormat};
+use super::args::{DtypeArg, GlobalArgs, InputFormat, TranslateArgs, TranslateFormat};
 use super::common;
 use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
@@ -93,9 +93,9 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let mut next_id = 0usize;
     // Unreadable lines wait at their place but take no room: the buffers of readable lines, and
     // so their batches, are those of the same input without the unreadable lines.
-    let mut buffer: Vec<Result<String, BadLine>> = Vec::with_capacity(buffer_size);
+    let mut buffer: Vec<Result<Sentence, BadLine>> = Vec::with_capacity(buffer_size);
     let mut readable = 0usize;
-    let mut flush = |buffer: &mut Vec<Result<String, BadLine>>, out: &mut Box<dyn Write + '_>, next_id: &mut usize| -> Result<()> {
+    let mut flush = |buffer: &mut Vec<Result<Sentence, BadLine>>, out: &mut Box<dyn Write + '_>, next_id: &mut usize| -> Result<()> {
         if buffer.is_empty() {
             return Ok(());
         }
@@ -105,16 +105,35 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             buffer.clear();
             return Ok(());
         }
-        let good: Vec<&str> = buffer.iter().filter_map(|l| l.as_deref().ok()).collect();
+        // a prefix holding </s> is this line's error (fairseq's prefix search cannot take one)
+        let eos = ctx.translator.tgt_dict.eos();
+        for entry in buffer.iter_mut() {
+            if let Ok(s) = entry {
+                let ids = s.prefix.as_deref().map_or_else(Vec::new, |p| ctx.translator.encode_target_prefix(p));
+                if ids.contains(&eos) {
+                    let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
+                    *entry = Err(BadLine { kind: "a prefix with </s>", reason });
+                } else {
+                    s.prefix_ids = ids;
+                }
+            }
+        }
+        let good: Vec<&Sentence> = buffer.iter().filter_map(|l| l.as_ref().ok()).collect();
+        let tokens: Vec<Vec<i64>> = good.iter().map(|s| ctx.translator.encode(&s.src)).collect();
+        let prefixes: Vec<Vec<i64>> = match good.iter().any(|s| !s.prefix_ids.is_empty()) {
+            true => good.iter().map(|s| s.prefix_ids.clone()).collect(),
+            false => Vec::new(),
+        };
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
-        let translated = ctx.translator.translate(&ctx.generator, &good, &ctx.batching, ctx.print_alignment)?;
+        let t = &ctx.translator;
+        let translated = t.translate_tokens_with_prefixes(&ctx.generator, tokens, &prefixes, &ctx.batching, ctx.print_alignment)?;
         let mut translated = translated.into_iter().map(LineResult::Translated);
         let n = buffer.len();
         for (i, entry) in buffer.drain(..).enumerate() {
             let (line, result) = match entry {
-                Ok(line) => {
+                Ok(sentence) => {
                     let result = translated.next().context("internal error: a line was not translated")?;
-                    (Some(line), result)
+                    (Some(sentence.src), result)
                 }
                 Err(bad) => (None, LineResult::Unreadable(bad)),
             };
@@ -131,7 +150,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     };
     if !a.sentences.is_empty() {
         for s in &a.sentences {
-            buffer.push(Ok(py_strip(s).to_string()));
+            buffer.push(Ok(Sentence { src: py_strip(s).to_string(), prefix: None, prefix_ids: Vec::new() }));
             if buffer.len() >= buffer_size {
                 flush(&mut buffer, &mut out, &mut next_id)?;
             }
@@ -146,10 +165,13 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         };
         for line in lines(reader, newlines) {
             match line.context("reading input")? {
-                Ok(line) => {
-                    buffer.push(Ok(py_strip(&line).to_string()));
-                    readable += 1;
-                }
+                Ok(line) => match sentence(&line, a.input_format) {
+                    Ok(s) => {
+                        buffer.push(Ok(s));
+                        readable += 1;
+                    }
+                    Err(bad) => buffer.push(Err(bad)),
+                },
                 Err(bad) => buffer.push(Err(bad)),
             }
             // an unreadable line with no readable line before it is written at once
@@ -191,6 +213,33 @@ fn options(a: &TranslateArgs) -> TranslateOptions {
         alignment: a.print_alignment,
         ..common::translate_options(&a.search)
     }
+}
+
+/// One input sentence, and the target text its hypotheses must begin with.
+struct Sentence {
+    src: String,
+    prefix: Option<String>,
+    /// The prefix's target token ids, once encoded.
+    prefix_ids: Vec<i64>,
+}
+
+/// An input line as `--input-format` reads it.
+fn sentence(line: &str, format: InputFormat) -> Result<Sentence, BadLine> {
+    if format == InputFormat::Text {
+        return Ok(Sentence { src: py_strip(line).to_string(), prefix: None, prefix_ids: Vec::new() });
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Record {
+        src: String,
+        prefix: Option<String>,
+    }
+    let record: Record = serde_json::from_str(line).map_err(|e| BadLine {
+        kind: "not a JSON object with a string `src` (and an optional `prefix`)",
+        reason: format!("not a JSON object with a string `src` (and an optional `prefix`): {e}"),
+    })?;
+    let prefix = record.prefix.map(|p| py_strip(&p).to_string()).filter(|p| !p.is_empty());
+    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix, prefix_ids: Vec::new() })
 }
 
 /// fairseq-interactive: `--buffer-size` < 1 means 1, and `--batch-size` may not exceed it. When

@@ -117,6 +117,17 @@ impl SequenceGenerator {
         model: &mut M,
         src_tokens: &Tensor,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
+        self.generate_with_prefix(model, src_tokens, None)
+    }
+
+    /// [`Self::generate`] with fairseq's `prefix_tokens`: `[bsz, P]`, right-padded with pad; each
+    /// row's hypotheses begin with its prefix (which may not hold EOS).
+    pub fn generate_with_prefix<M: StepModel>(
+        &self,
+        model: &mut M,
+        src_tokens: &Tensor,
+        prefix_tokens: Option<&Tensor>,
+    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let Specials { pad, eos, unk } = self.specials;
         let size = src_tokens.size();
@@ -141,6 +152,18 @@ impl SequenceGenerator {
             )));
         }
         let i64opts = (Kind::Int64, device);
+        let mut prefix_tokens = match prefix_tokens {
+            Some(p) => {
+                if p.dim() != 2 || p.size()[0] != bsz {
+                    return Err(bad(format!("prefix_tokens {:?} for {bsz} sentences", p.size())));
+                }
+                if p.f_eq(eos)?.f_any()?.f_int64_value(&[])? != 0 {
+                    return Err(GenerateError::InvalidOption("a target prefix cannot contain the end-of-sentence symbol".into()));
+                }
+                Some(p.f_to_device(device)?)
+            }
+            None => None,
+        };
 
         let new_order = Tensor::f_arange(bsz, i64opts)?.f_view([-1, 1])?.f_repeat([1, beam_size])?.f_view([-1])?;
         model.begin(src_tokens, &new_order)?;
@@ -180,9 +203,13 @@ impl SequenceGenerator {
                 let _ = lprobs.f_slice(1, None, eos, 1)?.f_fill_(f64::NEG_INFINITY)?;
                 let _ = lprobs.f_slice(1, eos + 1, None, 1)?.f_fill_(f64::NEG_INFINITY)?;
             }
-            if step < self.cfg.min_len {
-                // minimum length constraint
-                let _ = lprobs.f_select(1, eos)?.f_fill_(f64::NEG_INFINITY)?;
+            match prefix_tokens.as_ref().filter(|p| step < p.size()[1] && step < max_len) {
+                Some(prefix) => self.prefix_step(step, &mut lprobs, prefix)?,
+                // minimum length constraint (does not apply on prefix steps)
+                None if step < self.cfg.min_len => {
+                    let _ = lprobs.f_select(1, eos)?.f_fill_(f64::NEG_INFINITY)?;
+                }
+                None => {}
             }
 
             if let Some(a) = avg_attn.as_ref() {
@@ -261,6 +288,9 @@ impl SequenceGenerator {
                 cand_indices = cand_indices.f_index_select(0, &bi)?;
                 cands_to_ignore = cands_to_ignore.f_index_select(0, &bi)?;
                 src_lengths = src_lengths.f_index_select(0, &bi)?;
+                if let Some(p) = prefix_tokens.take() {
+                    prefix_tokens = Some(p.f_index_select(0, &bi)?);
+                }
                 scores = scores.f_view([bsz, -1])?.f_index_select(0, &bi)?.f_view([new_bsz * beam_size, -1])?;
                 tokens = tokens.f_view([bsz, -1])?.f_index_select(0, &bi)?.f_view([new_bsz * beam_size, -1])?;
                 if let Some(a) = attn.take() {
@@ -322,6 +352,25 @@ impl SequenceGenerator {
             *hypos = order.iter().map(|&i| old[i as usize].clone()).collect();
         }
         Ok(finalized)
+    }
+
+    /// `_prefix_tokens` without its EOS branch (prefixes hold no EOS): on rows whose prefix
+    /// has a token at `step`, every other token gets -inf and the prefix token keeps its score.
+    fn prefix_step(&self, step: i64, lprobs: &mut Tensor, prefix_tokens: &Tensor) -> Result<(), GenerateError> {
+        let beam_size = self.beam_size;
+        let prefix_toks = prefix_tokens.f_select(1, step)?.f_unsqueeze(-1)?.f_repeat([1, beam_size])?.f_view([-1])?;
+        let prefix_lprobs = lprobs.f_gather(-1, &prefix_toks.f_unsqueeze(-1)?, false)?;
+        let rows = prefix_toks.f_ne(self.specials.pad)?.f_nonzero()?.f_squeeze_dim(1)?;
+        if rows.numel() == 0 {
+            return Ok(());
+        }
+        let forced = lprobs.f_index_select(0, &rows)?.f_fill_(f64::NEG_INFINITY)?.f_scatter(
+            -1,
+            &prefix_toks.f_index_select(0, &rows)?.f_unsqueeze(-1)?,
+            &prefix_lprobs.f_index_select(0, &rows)?,
+        )?;
+        let _ = lprobs.f_index_copy_(0, &rows, &forced)?;
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -176,6 +176,11 @@ impl Translator {
         self.translate_tokens(generator, tokens, batching, alignment)
     }
 
+    /// Target text → the token ids of a forced prefix (tokenizer, BPE, dictionary; no EOS).
+    pub fn encode_target_prefix(&self, text: &str) -> Vec<i64> {
+        self.tgt_dict.encode_line(&self.target_pipeline.encode(text), false)
+    }
+
     /// [`Translator::translate`] for sentences already encoded.
     pub fn translate_tokens(
         &self,
@@ -184,6 +189,27 @@ impl Translator {
         batching: &Batching,
         alignment: bool,
     ) -> Result<Vec<Translation>, GenerateError> {
+        self.translate_tokens_with_prefixes(generator, tokens, &[], batching, alignment)
+    }
+
+    /// [`Translator::translate_tokens`] where sentence `i`'s hypotheses begin with `prefixes[i]`
+    /// (target token ids, no EOS; fairseq's `prefix_tokens`). `prefixes` is empty, or one per
+    /// sentence (an empty prefix forces nothing).
+    pub fn translate_tokens_with_prefixes(
+        &self,
+        generator: &SequenceGenerator,
+        tokens: Vec<Vec<i64>>,
+        prefixes: &[Vec<i64>],
+        batching: &Batching,
+        alignment: bool,
+    ) -> Result<Vec<Translation>, GenerateError> {
+        if !prefixes.is_empty() && prefixes.len() != tokens.len() {
+            return Err(GenerateError::InvalidOption(format!(
+                "{} target prefixes for {} sentences",
+                prefixes.len(),
+                tokens.len()
+            )));
+        }
         if tokens.is_empty() {
             // an empty buffer must not draw from the generator
             return Ok(Vec::new());
@@ -214,8 +240,10 @@ impl Translator {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
             let collated = collate(&samples, pad)?;
             let src_tokens = collated.src_tokens.f_to_device(device)?;
+            let prefix_tokens = batch_prefixes(prefixes, &collated.ids, tgt_pad)?;
             let start = Instant::now();
-            let mut hypos = generator.generate(&mut EnsembleModel::new(models)?, &src_tokens)?;
+            let mut hypos =
+                generator.generate_with_prefix(&mut EnsembleModel::new(models)?, &src_tokens, prefix_tokens.as_ref())?;
             let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
             if alignment {
                 for (row, hs) in hypos.iter_mut().enumerate() {
@@ -292,4 +320,19 @@ fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, 
         out.push((word_of(src, best) - 1, word_of(&h.tokens, t) - 1));
     }
     out
+}
+
+/// The prefixes of a batch's rows, right-padded with `pad` (fairseq's `prefix_tokens`), or
+/// `None` when no row has one.
+fn batch_prefixes(prefixes: &[Vec<i64>], ids: &[usize], pad: i64) -> Result<Option<tch::Tensor>, GenerateError> {
+    let rows: Vec<&[i64]> = ids.iter().map(|&i| prefixes.get(i).map_or(&[][..], Vec::as_slice)).collect();
+    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    if width == 0 {
+        return Ok(None);
+    }
+    let mut flat = vec![pad; rows.len() * width];
+    for (r, row) in rows.iter().enumerate() {
+        flat[r * width..r * width + row.len()].copy_from_slice(row);
+    }
+    Ok(Some(tch::Tensor::from_slice(&flat).f_view([rows.len() as i64, width as i64])?))
 }

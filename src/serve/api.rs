@@ -118,6 +118,9 @@ impl OneOrMany {
 pub struct TranslateRequest {
     pub model: Option<String>,
     pub text: OneOrMany,
+    /// Per sentence, target text its hypotheses must begin with (`null`: none).
+    #[serde(default)]
+    pub target_prefix: Option<Vec<Option<String>>>,
     #[serde(default)]
     pub options: TranslateOptions,
 }

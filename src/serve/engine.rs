@@ -53,7 +53,13 @@ pub type SentenceResult = Result<Vec<Hypothesis>, String>;
 pub type PairResult = Result<(Scored, Vec<String>), String>;
 
 pub enum Work {
-    Translate { sentences: Vec<String>, options: TranslateOptions, reply: oneshot::Sender<Vec<SentenceResult>> },
+    /// `prefixes`: empty, or per sentence the target text its hypotheses must begin with.
+    Translate {
+        sentences: Vec<String>,
+        prefixes: Vec<Option<String>>,
+        options: TranslateOptions,
+        reply: oneshot::Sender<Vec<SentenceResult>>,
+    },
     Score { pairs: Vec<(String, String)>, reply: oneshot::Sender<Vec<PairResult>> },
 }
 
@@ -146,11 +152,13 @@ struct Worker {
     held: VecDeque<Job>,
 }
 
-/// An encoded sentence of a gathered buffer: which job, which sentence, its tokens.
+/// An encoded sentence of a gathered buffer: which job, which sentence, its tokens and the
+/// target prefix it must begin with.
 struct Slot {
     job: usize,
     index: usize,
     tokens: Vec<i64>,
+    prefix: Vec<i64>,
 }
 
 impl Worker {
@@ -235,7 +243,7 @@ impl Worker {
         let mut results: Vec<Vec<SentenceResult>> = Vec::new();
         let mut options = None;
         for (j, job) in group.into_iter().enumerate() {
-            let Work::Translate { sentences, options: o, reply } = job.work else { continue };
+            let Work::Translate { sentences, prefixes, options: o, reply } = job.work else { continue };
             let mut out: Vec<SentenceResult> = Vec::with_capacity(sentences.len());
             for (index, s) in sentences.iter().enumerate() {
                 let tokens = self.translator.encode(s.trim());
@@ -247,7 +255,11 @@ impl Worker {
                     )));
                 } else {
                     out.push(Err(String::new()));
-                    slots.push(Slot { job: j, index, tokens });
+                    let prefix = match prefixes.get(index) {
+                        Some(Some(p)) => self.translator.encode_target_prefix(p),
+                        _ => Vec::new(),
+                    };
+                    slots.push(Slot { job: j, index, tokens, prefix });
                 }
             }
             results.push(out);
@@ -261,13 +273,16 @@ impl Worker {
         let outcome: Result<Vec<Failable>, String> =
             self.translator.search(&options, self.batching()).map_err(|e| e.to_string()).map(|(generator, batching)| {
                 let tokens: Vec<Vec<i64>> = slots.iter().map(|s| s.tokens.clone()).collect();
-                match self.translator.translate_tokens(&generator, tokens, &batching, options.alignment) {
+                let prefixes: Vec<Vec<i64>> = slots.iter().map(|s| s.prefix.clone()).collect();
+                let t = &self.translator;
+                match t.translate_tokens_with_prefixes(&generator, tokens, &prefixes, &batching, options.alignment) {
                     Ok(t) => t.into_iter().map(Ok).collect(),
                     // a failing batch fails only the sentences that fail alone
                     Err(_) => slots
                         .iter()
                         .map(|s| {
-                            let one = self.translator.translate_tokens(&generator, vec![s.tokens.clone()], &batching, options.alignment);
+                            let (one_tokens, one_prefix) = (vec![s.tokens.clone()], [s.prefix.clone()]);
+                            let one = t.translate_tokens_with_prefixes(&generator, one_tokens, &one_prefix, &batching, options.alignment);
                             one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
                         })
                         .collect(),

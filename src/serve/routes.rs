@@ -71,20 +71,36 @@ fn submit_error(e: SubmitError) -> ApiError {
 
 /// Queues the sentences on the model's engine and waits for their results.
 async fn translate(app: &AppState, m: &Served, sentences: Vec<String>, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
+    translate_with_prefixes(app, m, sentences, Vec::new(), options).await
+}
+
+/// [`translate`] where each sentence's hypotheses begin with its target prefix (`prefixes` is
+/// empty or one per sentence; `None` forces nothing).
+async fn translate_with_prefixes(
+    app: &AppState,
+    m: &Served,
+    sentences: Vec<String>,
+    prefixes: Vec<Option<String>>,
+    options: TranslateOptions,
+) -> Result<Vec<SentenceResult>, ApiError> {
     check_count(app, sentences.len())?;
+    if !prefixes.is_empty() && prefixes.len() != sentences.len() {
+        return Err(ApiError::bad_request(format!("{} target prefixes for {} sentences", prefixes.len(), sentences.len())));
+    }
     options.check().map_err(ApiError::bad_request)?;
     if options.beam > MAX_BEAM || options.max_len_b > MAX_LEN_B || options.min_len > MAX_LEN_B {
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }
     let (reply, rx) = oneshot::channel();
-    m.engine.submit(Work::Translate { sentences, options, reply }).map_err(submit_error)?;
+    m.engine.submit(Work::Translate { sentences, prefixes, options, reply }).map_err(submit_error)?;
     rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))
 }
 
 pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<TranslateRequest>) -> Result<Json<TranslateReply>, ApiError> {
     let m = model(&app, req.model.as_deref())?;
     let sentences = req.text.into_vec();
-    let results = translate(&app, m, sentences.clone(), req.options).await?;
+    let prefixes = req.target_prefix.unwrap_or_default();
+    let results = translate_with_prefixes(&app, m, sentences.clone(), prefixes, req.options).await?;
     let translations = sentences
         .into_iter()
         .zip(results)

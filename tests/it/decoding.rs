@@ -104,3 +104,57 @@ fn match_source_len_matches_fairseq_and_makes_hypotheses_as_long_as_their_source
         assert_eq!(h.p.last(), Some(&0.0), "id {id}: EOS at the source length costs nothing");
     }
 }
+
+/// `--input-format jsonl` with a target `prefix` per line: the hypotheses fairseq's
+/// `prefix_tokens` gives (tests/fixtures/decoding/prefix.json, made by
+/// reference/prefix_goldens.py through fairseq's hub, one sentence per batch); a line that is
+/// not a JSON object is an error record at its place, and the others are translated.
+#[test]
+fn jsonl_input_with_a_target_prefix_matches_fairseqs_prefix_tokens() {
+    let cases: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(fixture("decoding/prefix.json")).unwrap()).unwrap();
+    let cases = cases.as_array().unwrap();
+    let mut input = String::new();
+    for (i, c) in cases.iter().enumerate() {
+        if i == 2 {
+            input.push_str("{\"source\": \"not our field\"}\n");
+        }
+        let prefix = c["prefix"].as_str().unwrap();
+        let record = if prefix.is_empty() {
+            serde_json::json!({"src": c["source"]})
+        } else {
+            serde_json::json!({"src": c["source"], "prefix": prefix})
+        };
+        input.push_str(&format!("{record}\n"));
+    }
+    let out = tchseq()
+        .args(["translate", "--input-format", "jsonl", "--format", "jsonl", "--beam", "5", "--nbest", "2", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .write_stdin(input)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "one bad line: {}", String::from_utf8_lossy(&out.stderr));
+    let records: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), cases.len() + 1);
+    assert!(records[2]["error"].as_str().unwrap().contains("not a JSON object with a string `src`"), "{}", records[2]);
+    let ours = records.iter().filter(|r| r["error"].is_null());
+    for (c, r) in cases.iter().zip(ours) {
+        let (want, got) = (c["hypotheses"].as_array().unwrap(), r["hypotheses"].as_array().unwrap());
+        assert_eq!(got.len(), want.len());
+        for (w, g) in want.iter().zip(got) {
+            let tokens: Vec<&str> = g["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            assert_eq!(tokens.join(" "), w["tokens"].as_str().unwrap(), "{}", c["source"]);
+            assert_eq!(g["text"], w["text"]);
+            let (gs, ws) = (g["score"].as_f64().unwrap(), w["score"].as_f64().unwrap());
+            assert!((gs - ws).abs() <= 1e-4, "{}: score {gs} vs fairseq's {ws}", c["source"]);
+            let positional: Vec<f64> = g["positional_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let theirs: Vec<f64> = w["positional_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            assert_eq!(positional.len(), theirs.len());
+            assert!(positional.iter().zip(&theirs).all(|(a, b)| (a - b).abs() <= 1e-4), "{}", c["source"]);
+        }
+        if let Some(prefix) = c["prefix"].as_str().filter(|p| !p.is_empty()) {
+            assert!(got[0]["text"].as_str().unwrap().starts_with(prefix));
+        }
+    }
+}

@@ -241,6 +241,36 @@ fn sampling_with_a_seed_repeats_itself() {
     s.post("/v1/translate", &json!({ "text": "a", "options": { "sampling": true, "beam": 2 } })).assert_error(400, "sampling requires nbest to be equal to beam");
 }
 
+/// `target_prefix` in `/v1/translate`: fairseq's `prefix_tokens` hypotheses
+/// (tests/fixtures/decoding/prefix.json), the same tokens, scores within 1e-4.
+#[test]
+fn a_target_prefix_gives_fairseqs_prefix_tokens_hypotheses() {
+    let cases: Value = serde_json::from_str(&std::fs::read_to_string(crate::util::fixture("decoding/prefix.json")).unwrap()).unwrap();
+    let cases = cases.as_array().unwrap();
+    let text: Vec<&str> = cases.iter().map(|c| c["source"].as_str().unwrap()).collect();
+    let prefixes: Vec<Value> = cases
+        .iter()
+        .map(|c| match c["prefix"].as_str().unwrap() {
+            "" => Value::Null,
+            p => json!(p),
+        })
+        .collect();
+    let s = Server::start(&["--deterministic"]);
+    let r = s.post("/v1/translate", &json!({ "text": text, "target_prefix": prefixes, "options": { "nbest": 2 } }));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let replies = r.json()["translations"].clone();
+    for (c, reply) in cases.iter().zip(replies.as_array().unwrap()) {
+        let (want, got) = (c["hypotheses"].as_array().unwrap(), reply["hypotheses"].as_array().unwrap());
+        assert_eq!(got.len(), want.len(), "{reply}");
+        for (w, g) in want.iter().zip(got) {
+            let tokens: Vec<&str> = g["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            assert_eq!(tokens.join(" "), w["tokens"].as_str().unwrap(), "{}", c["source"]);
+            assert!((g["score"].as_f64().unwrap() - w["score"].as_f64().unwrap()).abs() <= 1e-4, "{g} vs {w}");
+        }
+    }
+    s.post("/v1/translate", &json!({ "text": ["a", "b"], "target_prefix": ["x"] })).assert_error(400, "1 target prefixes for 2 sentences");
+}
+
 #[test]
 fn libretranslate_and_opennmt_clients_work_unchanged() {
     let s = Server::start(&[]);
