@@ -1,0 +1,60 @@
+//! fairseq's generation flags (`--beam`, `--lenpen`, the searches), shared by `translate` and
+//! `attention`.
+
+use clap::Args;
+
+/// fairseq's search flags with their defaults, shared by `translate` and `attention`.
+#[derive(Debug, Args, Clone)]
+pub struct SearchArgs {
+    /// Beam size (with --sampling: the number of samples).
+    #[arg(long, default_value_t = 5)]
+    pub beam: usize,
+    /// Length penalty: scores are divided by length^lenpen (EOS counted); <1 favors shorter.
+    #[arg(long, default_value_t = 1.0)]
+    pub lenpen: f64,
+    /// Unknown-word penalty, subtracted from the <unk> log-probability at every step.
+    #[arg(long, default_value_t = 0.0)]
+    pub unkpen: f64,
+    /// Generate at most max-len-a * src_len + max-len-b tokens (src_len: padded batch width).
+    #[arg(long = "max-len-a", default_value_t = 0.0)]
+    pub max_len_a: f64,
+    #[arg(long = "max-len-b", default_value_t = 200)]
+    pub max_len_b: usize,
+    /// Minimum number of generated tokens before EOS (EOS not counted).
+    #[arg(long = "min-len", default_value_t = 1)]
+    pub min_len: usize,
+    /// Do not normalize scores by length.
+    #[arg(long)]
+    pub unnormalized: bool,
+    /// Never generate an n-gram of this size twice in a hypothesis (the leading BOS counts),
+    /// as fairseq's CUDA kernel and fairseq <= 0.10 do.
+    #[arg(long = "no-repeat-ngram-size", default_value_t = 0)]
+    pub no_repeat_ngram_size: usize,
+    /// Reproduce fairseq 0.12.2 on CPU, where --no-repeat-ngram-size blocks nothing (its
+    /// Python fallback compares against the pad-filled end of the token buffer). Use it to
+    /// match outputs made with fairseq 0.12.x without the CUDA extension.
+    #[arg(long = "fairseq-compat-ngram")]
+    pub fairseq_compat_ngram: bool,
+    /// Diverse beam search: split the beam into this many groups, each penalised for the tokens
+    /// the groups before it chose (fairseq's DiverseBeamSearch; the beam must be divisible by it).
+    #[arg(long = "diverse-beam-groups", default_value_t = -1, allow_negative_numbers = true)]
+    pub diverse_beam_groups: i64,
+    /// The penalty per earlier choice of a token, with --diverse-beam-groups.
+    #[arg(long = "diverse-beam-strength", default_value_t = 0.5, allow_negative_numbers = true)]
+    pub diverse_beam_strength: f64,
+    /// Diverse siblings search: the k-th best extension of each hypothesis loses k * rate
+    /// (fairseq's DiverseSiblingsSearch, used when the rate is above -1; 0 ranks as plain beam).
+    #[arg(long = "diversity-rate", default_value_t = -1.0, allow_negative_numbers = true)]
+    pub diversity_rate: f64,
+    /// Accepted as fairseq-interactive accepts it: it passes no prefix to the search, so this
+    /// changes nothing.
+    #[arg(long = "prefix-size", default_value_t = 0)]
+    pub prefix_size: usize,
+    /// fairseq's inference with dropout on; refused (results would be random).
+    #[arg(long = "retain-dropout")]
+    pub retain_dropout: bool,
+    /// Generate hypotheses exactly as long as their source (fairseq's
+    /// LengthConstrainedBeamSearch: EOS only after as many tokens as the source has).
+    #[arg(long = "match-source-len")]
+    pub match_source_len: bool,
+}
