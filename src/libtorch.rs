@@ -18,6 +18,23 @@ pub fn loaded_library_dir() -> Option<PathBuf> {
         .and_then(|path| PathBuf::from(path).parent().map(PathBuf::from))
 }
 
+/// The file names of the torch, c10, CUDA and OpenMP libraries mapped into this process, sorted:
+/// which libtorch (CPU only, or with CUDA) a binary actually runs on.
+pub fn loaded_libraries() -> Vec<String> {
+    let _ = tch::get_num_threads();
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Vec::new() };
+    let wanted = ["libtorch", "libc10", "libcuda", "libcudart", "libcupti", "libcublas", "libcudnn", "libgomp", "libmkl"];
+    let mut names: Vec<String> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter_map(|path| std::path::Path::new(path).file_name()?.to_str().map(str::to_string))
+        .filter(|name| wanted.iter().any(|w| name.starts_with(w)))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// The torch version of the loaded library (from `torch/version.py` beside it), else the
 /// version seen at build time.
 pub fn version() -> String {

@@ -27,6 +27,8 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         "mkldnn": tch::utils::has_mkldnn(),
         "openmp": tch::utils::has_openmp(),
         "cpu_vector_isa": cpu_vector_isa(),
+        "cpu_model": cpu_model(),
+        "libraries": tchseq::libtorch::loaded_libraries(),
         "reproducible": tchseq::libtorch::reproducible_kernels_pinned(),
         "MKL_CBWR": std::env::var("MKL_CBWR").ok(),
         "ATEN_CPU_CAPABILITY": std::env::var("ATEN_CPU_CAPABILITY").ok(),
@@ -41,12 +43,19 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
             let shown = match value {
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Null => "-".to_string(),
+                serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect::<Vec<_>>().join(" "),
                 other => other.to_string(),
             };
             writeln!(out, "{:<20} {}", key, shown)?;
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// The CPU's model name (`/proc/cpuinfo`): pinned kernels still give other bits on another CPU.
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines().find_map(|l| l.strip_prefix("model name")).map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_string())
 }
 
 /// The widest x86 vector extension the CPU reports (what MKL and ATen pick kernels by).

@@ -10,6 +10,12 @@ fn doctor_reports_libtorch_2_13_without_ld_library_path() {
     let version = report["libtorch_version"].as_str().unwrap();
     assert_eq!(version.split('+').next().unwrap(), "2.13.0", "report: {report}");
     assert!(report["intra_op_threads"].as_i64().unwrap() >= 1);
+    let libraries: Vec<&str> = report["libraries"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(libraries.iter().any(|l| l.starts_with("libtorch_cpu.so")), "{libraries:?}");
+    assert!(libraries.iter().any(|l| l.starts_with("libc10.so")), "{libraries:?}");
+    if cfg!(target_os = "linux") {
+        assert!(!report["cpu_model"].as_str().unwrap_or_default().is_empty(), "{report}");
+    }
 }
 
 #[test]
