@@ -107,23 +107,21 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
         // a prefix holding </s> is this line's error (fairseq's prefix search cannot take one)
         let eos = ctx.translator.tgt_dict.eos();
+        let mut prefixes: Vec<Vec<i64>> = Vec::new();
         for entry in buffer.iter_mut() {
-            if let Ok(s) = entry {
-                let ids = s.prefix.as_deref().map_or_else(Vec::new, |p| ctx.translator.encode_target_prefix(p));
-                if ids.contains(&eos) {
-                    let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
-                    *entry = Err(BadLine { kind: "a prefix with </s>", reason });
-                } else {
-                    s.prefix_ids = ids;
-                }
+            let Ok(s) = entry else { continue };
+            let ids = s.prefix.as_deref().map_or_else(Vec::new, |p| ctx.translator.encode_target_prefix(p));
+            if ids.contains(&eos) {
+                let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
+                *entry = Err(BadLine { kind: "a prefix with </s>", reason });
+            } else {
+                prefixes.push(ids);
             }
         }
-        let good: Vec<&Sentence> = buffer.iter().filter_map(|l| l.as_ref().ok()).collect();
-        let tokens: Vec<Vec<i64>> = good.iter().map(|s| ctx.translator.encode(&s.src)).collect();
-        let prefixes: Vec<Vec<i64>> = match good.iter().any(|s| !s.prefix_ids.is_empty()) {
-            true => good.iter().map(|s| s.prefix_ids.clone()).collect(),
-            false => Vec::new(),
-        };
+        if prefixes.iter().all(Vec::is_empty) {
+            prefixes.clear();
+        }
+        let tokens: Vec<Vec<i64>> = buffer.iter().filter_map(|l| l.as_ref().ok()).map(|s| ctx.translator.encode(&s.src)).collect();
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
         let t = &ctx.translator;
         let translated = t.translate_tokens_with_prefixes(&ctx.generator, tokens, &prefixes, &ctx.batching, ctx.print_alignment)?;
@@ -150,7 +148,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     };
     if !a.sentences.is_empty() {
         for s in &a.sentences {
-            buffer.push(Ok(Sentence { src: py_strip(s).to_string(), prefix: None, prefix_ids: Vec::new() }));
+            buffer.push(Ok(Sentence { src: py_strip(s).to_string(), prefix: None }));
             if buffer.len() >= buffer_size {
                 flush(&mut buffer, &mut out, &mut next_id)?;
             }
@@ -219,14 +217,12 @@ fn options(a: &TranslateArgs) -> TranslateOptions {
 struct Sentence {
     src: String,
     prefix: Option<String>,
-    /// The prefix's target token ids, once encoded.
-    prefix_ids: Vec<i64>,
 }
 
 /// An input line as `--input-format` reads it.
 fn sentence(line: &str, format: InputFormat) -> Result<Sentence, BadLine> {
     if format == InputFormat::Text {
-        return Ok(Sentence { src: py_strip(line).to_string(), prefix: None, prefix_ids: Vec::new() });
+        return Ok(Sentence { src: py_strip(line).to_string(), prefix: None });
     }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -239,7 +235,7 @@ fn sentence(line: &str, format: InputFormat) -> Result<Sentence, BadLine> {
         reason: format!("not a JSON object with a string `src` (and an optional `prefix`): {e}"),
     })?;
     let prefix = record.prefix.map(|p| py_strip(&p).to_string()).filter(|p| !p.is_empty());
-    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix, prefix_ids: Vec::new() })
+    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix })
 }
 
 /// fairseq-interactive: `--buffer-size` < 1 means 1, and `--batch-size` may not exceed it. When

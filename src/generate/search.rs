@@ -37,24 +37,25 @@ impl SearchStrategy {
     pub fn cand_size(&self, beam_size: i64) -> i64 {
         // `_generate` allocates `2 * beam_size` offsets whatever the search; `Sampling` returns
         // only beam_size candidates.
-        let _ = self;
         2 * beam_size
     }
 
     /// `search.step(step, lprobs, scores)`: `lprobs` is `[bsz, beam, V]`, `scores` is
     /// `[bsz, beam, step]` (cumulative scores so far), `src_lengths` `[bsz]` (what
-    /// `set_src_lengths` gives the searches that need it). `lprobs` may be changed in place, as
-    /// fairseq's searches change the generator's buffer.
+    /// `set_src_lengths` gives the one search that needs it, `MatchSourceLen`). `lprobs` may be
+    /// changed in place, as fairseq's searches change the generator's buffer.
     pub fn step(
         &self,
         step: i64,
         lprobs: &Tensor,
         scores: &Tensor,
-        src_lengths: &Tensor,
+        src_lengths: Option<&Tensor>,
         eos: i64,
     ) -> Result<Candidates, GenerateError> {
         match *self {
             SearchStrategy::MatchSourceLen => {
+                let src_lengths =
+                    src_lengths.ok_or_else(|| GenerateError::Invariant("match_source_len without source lengths".into()))?;
                 let mut eos_column = lprobs.f_select(2, eos)?;
                 let _ = eos_column.f_masked_fill_(&src_lengths.f_gt(step)?.f_unsqueeze(1)?, f64::NEG_INFINITY)?;
                 let _ = eos_column.f_masked_fill_(&src_lengths.f_le(step)?.f_unsqueeze(1)?, 0.0)?;
@@ -169,17 +170,13 @@ mod tests {
     use super::*;
     use tch::Device;
 
-    fn no_lengths() -> Tensor {
-        Tensor::zeros([1], (Kind::Int64, Device::Cpu))
-    }
-
     #[test]
     fn match_source_len_allows_eos_only_at_the_source_length() {
         // two sentences of source length 1 and 3, beam 1, vocabulary 4, EOS = 2
         let l = Tensor::full([2, 1, 4], -1.0f64, (Kind::Float, Device::Cpu));
         let s = Tensor::zeros([2, 1, 1], (Kind::Float, Device::Cpu));
         let lengths = Tensor::from_slice(&[1i64, 3]);
-        SearchStrategy::MatchSourceLen.step(1, &l, &s, &lengths, 2).unwrap();
+        SearchStrategy::MatchSourceLen.step(1, &l, &s, Some(&lengths), 2).unwrap();
         let eos = Vec::<f32>::try_from(l.select(2, 2).view([-1])).unwrap();
         assert_eq!(eos, [0.0, f32::NEG_INFINITY]);
     }
@@ -194,7 +191,7 @@ mod tests {
     fn beam_step0_uses_first_beam_and_2k_candidates() {
         let l = lp(&[&[-1.0, -3.0, -0.5, -2.0, -4.0], &[-0.1, -0.1, -0.1, -0.1, -0.1]], 1, 2);
         let s = Tensor::zeros([1, 2, 0], (Kind::Float, Device::Cpu));
-        let c = SearchStrategy::Beam.step(0, &l, &s, &no_lengths(), 2).unwrap();
+        let c = SearchStrategy::Beam.step(0, &l, &s, None, 2).unwrap();
         assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), vec![-0.5, -1.0, -2.0, -3.0]);
         assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), vec![2, 0, 3, 1]);
         assert_eq!(Vec::<i64>::try_from(c.beams.view([-1])).unwrap(), vec![0, 0, 0, 0]);
@@ -204,7 +201,7 @@ mod tests {
     fn beam_step_adds_cumulative_scores_and_splits_beams() {
         let l = lp(&[&[-1.0, -3.0, -0.5], &[-0.25, -2.0, -5.0]], 1, 2);
         let s = Tensor::from_slice(&[-1.0f32, -0.5]).view([1, 2, 1]);
-        let c = SearchStrategy::Beam.step(1, &l, &s, &no_lengths(), 2).unwrap();
+        let c = SearchStrategy::Beam.step(1, &l, &s, None, 2).unwrap();
         // cumulative: beam0 [-2,-4,-1.5], beam1 [-0.75,-2.5,-5.5]; k = min(4, 6-1) = 4
         assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), vec![-0.75, -1.5, -2.0, -2.5]);
         assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), vec![0, 2, 0, 1]);
@@ -231,7 +228,7 @@ mod tests {
             let l = Tensor::from_slice(&logs).view([1, 1, 4]).repeat([1, 3, 1]);
             let s = Tensor::zeros([1, 3, 0], (Kind::Float, Device::Cpu));
             let strategy = SearchStrategy::Sampling { topk: 2, topp: -1.0 };
-            let c = strategy.step(0, &l, &s, &no_lengths(), 2).unwrap();
+            let c = strategy.step(0, &l, &s, None, 2).unwrap();
             Vec::<i64>::try_from(c.indices.view([-1])).unwrap()
         };
         let a = run();

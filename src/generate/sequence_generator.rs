@@ -138,12 +138,14 @@ impl SequenceGenerator {
         let orig_bsz = bsz;
         let beam_size = self.beam_size;
         let device: Device = src_tokens.device();
-        // the source length without EOS and padding
-        let mut src_lengths = src_tokens.f_ne(eos)?.f_logical_and(&src_tokens.f_ne(pad)?)?.f_sum_dim_intlist(1, false, Kind::Int64)?;
-        let max_len = if self.cfg.match_source_len() {
-            src_lengths.f_max()?.f_int64_value(&[])?
-        } else {
-            self.max_len(src_len, model.max_decoder_positions())
+        // the source lengths without EOS and padding, which only LengthConstrainedBeamSearch reads
+        let mut src_lengths = match self.cfg.match_source_len() {
+            true => Some(src_tokens.f_ne(eos)?.f_logical_and(&src_tokens.f_ne(pad)?)?.f_sum_dim_intlist(1, false, Kind::Int64)?),
+            false => None,
+        };
+        let max_len = match &src_lengths {
+            Some(lengths) => lengths.f_max()?.f_int64_value(&[])?,
+            None => self.max_len(src_len, model.max_decoder_positions()),
         };
         if self.cfg.min_len > max_len {
             return Err(GenerateError::InvalidOption(format!(
@@ -229,7 +231,7 @@ impl SequenceGenerator {
                 step,
                 &lprobs.f_view([bsz, -1, self.vocab_size])?,
                 &scores.f_view([bsz, beam_size, -1])?.f_narrow(2, 0, step)?,
-                &src_lengths,
+                src_lengths.as_ref(),
                 eos,
             )?;
             let mut cand_scores = cands.scores;
@@ -256,7 +258,7 @@ impl SequenceGenerator {
                     &mut finished,
                     attn.as_ref(),
                     max_len,
-                    &src_lengths,
+                    src_lengths.as_ref(),
                 )?;
                 num_remaining_sent -= finalized_sents.len() as i64;
             }
@@ -287,7 +289,9 @@ impl SequenceGenerator {
                 cand_scores = cand_scores.f_index_select(0, &bi)?;
                 cand_indices = cand_indices.f_index_select(0, &bi)?;
                 cands_to_ignore = cands_to_ignore.f_index_select(0, &bi)?;
-                src_lengths = src_lengths.f_index_select(0, &bi)?;
+                if let Some(l) = src_lengths.take() {
+                    src_lengths = Some(l.f_index_select(0, &bi)?);
+                }
                 if let Some(p) = prefix_tokens.take() {
                     prefix_tokens = Some(p.f_index_select(0, &bi)?);
                 }
@@ -385,7 +389,7 @@ impl SequenceGenerator {
         finished: &mut [bool],
         attn: Option<&Tensor>,
         max_len: i64,
-        src_lengths: &Tensor,
+        src_lengths: Option<&Tensor>,
     ) -> Result<Vec<i64>, GenerateError> {
         let beam_size = self.beam_size;
         let eos = self.specials.eos;
@@ -406,9 +410,9 @@ impl SequenceGenerator {
             let denom = ((step + 1) as f64).powf(self.cfg.len_penalty);
             let _ = eos_scores.f_div_scalar_(denom)?;
         }
-        if self.cfg.match_source_len() {
+        if let Some(lengths) = src_lengths {
             let unfin_idx = bbsz_idx.f_div_scalar_mode(beam_size, "trunc")?;
-            let too_long = src_lengths.f_index_select(0, &unfin_idx)?.f_lt(step)?;
+            let too_long = lengths.f_index_select(0, &unfin_idx)?.f_lt(step)?;
             eos_scores = eos_scores.f_masked_fill(&too_long, f64::NEG_INFINITY)?;
         }
 

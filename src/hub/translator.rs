@@ -1,6 +1,7 @@
 //! Text in, hypotheses out: fairseq's `GeneratorHubInterface` with fairseq-interactive's buffer
 //! loop (encode, order, filter, batch, generate). The CLI, the server and the Python API all
-//! translate through [`Translator::translate`].
+//! translate through [`Translator::translate_tokens_with_prefixes`]; [`Translator::translate`]
+//! is its text-in form for library users.
 
 use std::time::Instant;
 
