@@ -1,5 +1,5 @@
-//! The libtorch-free layers of tchseq's checkpoint reader, compiled from the main crate's
-//! sources so the fuzz targets exercise exactly that code.
+//! The libtorch-free layers of tchseq's readers (checkpoints, text files, `score`'s tables),
+//! compiled from the main crate's sources so the fuzz targets exercise exactly that code.
 #![allow(dead_code)]
 
 #[path = "../../src/checkpoint/pickle/mod.rs"]
@@ -17,6 +17,10 @@ pub mod bpe;
 pub mod sentencepiece;
 #[path = "../../src/text/pyutil.rs"]
 pub mod pyutil;
+
+#[path = "../../src/cli/score/columns.rs"]
+pub mod columns;
+pub mod csv_rows;
 
 /// Mirrors the main crate's paths (`crate::checkpoint::pickle`) used inside the readers.
 pub mod checkpoint {

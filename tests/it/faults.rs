@@ -1,6 +1,7 @@
-//! Faults on purpose: a file-size limit hit mid-write, an output path that cannot be created,
-//! input cut off mid-row. Each is a one-line error (or one error row), exit 2, and no final
-//! output file that is not complete.
+//! Faults on purpose: a file-size limit hit mid-write, an output path that cannot be created or
+//! may not be written, input cut off mid-row, kill -9 mid-run, a reader that closes the pipe.
+//! Each is a one-line error (or one error row) and exit 2, and no final output file is ever
+//! incomplete; a closed pipe ends the run quietly.
 
 use std::process::Command;
 
@@ -146,4 +147,85 @@ fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
     }
     assert!(interrupted >= 12, "only {interrupted} of 20 kills landed mid-run (clean run {clean_time:?})");
     eprintln!("score: {interrupted} of 20 kill -9s landed mid-run; every --resume equals the clean run");
+}
+
+/// A reader that goes away (`tchseq ... | head -1`): translate and score stop quietly with
+/// exit 0, as a Unix filter does, never with a panic or an error about the pipe.
+#[test]
+fn output_to_a_closed_pipe_stops_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("in.txt");
+    // far more than a pipe buffer holds, so that writes meet the closed pipe
+    std::fs::write(&text, "A dog runs through the grass.\nTwo men sit on a bench.\n".repeat(4000)).unwrap();
+    let csv = dir.path().join("pairs.csv");
+    std::fs::write(&csv, "source,target\n".to_string() + &"A dog runs.,Ein Hund rennt.\n".repeat(8000)).unwrap();
+    let model = repo(MODEL);
+    let runs: [Vec<std::ffi::OsString>; 2] = [
+        ["translate", "--format", "jsonl", "--batch-size", "64", "--buffer-size", "1024", "--input"]
+            .iter()
+            .map(Into::into)
+            .chain([text.clone().into_os_string()])
+            .collect(),
+        ["score", "-q", "--per-token", "--input"].iter().map(Into::into).chain([csv.clone().into_os_string()]).collect(),
+    ];
+    for args in runs {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tchseq"))
+            .env_remove("LD_LIBRARY_PATH")
+            .args(["--threads", &test_threads().to_string()])
+            .args(&args[..1])
+            .arg("-m")
+            .arg(&model)
+            .args(&args[1..])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{args:?}: no first line");
+        // the reader is dropped here: the pipe is closed with most of the output unwritten
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked") && !err.contains("error"), "{args:?}: {err}");
+    }
+}
+
+/// An output directory the user may not write to (run as `nobody` when the tests run as root,
+/// which no permission bit stops): one line naming the file, exit 2, nothing left behind.
+#[test]
+fn a_read_only_output_directory_is_one_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let csv = dir.path().join("pairs.csv");
+    std::fs::write(&csv, "source,target\nA dog runs.,Ein Hund rennt.\n").unwrap();
+    let read_only = dir.path().join("ro");
+    std::fs::create_dir(&read_only).unwrap();
+    std::fs::set_permissions(&read_only, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let as_root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap();
+    let model = repo(MODEL);
+    for (command, extra) in [("translate", vec!["A dog.".to_string()]), ("score", vec!["--input".into(), csv.display().to_string()])] {
+        let output = read_only.join(format!("{command}.out"));
+        let mut cmd = if as_root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(env!("CARGO_BIN_EXE_tchseq"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_tchseq"))
+        };
+        let out = cmd
+            .env_remove("LD_LIBRARY_PATH")
+            .args([command, "-m"])
+            .arg(&model)
+            .arg("--output")
+            .arg(&output)
+            .args(&extra)
+            .output()
+            .unwrap();
+        one_line_error(&out, "Permission denied");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(&*read_only.to_string_lossy()), "{out:?}");
+        assert_eq!(std::fs::read_dir(&read_only).unwrap().count(), 0, "{command}: nothing written");
+    }
 }

@@ -14,8 +14,23 @@ use tchseq::text::sentencepiece::SentencePieceModel;
 
 use crate::util::repo;
 
-const TARGETS: [&str; 8] =
-    ["pickle", "container", "torch_zip", "legacy", "safetensors", "dictionary", "bpe_codes", "sentencepiece_model"];
+// `score`'s table reader and the csv_rows target's check, compiled in as the fuzz crate does.
+#[path = "../../src/cli/score/columns.rs"]
+mod columns;
+#[path = "../../fuzz/src/csv_rows.rs"]
+mod csv_rows;
+
+const TARGETS: [&str; 9] = [
+    "pickle",
+    "container",
+    "torch_zip",
+    "legacy",
+    "safetensors",
+    "dictionary",
+    "bpe_codes",
+    "sentencepiece_model",
+    "csv_rows",
+];
 
 /// What the text targets encode with what they read (fuzz/src/lib.rs's `SENTENCE`).
 const SENTENCE: &str = "A man in an orange hat, staring at something — \u{e9}t\u{e9} 2024!";
@@ -90,6 +105,7 @@ fn replay(target: &str, data: &[u8]) {
                 let _ = m.encode_as_string(SENTENCE);
             }
         }
+        "csv_rows" => csv_rows::csv_rows(data),
         other => panic!("unknown target {other}"),
     }
 }

@@ -8,7 +8,7 @@ use csv::ByteRecord;
 use crate::cli::args::ScoreFormat;
 
 pub(super) fn header_bytes(input: &Input, opts: &Options) -> Result<Vec<u8>> {
-    if opts.shard.is_some() && input.header_names.iter().any(|n| n == ROW_COLUMN) {
+    if opts.shard.is_some() && input.header_names().iter().any(|n| n == ROW_COLUMN) {
         anyhow::bail!("the input has a `{ROW_COLUMN}` column, which --num-shards adds; rename it");
     }
     match opts.format {
@@ -93,7 +93,7 @@ pub(super) fn format_row(
         }
         ScoreFormat::Jsonl => {
             let mut obj = serde_json::Map::new();
-            for (i, name) in input.header_names.iter().enumerate() {
+            for (i, name) in input.header_names().iter().enumerate() {
                 let value = rec
                     .get(i)
                     .map_or(serde_json::Value::Null, |b| String::from_utf8_lossy(b).into_owned().into());

@@ -14,6 +14,7 @@ use super::args::{GlobalArgs, ScoreArgs};
 use super::Outcome;
 
 mod backend;
+mod columns;
 mod format;
 mod options;
 mod rows;
@@ -22,6 +23,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+use columns::*;
 use format::*;
 use options::*;
 use rows::*;

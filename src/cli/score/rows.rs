@@ -51,8 +51,8 @@ pub fn score_input(
                 bail!("--resume: {} changed since the interrupted run; run without --resume to start over", opts.input.display());
             }
             let mut pos = Position::new();
-            pos.set_byte(prev.input_byte).set_line(prev.input_line).set_record(prev.input_record);
-            input.reader.seek(pos).context("--resume: cannot seek in the input")?;
+            pos.set_byte(prev.input_byte).set_line(prev.input_line.max(1)).set_record(prev.input_record);
+            seek_to_row(&mut input.reader, &pos).context("--resume: cannot seek in the input")?;
             summary = prev.summary;
             Sink::File(sink)
         }
@@ -137,16 +137,11 @@ pub(super) type RowResult = std::result::Result<ScoredRow, String>;
 pub(super) fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backend, chunk: &[ByteRecord]) -> Vec<RowResult> {
     let mut results: Vec<Option<RowResult>> = vec![None; chunk.len()];
     let mut encoded: Vec<(usize, Encoded)> = Vec::new();
-    let columns = input.header.len();
     for (row, rec) in chunk.iter().enumerate() {
-        let prepared = if rec.len() != columns {
-            Err(format!("ragged row: {} fields, the header has {columns}", rec.len()))
-        } else {
-            field(rec, input.source_idx, &opts.source_column).and_then(|source| {
-                let target = field(rec, input.target_idx, &opts.target_column)?;
-                backend.encode(source, target)
-            })
-        };
+        let prepared = input
+            .columns
+            .fields(rec, &opts.source_column, &opts.target_column)
+            .and_then(|(source, target)| backend.encode(source, target));
         match prepared {
             Ok(e) => encoded.push((row, e)),
             Err(reason) => results[row] = Some(Err(reason)),
