@@ -148,13 +148,8 @@ impl SequenceScorer {
         for model in models {
             let encoder_out = model.encoder.forward(&src_tokens, false)?;
             let decoder_out = model.decoder.forward(&prev_output_tokens, &encoder_out, None, false, false)?;
-            // get_normalized_probs: utils.log_softmax / utils.softmax with dtype=float32
-            let probs = if log_probs {
-                decoder_out.logits.f_log_softmax(-1, Kind::Float)?
-            } else {
-                decoder_out.logits.f_softmax(-1, Kind::Float)?
-            };
-            let probs = probs.f_gather(2, &index, false)?.f_view(target.size().as_slice())?;
+            let probs = normalized_target_probs(&decoder_out.logits, &index, log_probs)?
+                .f_view(target.size().as_slice())?;
             avg_probs = Some(match avg_probs {
                 None => probs,
                 Some(mut avg) => {
@@ -170,6 +165,35 @@ impl SequenceScorer {
         }
         hypos_from_probs(&avg_probs.f_to_device(tch::Device::Cpu)?, &sample.target, self.pad)
     }
+}
+
+/// Rows of the `[B, T, V]` logits normalized at a time: about 8M floats (32 MB).
+const NORMALIZE_FLOATS: i64 = 8 << 20;
+
+/// `get_normalized_probs` (`utils.log_softmax` / `utils.softmax`, dtype float32) gathered at
+/// `index` (`[B, T, 1]`), a slice of batch rows at a time: each row's (log-)softmax is computed
+/// alone, so the result is fairseq's bit for bit, without a second `[B, T, V]` tensor in memory.
+/// One slice buffer serves every slice (fresh ones fragment the heap: RSS grew by a slice each).
+fn normalized_target_probs(logits: &Tensor, index: &Tensor, log_probs: bool) -> Result<Tensor, ScorerError> {
+    let size = logits.size();
+    let (bsz, per_row) = (size[0], size[1..].iter().product::<i64>().max(1));
+    let rows = (NORMALIZE_FLOATS / per_row).clamp(1, bsz.max(1));
+    let options = (Kind::Float, logits.device());
+    let out = Tensor::f_empty(index.size().as_slice(), options)?;
+    let mut buffer_size = size.clone();
+    buffer_size[0] = rows;
+    let buffer = Tensor::f_empty(buffer_size.as_slice(), options)?;
+    for start in (0..bsz).step_by(usize::try_from(rows).unwrap_or(1)) {
+        let n = rows.min(bsz - start);
+        let (slice, probs) = (logits.f_narrow(0, start, n)?, buffer.f_narrow(0, 0, n)?);
+        if log_probs {
+            let _ = slice.f_log_softmax_int_out(&probs, -1, Kind::Float)?;
+        } else {
+            let _ = slice.f_softmax_int_out(&probs, -1, Kind::Float)?;
+        }
+        let _ = probs.f_gather_out(&out.f_narrow(0, start, n)?, 2, &index.f_narrow(0, start, n)?, false)?;
+    }
+    Ok(out)
 }
 
 /// Turns the `[B, T]` gathered (log-)probabilities into hypotheses, as the tail of
@@ -198,6 +222,21 @@ fn hypos_from_probs(avg_probs: &Tensor, target: &Tensor, pad: i64) -> Result<Vec
 mod tests {
     use super::*;
     use crate::generate::batching::batch_by_size;
+
+    #[test]
+    fn normalizing_a_slice_of_rows_at_a_time_changes_no_bit() {
+        let _seed = tch::manual_seed(7);
+        for (b, t, v) in [(600, 23, 7944), (3, 5, 11), (1, 1, 4)] {
+            let logits = Tensor::randn([b, t, v], (Kind::Float, tch::Device::Cpu)) * 6.0;
+            let index = Tensor::randint(v, [b, t, 1], (Kind::Int64, tch::Device::Cpu));
+            for log_probs in [true, false] {
+                let whole = if log_probs { logits.log_softmax(-1, Kind::Float) } else { logits.softmax(-1, Kind::Float) }
+                    .gather(2, &index, false);
+                let sliced = normalized_target_probs(&logits, &index, log_probs).unwrap();
+                assert!(sliced.equal(&whole), "{b}x{t}x{v} log_probs={log_probs}");
+            }
+        }
+    }
 
     #[test]
     fn ordered_indices_sorts_by_source_then_target() {
