@@ -3,8 +3,8 @@
     python examples/ray/translate_dataset.py input.csv weights/multi30k.en-de output.csv
 
 `input.csv` has a `source` column; the output adds `translation`. Each actor translates as
-`tchseq translate` does (one sentence per batch, fairseq-interactive's default), so the output
-equals the CLI's line for line.
+`tchseq translate --batch-size 1` does (one sentence per batch, fairseq-interactive's default),
+so the output equals the CLI's line for line.
 """
 
 import sys

@@ -21,7 +21,7 @@ SENTENCES = [
 
 
 def cli_jsonl(*args):
-    out = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), "--format", "jsonl", *args, *SENTENCES],
+    out = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "-m", str(MODEL), "--format", "jsonl", *args, *SENTENCES],
                          check=True, capture_output=True, text=True).stdout
     return [json.loads(l) for l in out.splitlines()]
 
@@ -32,7 +32,7 @@ def translator():
 
 
 def test_translate_equals_the_cli(translator):
-    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), *SENTENCES],
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "-m", str(MODEL), *SENTENCES],
                          check=True, capture_output=True, text=True).stdout.splitlines()
     assert translator.translate(SENTENCES) == cli
 

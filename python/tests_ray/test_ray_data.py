@@ -29,7 +29,7 @@ def test_map_batches_translates_like_the_cli(tmp_path):
         w.writerow(["id", "source"])
         for i, s in enumerate(sentences):
             w.writerow([i, s])
-    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), *sentences],
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "-m", str(MODEL), *sentences],
                          check=True, capture_output=True, text=True).stdout.splitlines()
     # the actors import the example module too
     env = {"env_vars": {"PYTHONPATH": str(ROOT / "examples" / "ray")}}

@@ -11,6 +11,7 @@ mod decode;
 mod doctor;
 mod encode;
 mod lines;
+mod memory;
 mod merge;
 mod output;
 mod partial;

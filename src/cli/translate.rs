@@ -69,8 +69,9 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     // fairseq's random draws (sampling) happen in batch order
     let inter_threads = if a.sampling { 1 } else { global.inter_threads };
-    let batching = common::batching(a.max_tokens, a.batch_size, inter_threads)?;
-    let buffer_size = buffer_size(a, &batching)?;
+    let (max_tokens, batch_size, buffer_size) = batching_flags(a, reads_a_terminal(a));
+    let batching = common::batching(max_tokens, batch_size, inter_threads)?;
+    let buffer_size = resolve_buffer_size(buffer_size, &batching)?;
     let ctx = Session {
         translator,
         generator,
@@ -238,10 +239,32 @@ fn sentence(line: &str, format: InputFormat) -> Result<Sentence, BadLine> {
     Ok(Sentence { src: py_strip(&record.src).to_string(), prefix })
 }
 
+/// `--max-tokens` and `--buffer-size` when no batching flag is given and the input is not typed
+/// at a terminal: a token budget over a large buffer, sorted by length as fairseq sorts a buffer.
+pub const FILE_MAX_TOKENS: usize = 4096;
+pub const FILE_BUFFER_SIZE: usize = 2048;
+
+/// Lines come from a person at a terminal (then each is answered before the next is read).
+fn reads_a_terminal(a: &TranslateArgs) -> bool {
+    use std::io::IsTerminal;
+    a.sentences.is_empty() && a.input.is_none() && io::stdin().is_terminal()
+}
+
+/// `(max_tokens, batch_size, buffer_size)`: fairseq's flags as given; with none of them,
+/// fairseq-interactive's one line at a time at a terminal, else the file default above.
+fn batching_flags(a: &TranslateArgs, terminal: bool) -> (Option<usize>, Option<usize>, usize) {
+    let given = a.max_tokens.is_some() || a.batch_size.is_some() || a.buffer_size != 0;
+    if given || terminal {
+        (a.max_tokens, a.batch_size, a.buffer_size)
+    } else {
+        (Some(FILE_MAX_TOKENS), None, FILE_BUFFER_SIZE)
+    }
+}
+
 /// fairseq-interactive: `--buffer-size` < 1 means 1, and `--batch-size` may not exceed it. When
 /// `--buffer-size` is not given, it defaults to the batch size here (fairseq refuses instead).
-fn buffer_size(a: &TranslateArgs, batching: &Batching) -> Result<usize> {
-    let buffer_size = if a.buffer_size == 0 { batching.batch_size.unwrap_or(1) } else { a.buffer_size };
+fn resolve_buffer_size(buffer_size: usize, batching: &Batching) -> Result<usize> {
+    let buffer_size = if buffer_size == 0 { batching.batch_size.unwrap_or(1) } else { buffer_size };
     if let Some(b) = batching.batch_size.filter(|&b| b > buffer_size) {
         bail!("--batch-size ({b}) cannot be larger than --buffer-size ({buffer_size})");
     }
@@ -347,4 +370,26 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: O
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+    use clap::Parser;
+
+    fn flags(argv: &[&str], terminal: bool) -> (Option<usize>, Option<usize>, usize) {
+        let cli = Cli::try_parse_from([&["tchseq", "translate", "-m", "x"], argv].concat()).unwrap();
+        let Command::Translate(a) = cli.command else { panic!("not translate") };
+        batching_flags(&a, terminal)
+    }
+
+    #[test]
+    fn files_and_pipes_are_batched_unless_a_batching_flag_is_given() {
+        assert_eq!(flags(&[], false), (Some(FILE_MAX_TOKENS), None, FILE_BUFFER_SIZE));
+        assert_eq!(flags(&[], true), (None, None, 0), "a terminal is answered line by line");
+        assert_eq!(flags(&["--batch-size", "1"], false), (None, Some(1), 0));
+        assert_eq!(flags(&["--buffer-size", "8"], false), (None, None, 8));
+        assert_eq!(flags(&["--max-tokens", "100"], false), (Some(100), None, 0));
+    }
 }

@@ -88,8 +88,10 @@ fn input_cut_off_mid_row_costs_only_that_row() {
     assert!(rows[2].ends_with("\"ragged row: 1 fields, the header has 2\""), "{text}");
 }
 
-/// kill -9 at 20 points of a `score` run (spread over the clean run's duration, with a fixed
-/// pseudo-random jitter): every run finished with `--resume` equals the clean run byte for byte.
+/// kill -9 at 20 points of a `score` run: the k-th kill waits until the run's own checkpoint
+/// (`.partial.progress`) records at least (k + jitter) / 20 of the rows, then lands after a
+/// fixed pseudo-random extra delay, so kills fall mid-run, between and during writes, whatever
+/// the machine's load. Every run finished with `--resume` equals the clean run byte for byte.
 #[test]
 fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,27 +116,33 @@ fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
         cmd
     };
     let clean_path = dir.path().join("clean.csv");
-    let started = std::time::Instant::now();
     assert!(score(&clean_path, false).status().unwrap().success());
-    let clean_time = started.elapsed();
     let clean = std::fs::read(&clean_path).unwrap();
-    assert_eq!(clean.iter().filter(|&&b| b == b'\n').count(), 1201, "a header and 1,200 rows");
+    let rows = clean.iter().filter(|&&b| b == b'\n').count() - 1;
+    assert_eq!(rows, 1200, "a header and 1,200 rows");
+    let rows_done = |progress: &std::path::Path| -> Option<u64> {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(progress).ok()?).ok()?;
+        v["summary"]["rows"].as_u64()
+    };
 
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut interrupted = 0;
     for k in 0..20u32 {
         state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let jitter = (state >> 33) as f64 / (1u64 << 31) as f64;
-        let at = clean_time.mul_f64((f64::from(k) + jitter) / 20.0);
+        let target = ((f64::from(k) + jitter) / 20.0 * rows as f64) as u64;
+        let extra = std::time::Duration::from_micros((state >> 20) % 20_000);
         let output = dir.path().join(format!("run{k}.csv"));
+        let progress = dir.path().join(format!("run{k}.csv.partial.progress"));
         let mut child = score(&output, false).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-        std::thread::sleep(at);
+        while child.try_wait().unwrap().is_none() && rows_done(&progress).is_none_or(|r| r < target) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(extra);
         let _ = child.kill();
         let _ = child.wait();
-        let partial = dir.path().join(format!("run{k}.csv.partial.progress"));
         if !output.exists() {
-            assert!(!output.exists() || partial.exists());
-            let resumed = if partial.exists() {
+            let resumed = if progress.exists() {
                 interrupted += 1;
                 score(&output, true).output().unwrap()
             } else {
@@ -142,10 +150,10 @@ fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
             };
             assert!(resumed.status.success(), "run {k}: {}", String::from_utf8_lossy(&resumed.stderr));
         }
-        assert_eq!(std::fs::read(&output).unwrap(), clean, "run {k}, killed after {at:?}");
+        assert_eq!(std::fs::read(&output).unwrap(), clean, "run {k}, killed at {target} rows + {extra:?}");
         assert!(!dir.path().join(format!("run{k}.csv.partial")).exists(), "run {k}: the partial file is gone");
     }
-    assert!(interrupted >= 12, "only {interrupted} of 20 kills landed mid-run (clean run {clean_time:?})");
+    assert!(interrupted >= 15, "only {interrupted} of 20 kills landed mid-run");
     eprintln!("score: {interrupted} of 20 kill -9s landed mid-run; every --resume equals the clean run");
 }
 

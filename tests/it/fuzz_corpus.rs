@@ -15,6 +15,7 @@ use tchseq::text::sentencepiece::SentencePieceModel;
 use crate::util::repo;
 
 // `score`'s table reader and the csv_rows target's check, compiled in as the fuzz crate does.
+#[allow(dead_code)]
 #[path = "../../src/cli/score/columns.rs"]
 mod columns;
 #[path = "../../fuzz/src/csv_rows.rs"]

@@ -145,7 +145,8 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 
 /// What `tchseq translate --format jsonl` gives for each sentence on its own: (text, score).
 fn cli_best(sentences: &[&str]) -> Vec<(String, f64)> {
-    let out = tchseq().args(["translate", "--format", "jsonl", "-m"]).arg(repo(MODEL)).args(sentences).output().unwrap();
+    // one sentence at a time, as the deterministic server answers each request
+    let out = tchseq().args(["translate", "--batch-size", "1", "--format", "jsonl", "-m"]).arg(repo(MODEL)).args(sentences).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout)
         .unwrap()

@@ -59,7 +59,9 @@ pub enum Command {
     /// Translate raw text with beam search or sampling, exactly as fairseq-interactive does.
     #[command(after_help = "Batching follows fairseq-interactive: --buffer-size lines are read, ordered and batched \
 (--batch-size / --max-tokens) the way fairseq orders them, and printed in input order, so scores match fairseq \
-bit for bit on the same machine. A sentence longer than --max-tokens gets a batch of its own (fairseq refuses). \
+bit for bit on the same machine given the same flags. With none of these flags, a terminal is answered line by \
+line, as fairseq-interactive does, and a file, a pipe or sentence arguments are batched by --max-tokens 4096 over \
+2048 lines: pass --batch-size 1 for fairseq-interactive's default batching and bits. A sentence longer than --max-tokens gets a batch of its own (fairseq refuses). \
 A line longer than the model's max_source_positions, or one that is not valid UTF-8, is not translated: `text` \
 prints an empty line (and `error: line N: ...` on stderr), `fairseq` an E-<id> line, `jsonl` an object with an \
 \"error\" field (its \"source\" is null when the line is not UTF-8); the other lines are translated and the \
@@ -271,7 +273,9 @@ pub struct TranslateArgs {
     #[arg(long = "max-tokens")]
     pub max_tokens: Option<usize>,
     /// Lines read before translating (fairseq-interactive's --buffer-size; default: the batch
-    /// size, so stdin is translated line by line).
+    /// size). With no --batch-size, --max-tokens or --buffer-size, a terminal is translated line
+    /// by line as fairseq does, and a file, a pipe or sentence arguments with --max-tokens 4096
+    /// over 2048 lines; give --batch-size 1 for fairseq-interactive's own batching and bits.
     #[arg(long = "buffer-size", default_value_t = 0)]
     pub buffer_size: usize,
     /// Print hard alignments (A- lines; in jsonl `alignment` and the soft `attention` matrix).

@@ -42,6 +42,7 @@ pub const ROW_COLUMN: &str = "row";
 pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     let opts = Options::new(a)?;
     let input = Input::open(&opts)?;
+    super::memory::return_large_blocks();
     let mut backend = backend::ModelBackend::load(global, a)?;
     let progress = !a.quiet && std::io::stderr().is_terminal();
     let summary = score_input(input, &opts, &mut backend, progress)?;
