@@ -19,6 +19,7 @@ fn main() {
                 .and_then(|text| parse_version_py(&text))
                 .unwrap_or_else(|| "unknown".to_string());
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION={version}");
+            compile_shim(std::path::Path::new(&lib));
         }
         _ => {
             // torch-sys already failed the build if libtorch was missing; reaching this point
@@ -38,6 +39,24 @@ fn main() {
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
         println!("cargo:rustc-link-arg=-ltorch");
     }
+}
+
+/// csrc/quantized_linear.cpp (`--compute-type int8`: fbgemm's ops through the dispatcher),
+/// compiled as torch-sys compiles its own C++ against the same headers.
+fn compile_shim(lib: &std::path::Path) {
+    println!("cargo:rerun-if-changed=csrc/quantized_linear.cpp");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_string());
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(lib.join("../include"))
+        .flag("-std=c++17")
+        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .flag("-DGLOG_USE_GLOG_EXPORT")
+        .file("csrc/quantized_linear.cpp")
+        .compile("tchseq_shim");
 }
 
 /// `__version__ = '2.13.0+cu130'` -> `2.13.0+cu130`.

@@ -207,9 +207,6 @@ impl Translator {
     #[new]
     #[pyo3(signature = (model_dir, device = "cpu", compute_type = "exact", threads = 0, inter_threads = 1, tokenized = false))]
     fn new(py: Python<'_>, model_dir: std::path::PathBuf, device: &str, compute_type: &str, threads: i32, inter_threads: usize, tokenized: bool) -> PyResult<Self> {
-        if compute_type != "exact" {
-            return Err(value_error(format!("compute_type {compute_type:?} is not available (only \"exact\" is)")));
-        }
         if threads < 0 || inter_threads == 0 {
             return Err(value_error("threads must be at least 0 (0: libtorch's default) and inter_threads at least 1"));
         }
@@ -223,7 +220,11 @@ impl Translator {
         let spec = ModelSpec { model: Some(model_dir), ..Default::default() };
         let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
         let translator = py
-            .detach(|| ModelBundle::load(&spec, &LoadOptions::fp32(device)).and_then(|b| HubTranslator::new(b, device, text)))
+            .detach(|| {
+                let mut t = HubTranslator::new(ModelBundle::load(&spec, &LoadOptions::fp32(device))?, device, text)?;
+                t.set_compute_type(compute_type)?;
+                Ok::<_, tchseq::hub::HubError>(t)
+            })
             .map_err(value_error)?;
         Ok(Translator { inner: Mutex::new(translator), threads, inter_threads })
     }

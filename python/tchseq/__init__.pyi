@@ -24,7 +24,9 @@ class ScoringResult:
     avg_logprob: float
 
 class Translator:
-    """A fairseq Transformer model, loaded once.
+    """A fairseq Transformer model, loaded once. ``compute_type`` is ``"exact"`` (fairseq's
+    arithmetic, bit for bit) or ``"int8"`` (the linear layers dynamically quantized: faster,
+    scores and some hypotheses differ; see the README).
 
     >>> t = Translator("weights/multi30k.en-de", threads=2)
     >>> t.translate(["A dog runs."])

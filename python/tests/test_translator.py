@@ -77,8 +77,10 @@ def test_errors_are_value_errors_with_the_library_message(translator):
         translator.translate(["a", "dog " * 1100])
     with pytest.raises(ValueError, match="1 sources but 2 targets"):
         translator.score_batch(["a"], ["b", "c"])
-    with pytest.raises(ValueError, match="compute_type"):
-        tchseq.Translator(MODEL, compute_type="int8")
+    with pytest.raises(ValueError, match="float16"):
+        tchseq.Translator(MODEL, compute_type="float16")
+    with pytest.raises(ValueError, match='compute_type "int8": this model runs in "exact"'):
+        translator.translate(SENTENCES, compute_type="int8")
     with pytest.raises(ValueError, match="nowhere"):
         tchseq.Translator("/nowhere/model")
 
@@ -128,3 +130,14 @@ def test_target_prefix_as_tokens_and_its_errors(translator):
         translator.translate_batch(["A dog."], target_prefix=["Ein", "Hund"])
     with pytest.raises(ValueError, match="end-of-sentence"):
         translator.translate_batch(["A dog."], target_prefix=[["</s>"]])
+
+
+def test_int8_is_the_cli_int8():
+    int8 = tchseq.Translator(MODEL, compute_type="int8", threads=1)
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "--compute-type", "int8",
+                          "--format", "jsonl", "-m", str(MODEL), *SENTENCES],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    results = int8.translate_batch(SENTENCES)
+    for r, c in zip(results, map(json.loads, cli)):
+        assert r.texts[0] == c["hypotheses"][0]["text"]
+        assert r.scores[0] == pytest.approx(c["hypotheses"][0]["score"], abs=0, rel=1e-7)

@@ -61,7 +61,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     let weights = Weights::Load { device, kind, replay_init: a.sampling };
     let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
-    let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+    let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+    translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
     common::print_warnings(&translator.report);
     let max_source_positions = translator.max_source_positions;
 
@@ -210,6 +211,7 @@ fn options(a: &TranslateArgs) -> TranslateOptions {
         temperature: a.temperature,
         seed: a.seed,
         alignment: a.print_alignment,
+        compute_type: Some(a.compute_type.name().to_string()),
         ..common::translate_options(&a.search)
     }
 }

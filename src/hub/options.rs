@@ -5,6 +5,7 @@
 use serde::Deserialize;
 
 use crate::generate::{GeneratorConfig, NgramMode, SearchStrategy};
+use crate::model::ComputeType;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -39,8 +40,9 @@ pub struct TranslateOptions {
     pub alignment: bool,
     /// The soft alignment matrix in the reply.
     pub attention: bool,
-    /// CTranslate2's `compute_type`; only `exact` (fairseq's fp32 arithmetic) is served.
-    pub compute_type: String,
+    /// CTranslate2's `compute_type`: `exact` (fairseq's fp32 arithmetic) or `int8`. When given,
+    /// it must be the one the model was loaded with; by default it is.
+    pub compute_type: Option<String>,
 }
 
 impl Default for TranslateOptions {
@@ -69,7 +71,7 @@ impl Default for TranslateOptions {
             token_scores: false,
             alignment: false,
             attention: false,
-            compute_type: "exact".into(),
+            compute_type: None,
         }
     }
 }
@@ -115,10 +117,20 @@ impl TranslateOptions {
         if i64::try_from(self.seed).is_err() {
             return Err("seed is too large".into());
         }
-        if self.compute_type != "exact" {
-            return Err(format!("compute_type {:?} is not available (only \"exact\" is)", self.compute_type));
+        if let Some(name) = &self.compute_type {
+            ComputeType::from_name(name).map_err(|e| e.to_string().replace("compute type", "compute_type"))?;
         }
         Ok(())
+    }
+
+    /// Whether a model that runs in `runs` serves these options' `compute_type`.
+    pub fn check_compute_type(&self, runs: ComputeType) -> Result<(), String> {
+        match self.compute_type.as_deref() {
+            Some(name) if ComputeType::from_name(name).ok() != Some(runs) => {
+                Err(format!("compute_type {name:?}: this model runs in {:?}", runs.name()))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn generator_config(&self) -> GeneratorConfig {

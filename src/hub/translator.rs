@@ -15,7 +15,7 @@ use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::sequence_generator::Specials;
 use crate::generate::workers::run_jobs;
 use crate::generate::{EnsembleModel, GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
-use crate::model::TransformerModel;
+use crate::model::{ComputeType, TransformerModel};
 use crate::text::dictionary::Dictionary;
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
@@ -112,6 +112,8 @@ pub struct Translator {
     pub device: Device,
     pub max_source_positions: usize,
     pub report: LoadReport,
+    /// The arithmetic of the linear layers (`exact` unless [`Translator::set_compute_type`]).
+    pub compute_type: ComputeType,
     pub(super) scoring: PairScoring,
 }
 
@@ -131,7 +133,26 @@ impl Translator {
         let max_source_positions = bundle.max_source_positions();
         let scoring = PairScoring::new(&bundle);
         let ModelBundle { models, src_dict, tgt_dict, report, .. } = bundle;
-        Ok(Translator { pipeline, target_pipeline, src_dict, tgt_dict, models, device, max_source_positions, report, scoring })
+        let compute_type = ComputeType::Exact;
+        Ok(Translator { pipeline, target_pipeline, src_dict, tgt_dict, models, device, max_source_positions, report, compute_type, scoring })
+    }
+
+    /// Switches every model to `compute_type` (CTranslate2's name, e.g. `int8`); once `exact`
+    /// is left, the weights are quantized and there is no way back.
+    pub fn set_compute_type(&mut self, compute_type: &str) -> Result<(), HubError> {
+        let model_error = |source| HubError::Model { path: "the loaded model".into(), source };
+        let wanted = ComputeType::from_name(compute_type).map_err(model_error)?;
+        if wanted == self.compute_type {
+            return Ok(());
+        }
+        if self.compute_type != ComputeType::Exact {
+            return Err(HubError::ModelDir(format!("the model already runs in {}", self.compute_type.name())));
+        }
+        for model in &mut self.models {
+            model.set_compute_type(wanted).map_err(model_error)?;
+        }
+        self.compute_type = wanted;
+        Ok(())
     }
 
     /// A generator for this model's target dictionary.
@@ -148,6 +169,7 @@ impl Translator {
         options: &TranslateOptions,
         batching: Batching,
     ) -> Result<(SequenceGenerator, Batching), GenerateError> {
+        options.check_compute_type(self.compute_type).map_err(GenerateError::InvalidOption)?;
         let generator = self.generator(options.generator_config())?;
         if !options.sampling {
             return Ok((generator, batching));

@@ -80,9 +80,9 @@ impl MultiheadAttention {
             None => None,
         };
         let b = self.in_proj_bias.f_chunk(3, 0)?;
-        let q = query.f_linear(&self.q_proj.weight, Some(&b[0]))?;
-        let k = key.f_linear(&self.k_proj.weight, Some(&b[1]))?;
-        let v = key.f_linear(&self.v_proj.weight, Some(&b[2]))?;
+        let q = self.q_proj.forward_with_bias(query, Some(&b[0]))?;
+        let k = self.k_proj.forward_with_bias(key, Some(&b[1]))?;
+        let v = self.v_proj.forward_with_bias(key, Some(&b[2]))?;
         let mut attn_mask = match attn_mask {
             Some(m) if m.dim() == 2 => Some(m.f_unsqueeze(0)?),
             Some(m) => Some(m.shallow_clone()),
@@ -111,7 +111,7 @@ impl MultiheadAttention {
         let v = v.f_view([bsz, h, src_len, d])?;
         let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, attn_mask.as_ref(), 0.0, false, None::<f64>, false)?;
         let out = out.f_permute([2, 0, 1, 3])?.f_reshape([bsz * tgt_len, embed_dim])?;
-        let out = out.f_linear(&self.out_proj.weight, self.out_proj.bias.as_ref())?;
+        let out = self.out_proj.forward(&out)?;
         Ok(out.f_view([tgt_len, bsz, -1])?)
     }
 

@@ -15,6 +15,7 @@ mod decoder;
 mod embedding;
 mod encoder;
 mod incremental;
+mod int8;
 mod layer;
 mod nn;
 mod options;
@@ -28,6 +29,7 @@ pub use embedding::{
     SinusoidalPositionalEmbedding,
 };
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
+pub use int8::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
 pub use nn::{ActivationFn, LayerNorm, Linear};
@@ -47,6 +49,8 @@ pub enum ModelError {
     Shape { key: String, expected: Vec<i64>, actual: Vec<i64> },
     #[error("unsupported model: {0}")]
     Unsupported(String),
+    #[error("unknown compute type {0:?} (available: \"exact\", \"int8\")")]
+    ComputeType(String),
     #[error("bad model input: {0}")]
     Input(String),
     #[error("libtorch: {0}")]

@@ -2,25 +2,43 @@
 
 use tch::{Kind, Tensor};
 
+use super::int8::Int8Weight;
 use super::weights::Weights;
 use super::ModelError;
 
-/// `nn.Linear`: `F.linear(x, weight, bias)` with `weight` `[out, in]`.
+/// `nn.Linear`: `F.linear(x, weight, bias)` with `weight` `[out, in]`; in int8 when
+/// [`Linear::quantize_int8`] was called.
 #[derive(Debug)]
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    int8: Option<Int8Weight>,
 }
 
 impl Linear {
     pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
-        Ok(Self { weight, bias })
+        Ok(Self { weight, bias, int8: None })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
-        Ok(x.f_linear(&self.weight, self.bias.as_ref())?)
+        self.forward_with_bias(x, self.bias.as_ref())
+    }
+
+    /// `F.linear(x, weight, bias)` with a bias from elsewhere (fairseq's concatenated in_proj bias).
+    pub fn forward_with_bias(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        match &self.int8 {
+            // the bias was packed with the weight; the only other bias handed in is the
+            // in_proj slice of the same layer's own bias
+            Some(q) => q.linear(x),
+            None => Ok(x.f_linear(&self.weight, bias)?),
+        }
+    }
+
+    pub fn quantize_int8(&mut self) -> Result<(), ModelError> {
+        self.int8 = Some(Int8Weight::quantize(&self.weight, self.bias.as_ref())?);
+        Ok(())
     }
 }
 

@@ -5,6 +5,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::decoder::TransformerDecoder;
 use super::encoder::TransformerEncoder;
+use super::int8::ComputeType;
+use super::nn::Linear;
 use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
 use super::ModelError;
@@ -55,6 +57,32 @@ impl TransformerModel {
         let (report, named_tensors) = state.finish();
         let model = Self { cfg: cfg.clone(), encoder, decoder, named_tensors, device, kind };
         Ok((model, report))
+    }
+
+    /// Switches every linear layer to `compute_type` (embeddings, norms and attention stay fp32).
+    /// int8 also turns the encoder's fast path off: that kernel takes the fp32 weights.
+    pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
+        if compute_type == ComputeType::Exact {
+            return Ok(());
+        }
+        let _guard = tch::no_grad_guard();
+        self.encoder.allow_fastpath = false;
+        let mut linears: Vec<&mut Linear> = Vec::new();
+        for l in &mut self.encoder.layers {
+            let a = &mut l.self_attn;
+            linears.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj, &mut l.fc1, &mut l.fc2]);
+        }
+        for l in &mut self.decoder.layers {
+            let (a, e) = (&mut l.self_attn, &mut l.encoder_attn);
+            linears.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj]);
+            linears.extend([&mut e.q_proj, &mut e.k_proj, &mut e.v_proj, &mut e.out_proj, &mut l.fc1, &mut l.fc2]);
+        }
+        linears.push(&mut self.decoder.output_projection);
+        linears.extend(self.decoder.project_out_dim.as_mut());
+        for linear in linears {
+            linear.quantize_int8()?;
+        }
+        Ok(())
     }
 
     /// fairseq's `model.max_decoder_positions()`.

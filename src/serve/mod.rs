@@ -21,6 +21,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use tchseq::hub::{LoadReport, Translator};
+use tchseq::model::ComputeType;
 
 pub use engine::BatchPolicy;
 use api::{ApiError, ModelInfo};
@@ -49,6 +50,7 @@ pub struct Served {
     pub name: String,
     pub source_lang: String,
     pub target_lang: String,
+    pub compute_type: ComputeType,
     report: LoadReport,
     engine: Engine,
 }
@@ -73,9 +75,9 @@ pub fn run(models: Vec<(String, Translator)>, settings: Settings, on_listen: imp
     let mut served = Vec::with_capacity(models.len());
     for (name, translator) in models {
         let (source_lang, target_lang) = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
-        let report = translator.report.clone();
+        let (report, compute_type) = (translator.report.clone(), translator.compute_type);
         let engine = Engine::start(name.clone(), translator, settings.policy, metrics.clone())?;
-        served.push(Served { name, source_lang, target_lang, report, engine });
+        served.push(Served { name, source_lang, target_lang, compute_type, report, engine });
     }
     let state = Arc::new(AppState { models: served, limits: settings.limits, api_key: settings.api_key.clone(), metrics });
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

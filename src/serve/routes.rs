@@ -88,6 +88,7 @@ async fn translate_with_prefixes(
         return Err(ApiError::bad_request(format!("{} target prefixes for {} sentences", prefixes.len(), sentences.len())));
     }
     options.check().map_err(ApiError::bad_request)?;
+    options.check_compute_type(m.compute_type).map_err(ApiError::bad_request)?;
     if options.beam > MAX_BEAM || options.max_len_b > MAX_LEN_B || options.min_len > MAX_LEN_B {
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }

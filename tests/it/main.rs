@@ -5,6 +5,7 @@ mod bad_input;
 mod browser;
 mod bundled;
 mod cli;
+mod compute_type;
 mod decoding;
 mod fairseq_out;
 mod faults;

@@ -283,6 +283,25 @@ pub struct TranslateArgs {
     pub print_alignment: bool,
     #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
     pub dtype: DtypeArg,
+    /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `int8`
+    /// quantizes the linear layers (faster; hypotheses may differ, see the README's table).
+    #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
+    pub compute_type: ComputeTypeArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ComputeTypeArg {
+    Exact,
+    Int8,
+}
+
+impl ComputeTypeArg {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Int8 => "int8",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

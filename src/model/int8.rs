@@ -1,0 +1,136 @@
+//! `--compute-type int8`: dynamic quantization of the linear layers, as torch.ao's dynamic
+//! `Linear` does it, through fbgemm (csrc/quantized_linear.cpp). Each weight is quantized once,
+//! per output row; each input is quantized on the fly, multiplied in int8 with int32
+//! accumulation, and scaled back to f32 with the bias. Not fairseq's arithmetic: its fidelity
+//! is measured, not exact.
+
+use tch::{Kind, Tensor};
+
+use super::ModelError;
+
+/// What `--compute-type` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ComputeType {
+    /// fairseq's own kernels and order: bit-identical to fairseq on the same machine.
+    #[default]
+    Exact,
+    /// int8 weights and activations (see the module docs).
+    Int8,
+}
+
+impl ComputeType {
+    pub fn from_name(name: &str) -> Result<Self, ModelError> {
+        match name {
+            "exact" | "default" => Ok(Self::Exact),
+            "int8" | "int8_float32" => Ok(Self::Int8),
+            other => Err(ModelError::ComputeType(other.to_string())),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Int8 => "int8",
+        }
+    }
+}
+
+mod ffi {
+    use std::ffi::{c_char, c_void};
+    use torch_sys::C_tensor;
+
+    extern "C" {
+        pub fn tchseq_linear_prepack(
+            weight: *const C_tensor,
+            scales: *const C_tensor,
+            zero_points: *const C_tensor,
+            bias: *const C_tensor,
+            error: *mut *mut c_char,
+        ) -> *mut c_void;
+        pub fn tchseq_linear_dynamic(
+            x: *const C_tensor,
+            packed: *const c_void,
+            reduce_range: bool,
+            error: *mut *mut c_char,
+        ) -> *mut C_tensor;
+        pub fn tchseq_linear_packed_free(packed: *mut c_void);
+        pub fn tchseq_error_free(error: *mut c_char);
+    }
+}
+
+/// The shim's error message, freed.
+fn shim_error(error: *mut std::ffi::c_char) -> ModelError {
+    if error.is_null() {
+        return ModelError::Unsupported("int8: the quantized linear op failed without a message".into());
+    }
+    // SAFETY: a NUL-terminated string the shim malloc'ed, freed once here.
+    let text = unsafe { std::ffi::CStr::from_ptr(error) }.to_string_lossy().lines().next().unwrap_or("").to_string();
+    unsafe { ffi::tchseq_error_free(error) };
+    ModelError::Unsupported(format!("int8 linear: {text}"))
+}
+
+/// A linear layer's weight and bias, packed by fbgemm (`quantized::linear_prepack`): the
+/// weight quantized per output row (qint8, symmetric), the bias kept in f32.
+#[derive(Debug)]
+pub struct Int8Weight {
+    packed: *mut std::ffi::c_void,
+}
+
+// SAFETY: the packed parameters are never changed after packing; `linear_dynamic` only reads
+// them, from any thread (torch.ao shares them across inference threads the same way).
+unsafe impl Send for Int8Weight {}
+unsafe impl Sync for Int8Weight {}
+
+impl Int8Weight {
+    pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
+        let _guard = tch::no_grad_guard();
+        let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
+        let out = weight.size()[0];
+        let scale = weight.f_abs()?.f_amax([1i64].as_slice(), false)?.f_clamp_min(1e-8)?.f_div_scalar(127.0)?;
+        let zero = Tensor::f_zeros([out], (Kind::Int64, weight.device()))?;
+        let bias = bias.map(|b| b.f_to_kind(Kind::Float)).transpose()?;
+        let mut error = std::ptr::null_mut();
+        // SAFETY: valid tensors for the call's duration; the result is owned by the returned value.
+        let packed = unsafe {
+            let bias = bias.as_ref().map_or(std::ptr::null(), Tensor::as_ptr);
+            ffi::tchseq_linear_prepack(weight.as_ptr(), scale.as_ptr(), zero.as_ptr(), bias, &mut error)
+        };
+        if packed.is_null() {
+            return Err(shim_error(error));
+        }
+        Ok(Self { packed })
+    }
+
+    /// `F.linear(x, weight, bias)` in int8, result in `x`'s kind. Activations are quantized per
+    /// tensor, to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI: without it fbgemm
+    /// sums byte products in 16 bits, which 8-bit activations can overflow.
+    pub fn linear(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        let input = x.f_to_kind(Kind::Float)?.f_contiguous()?;
+        let mut error = std::ptr::null_mut();
+        // SAFETY: `input` and the packed parameters outlive the call; a non-null result is a
+        // new at::Tensor that `from_ptr` takes ownership of.
+        let y = unsafe { ffi::tchseq_linear_dynamic(input.as_ptr(), self.packed, !has_vnni(), &mut error) };
+        if y.is_null() {
+            return Err(shim_error(error));
+        }
+        let y = unsafe { Tensor::from_ptr(y) };
+        Ok(if x.kind() == Kind::Float { y } else { y.f_to_kind(x.kind())? })
+    }
+}
+
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *VNNI.get_or_init(|| std::arch::is_x86_feature_detected!("avx512vnni"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+impl Drop for Int8Weight {
+    fn drop(&mut self) {
+        // SAFETY: packed by `quantize`, freed once.
+        unsafe { ffi::tchseq_linear_packed_free(self.packed) };
+    }
+}
