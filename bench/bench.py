@@ -68,6 +68,13 @@ def hyps(text):
     return out
 
 
+def bleu(hypotheses, references):
+    """sacreBLEU on the Moses-tokenized, BPE-removed text (tokenize="none")."""
+    import sacrebleu
+
+    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
+
+
 def w_lines(text):
     return [float(l.split("\t")[1]) for l in text.splitlines() if l.startswith("W-")]
 
@@ -139,7 +146,14 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
          + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
         (f"tchseq --reproducible --inter-threads {threads}", tch + ["--reproducible", "--threads", "1", "--inter-threads", threads]
          + tch_tr + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --compute-type int8 --threads {threads}", tch + ["--threads", threads] + tch_tr
+         + ["--compute-type", "int8", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --compute-type int8 --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads] + tch_tr
+         + ["--compute-type", "int8", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --inter-threads {threads}, no batching flag (the file default)", tch + ["--threads", "1", "--inter-threads", threads]
+         + tch_tr + ["--input", src]),
     ]
+    refs = [l.replace("@@ ", "") for l in inputs["de"].read_text(encoding="utf-8").splitlines()[:n]]
     reference = None
     for label, argv in systems:
         wall, rss, text = timed(argv, env=env, reps=reps, stdout=work / "out.txt")
@@ -148,8 +162,9 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
             reference = h
             tokens = sum(len(x.split()) + 1 for x in h.values())
         same = sum(reference.get(i) == x for i, x in h.items())
+        score = bleu([h.get(i, "").replace("@@ ", "") for i in range(n)], refs)
         r["translate"].append({"system": label, "argv": shlex.join(map(str, argv)), "seconds": wall,
-                               "tok_s": tokens / wall, "identical": same, "count": len(h), "rss_mb": rss})
+                               "tok_s": tokens / wall, "identical": same, "count": len(h), "rss_mb": rss, "bleu": score})
         print(f"[{name}] translate {label}: {wall:.2f}s {tokens / wall:.0f} tok/s, {same}/{len(h)} as fairseq, {rss:.0f} MB",
               flush=True)
     r["target_tokens"] = tokens
@@ -161,9 +176,13 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         ("fairseq-interactive", fairseq + ["--buffer-size", "1", "--batch-size", "1", "--input", first]),
         (f"CTranslate2 fp32 (intra {threads})", ct2_cmd + [first, "--compute-type", "float32", "--intra-threads", threads,
                                                           "--latency"]),
+        (f"CTranslate2 int8 (intra {threads})", ct2_cmd + [first, "--compute-type", "int8", "--intra-threads", threads,
+                                                          "--latency"]),
         (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--batch-size", "1", "--input", first]),
         (f"tchseq --reproducible --threads {threads}", tch + ["--reproducible", "--threads", threads] + tch_tr
          + ["--batch-size", "1", "--input", first]),
+        (f"tchseq --compute-type int8 --threads {threads}", tch + ["--threads", threads] + tch_tr
+         + ["--compute-type", "int8", "--batch-size", "1", "--input", first]),
         ("tchseq --threads 1", tch + ["--threads", "1"] + tch_tr + ["--batch-size", "1", "--input", first]),
     ]
     for label, argv in lat:
@@ -274,13 +293,14 @@ def markdown(results, args):
             "",
             f"{r['target_tokens']} target tokens (EOS included) in fairseq's output.",
             "",
-            "| system | seconds | target tok/s | vs fairseq | hypotheses equal to fairseq's | peak RSS (MB) |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| system | seconds | target tok/s | vs fairseq | hypotheses equal to fairseq's | BLEU (Δ fairseq) | peak RSS (MB) |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         base = r["translate"][0]
         for x in r["translate"]:
+            b = f"{x['bleu']:.2f} ({x['bleu'] - base['bleu']:+.2f})" if "bleu" in x else "—"
             out.append(f"| {x['system']} | {x['seconds']:.2f} | {x['tok_s']:.0f} | {ratio(x['tok_s'], base['tok_s'])} | "
-                       f"{x['identical']}/{x['count']} | {x['rss_mb']:.0f} |")
+                       f"{x['identical']}/{x['count']} | {b} | {x['rss_mb']:.0f} |")
         out += ["", f"### Latency: batch 1, the first {r['latency_lines']} sentences, median time per sentence "
                 f"({t} threads)", "",
                 "| system | ms / sentence | vs fairseq |", "|---|---:|---:|"]

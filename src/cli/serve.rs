@@ -49,7 +49,8 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         }
         let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang: None, target_lang: None };
         let bundle = common::load_bundle(&model_args, None, Weights::Load { device, kind: Kind::Float, replay_init: false })?;
-        let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+        let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+        translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&translator.report);
         max_positions = max_positions.min(translator.max_source_positions);
         models.push((name, translator));

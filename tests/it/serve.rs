@@ -442,3 +442,15 @@ fn bad_flags_are_one_line_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--host"));
 }
+
+#[test]
+fn an_int8_server_answers_int8_requests_and_refuses_exact_ones() {
+    let s = Server::start(&["--compute-type", "int8"]);
+    for options in [json!({}), json!({ "compute_type": "int8" })] {
+        let reply = s.post("/v1/translate", &json!({ "text": SENTENCES[1], "options": options })).json();
+        let text = reply["translations"][0]["hypotheses"][0]["text"].as_str().unwrap_or_default().to_string();
+        assert!(text.starts_with("Zwei Hunde"), "{reply}");
+    }
+    s.post("/v1/translate", &json!({ "text": "a", "options": { "compute_type": "exact" } }))
+        .assert_error(400, "compute_type \"exact\": this model runs in \"int8\"");
+}

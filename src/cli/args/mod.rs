@@ -521,6 +521,9 @@ pub struct ServeArgs {
     /// (the first is the default). The name defaults to the directory's name.
     #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
     pub models: Vec<String>,
+    /// The compute type of every served model: `exact` (fairseq's bits) or `int8`.
+    #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
+    pub compute_type: ComputeTypeArg,
     /// Address to listen on (127.0.0.1 unless told otherwise).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
