@@ -370,3 +370,42 @@ fn every_4k_truncation_and_hundreds_of_flipped_bytes_fail_cleanly() {
         }
     }
 }
+
+/// The same damage through the CLI: every 4 KiB truncation of both fixtures is exit 2 with one
+/// `error:` line, and single flipped bytes are either that or a clean load (never a panic,
+/// a signal or a multi-line error).
+#[test]
+fn damaged_checkpoints_through_the_cli_are_one_line_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut runs = 0;
+    for (name, good) in [("zip", postnorm_bytes()), ("legacy", legacy_bytes())] {
+        for cut in (0..good.len()).step_by(4096) {
+            expect_clean_error(&format!("{name} cut at {cut}"), &good[..cut]);
+            runs += 1;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..24 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let at = (state % good.len() as u64) as usize;
+            let mut bad = good.clone();
+            bad[at] ^= 1 << (i % 8);
+            let path = tmp.path().join("model.pt");
+            std::fs::write(&path, &bad).unwrap();
+            let data = fixture_dir("postnorm");
+            let out = tchseq()
+                .args(["inspect", "--model", path.to_str().unwrap(), "--data", data.to_str().unwrap(), "-s", "src", "-t", "tgt", "--json"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match out.status.code() {
+                Some(0) => {}
+                Some(2) => assert!(stderr.starts_with("error:") && stderr.trim_end().lines().count() == 1, "{name} flip at {at}: {stderr:?}"),
+                other => panic!("{name} flip at {at}: exit {other:?}, {stderr}"),
+            }
+            runs += 1;
+        }
+    }
+    assert!(runs > 150, "{runs} damaged checkpoints");
+}
