@@ -341,6 +341,21 @@ fn load_bytes(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
     result
 }
 
+/// `n` copies of `good`, each with one bit flipped at a fixed pseudo-random walk (xorshift) over
+/// the file: `(offset, bytes)`.
+fn flipped(good: &[u8], n: usize, seed: u64) -> impl Iterator<Item = (usize, Vec<u8>)> + '_ {
+    let mut state = seed;
+    (0..n).map(move |i| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let at = (state % good.len() as u64) as usize;
+        let mut bad = good.to_vec();
+        bad[at] ^= 1 << (i % 8);
+        (at, bad)
+    })
+}
+
 #[test]
 fn every_4k_truncation_and_hundreds_of_flipped_bytes_fail_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
@@ -351,16 +366,8 @@ fn every_4k_truncation_and_hundreds_of_flipped_bytes_fail_cleanly() {
             cuts += 1;
         }
         assert!(cuts > 40, "{cuts} truncations of {name}");
-        // a fixed pseudo-random walk over the file (xorshift), one flipped byte per variant
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut failed = 0;
-        for i in 0..200 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let at = (state % good.len() as u64) as usize;
-            let mut bad = good.clone();
-            bad[at] ^= 1 << (i % 8);
+        for (at, bad) in flipped(&good, 200, 0x9e37_79b9_7f4a_7c15) {
             // a flip in a field nobody reads (a zip timestamp, padding) may load; nothing may panic
             failed += usize::from(load_bytes(tmp.path(), &format!("{name}-flip-{at}.pt"), &bad).is_err());
         }
@@ -383,14 +390,7 @@ fn damaged_checkpoints_through_the_cli_are_one_line_and_exit_2() {
             expect_clean_error(&format!("{name} cut at {cut}"), &good[..cut]);
             runs += 1;
         }
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        for i in 0..24 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let at = (state % good.len() as u64) as usize;
-            let mut bad = good.clone();
-            bad[at] ^= 1 << (i % 8);
+        for (at, bad) in flipped(&good, 24, 0x2545_f491_4f6c_dd1d) {
             let path = tmp.path().join("model.pt");
             std::fs::write(&path, &bad).unwrap();
             let data = fixture_dir("postnorm");
