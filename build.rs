@@ -41,10 +41,10 @@ fn main() {
     }
 }
 
-/// csrc/quantized_linear.cpp (`--compute-type int8`: fbgemm's ops through the dispatcher),
-/// compiled as torch-sys compiles its own C++ against the same headers.
+/// csrc/ (what tch does not bind: fbgemm's quantized linear for `--compute-type int8`,
+/// c10::InferenceMode), compiled as torch-sys compiles its own C++ against the same headers.
 fn compile_shim(lib: &std::path::Path) {
-    println!("cargo:rerun-if-changed=csrc/quantized_linear.cpp");
+    println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_string());
     cc::Build::new()
@@ -56,6 +56,7 @@ fn compile_shim(lib: &std::path::Path) {
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .file("csrc/quantized_linear.cpp")
+        .file("csrc/inference_mode.cpp")
         .compile("tchseq_shim");
 }
 

@@ -138,6 +138,7 @@ impl SequenceScorer {
     pub fn generate(&self, models: &[TransformerModel], sample: &Sample) -> Result<Vec<ScoredHypo>, ScorerError> {
         let first = models.first().ok_or(ScorerError::NoModels)?;
         let _guard = tch::no_grad_guard();
+        let _inference = crate::libtorch::InferenceMode::enter();
         let device = first.device;
         let src_tokens = sample.src_tokens.f_to_device(device)?;
         let prev_output_tokens = sample.prev_output_tokens.f_to_device(device)?;

@@ -129,6 +129,7 @@ impl SequenceGenerator {
         prefix_tokens: Option<&Tensor>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
+        let _inference = crate::libtorch::InferenceMode::enter();
         let Specials { pad, eos, unk } = self.specials;
         let size = src_tokens.size();
         let (mut bsz, src_len) = match size.as_slice() {
