@@ -109,8 +109,10 @@ def ct2_model(model_dir, work):
     out = work / "ct2"
     converted = out / "model.bin"
     if not converted.exists() or converted.stat().st_mtime < (model_dir / "model.pt").stat().st_mtime:
+        # CTranslate2 4.8's converter loads with weights_only unless told otherwise, which refuses
+        # the argparse.Namespace in a fairseq checkpoint; this one is our own
         run(["ct2-fairseq-converter", "--model_path", model_dir / "model.pt", "--data_dir", model_dir,
-             "--source_lang", "en", "--target_lang", "de", "--output_dir", out, "--force"])
+             "--source_lang", "en", "--target_lang", "de", "--output_dir", out, "--force", "--unsafe_deserialization"])
     return out
 
 

@@ -4,7 +4,7 @@ Multi30k train, repeated): the bounded-memory check of issue 21. Writes bench/me
     python bench/memory.py [--score-rows 10000,100000,1000000] [--translate-lines 10000,100000] [--threads 2]
 
 Each size is one process, start to exit; peak RSS is the child's ru_maxrss (wait4). Default
-batching: score as fairseq-generate (--max-tokens 12000), translate as a file (--max-tokens 4096,
+batching: score as fairseq-generate (--max-tokens 12000), translate as a file (--max-tokens 512,
 2,048-line buffers).
 """
 import argparse
@@ -83,7 +83,7 @@ def main():
         f"Written by `python bench/memory.py` on {datetime.date.today().isoformat()}: {os.cpu_count()} cores "
         f"({cpu_model()}), `--threads {args.threads}`, the bundled model, Multi30k train rows repeated. "
         "score: fairseq-generate's default batching (`--max-tokens 12000`); translate: beam 5, the file default "
-        "(`--max-tokens 4096` over 2,048-line buffers). One process per size, start to exit.",
+        "(`--max-tokens 512` over 2,048-line buffers). One process per size, start to exit.",
         "",
         "| command | rows / lines | seconds | per second | peak RSS (MB) |",
         "|---|---:|---:|---:|---:|",

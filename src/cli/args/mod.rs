@@ -60,7 +60,7 @@ pub enum Command {
     #[command(after_help = "Batching follows fairseq-interactive: --buffer-size lines are read, ordered and batched \
 (--batch-size / --max-tokens) the way fairseq orders them, and printed in input order, so scores match fairseq \
 bit for bit on the same machine given the same flags. With none of these flags, a terminal is answered line by \
-line, as fairseq-interactive does, and a file, a pipe or sentence arguments are batched by --max-tokens 4096 over \
+line, as fairseq-interactive does, and a file, a pipe or sentence arguments are batched by --max-tokens 512 over \
 2048 lines: pass --batch-size 1 for fairseq-interactive's default batching and bits. A sentence longer than --max-tokens gets a batch of its own (fairseq refuses). \
 A line longer than the model's max_source_positions, or one that is not valid UTF-8, is not translated: `text` \
 prints an empty line (and `error: line N: ...` on stderr), `fairseq` an E-<id> line, `jsonl` an object with an \
@@ -274,7 +274,7 @@ pub struct TranslateArgs {
     pub max_tokens: Option<usize>,
     /// Lines read before translating (fairseq-interactive's --buffer-size; default: the batch
     /// size). With no --batch-size, --max-tokens or --buffer-size, a terminal is translated line
-    /// by line as fairseq does, and a file, a pipe or sentence arguments with --max-tokens 4096
+    /// by line as fairseq does, and a file, a pipe or sentence arguments with --max-tokens 512
     /// over 2048 lines; give --batch-size 1 for fairseq-interactive's own batching and bits.
     #[arg(long = "buffer-size", default_value_t = 0)]
     pub buffer_size: usize,
