@@ -34,8 +34,7 @@ KINDS = [
 def profile(lines_file, batch, threads, out):
     data = Path(out)
     cmd = [str(BIN), "--threads", str(threads), "translate", "-m", str(MODEL), "--input", str(lines_file)]
-    if batch > 1:
-        cmd += ["--batch-size", str(batch), "--buffer-size", "1024"]
+    cmd += ["--batch-size", str(batch), "--buffer-size", str(max(batch, 1024) if batch > 1 else 1)]
     subprocess.run(["perf", "record", "-q", "-F", "2000", "-o", str(data), "--", *cmd],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "symbol", "--stdio", "-g", "none"],
