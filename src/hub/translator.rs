@@ -148,6 +148,9 @@ impl Translator {
         if self.compute_type != ComputeType::Exact {
             return Err(HubError::ModelDir(format!("the model already runs in {}", self.compute_type.name())));
         }
+        if self.device.is_cuda() {
+            return Err(HubError::ModelDir(format!("compute type {} runs on the CPU only", wanted.name())));
+        }
         for model in &mut self.models {
             model.set_compute_type(wanted).map_err(model_error)?;
         }
