@@ -5,19 +5,27 @@ SHELL := /bin/bash
 PYTHON ?= python3
 
 # Use an already active virtualenv when it has torch 2.13.0; else the project-local .venv.
-ACTIVE_TORCH_OK := $(shell [ -n "$$VIRTUAL_ENV" ] && "$$VIRTUAL_ENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='2.13.0' else 1)" >/dev/null 2>&1 && echo yes)
+# The version is read from the package metadata: a slim install cannot `import torch`.
+TORCH_IS_2_13 := import importlib.metadata as m, sys; sys.exit(0 if m.version('torch').split('+')[0] == '2.13.0' else 1)
+TORCH_DIR := import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('torch').origin))
+ACTIVE_TORCH_OK := $(shell [ -n "$$VIRTUAL_ENV" ] && "$$VIRTUAL_ENV/bin/python" -c "$(TORCH_IS_2_13)" >/dev/null 2>&1 && echo yes)
 ifeq ($(ACTIVE_TORCH_OK),yes)
 VENV := $(VIRTUAL_ENV)
-export LIBTORCH := $(shell "$$VIRTUAL_ENV/bin/python" -c "import torch,os; print(os.path.dirname(torch.__file__))")
+export LIBTORCH := $(shell "$$VIRTUAL_ENV/bin/python" -c "$(TORCH_DIR)")
 else
 VENV := $(CURDIR)/.venv
 endif
-# .venv/libtorch -> the venv's torch package; .cargo/config.toml points LIBTORCH there.
+# .venv/libtorch -> the venv's torch package (a relative link, so the checkout can move);
+# .cargo/config.toml points LIBTORCH there.
 VENV_STAMP := $(CURDIR)/.venv/libtorch
-# CI machines have 2 cores; keep the C++ shim build from oversubscribing.
+# What a CPU run needs (1.2 GB): libtorch_cpu needs the CUDA runtime and CUPTI libraries even
+# on a CPU. The full wheel (4.7 GB, what `import torch`, fairseq and the Python package need)
+# is added by $(FULL_STAMP) for the tests, the reference and the benchmark.
+SLIM_INSTALL := --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+FULL_STAMP := $(VENV)/.full-torch-ok
 CARGO ?= cargo
 
-.PHONY: all build test demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc
+.PHONY: all build full-venv test demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc
 
 all: build
 
@@ -26,10 +34,16 @@ venv: $(VENV_STAMP)
 $(CURDIR)/.venv/libtorch:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python >= 3.9 with venv and pip, then run make again" >&2; exit 2; }
 	@[ -x "$(VENV)/bin/python" ] || $(PYTHON) -m venv "$(VENV)"
-	@"$(VENV)/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='2.13.0' else 1)" 2>/dev/null \
-		|| "$(VENV)/bin/python" -m pip install --quiet torch==2.13.0
+	@"$(VENV)/bin/python" -c "$(TORCH_IS_2_13)" 2>/dev/null \
+		|| "$(VENV)/bin/python" -m pip install --quiet $(SLIM_INSTALL)
 	@mkdir -p "$(CURDIR)/.venv"
-	ln -sfn "$$("$(VENV)/bin/python" -c "import torch,os; print(os.path.dirname(torch.__file__))")" $@
+	ln -sfn "$$("$(VENV)/bin/python" -c "import importlib.util, os; print(os.path.relpath(os.path.dirname(importlib.util.find_spec('torch').origin), '$(CURDIR)/.venv'))")" $@
+
+# torch's own dependencies (CUDA libraries, sympy, ...) on top of the slim install.
+full-venv: $(FULL_STAMP)
+$(FULL_STAMP): $(VENV_STAMP)
+	"$(VENV)/bin/python" -m pip install --quiet torch==2.13.0
+	touch $@
 
 build: $(VENV_STAMP)
 	$(CARGO) build --release
@@ -37,7 +51,7 @@ build: $(VENV_STAMP)
 # Every test: the Rust suites (portable: goldens within tolerance, bits in reproducible mode),
 # then fairseq 0.12.2 live beside tchseq on this machine (make parity), in the default mode at one
 # thread and in the reproducible mode at two.
-test: $(VENV_STAMP) browser
+test: $(FULL_STAMP) browser
 	$(CARGO) build --release
 	$(CARGO) test --release
 	$(MAKE) python-test
@@ -57,7 +71,7 @@ browser:
 		|| { echo "error: the browser test needs Chromium: install Debian's chromium (apt install chromium) or set TCHSEQ_CHROMIUM" >&2; exit 2; }
 
 # The Python package (python/: pyo3 + maturin), installed into the venv beside torch 2.13.0.
-python: $(VENV_STAMP)
+python: $(FULL_STAMP)
 	@"$(VENV)/bin/python" -c "import maturin, pytest" 2>/dev/null || "$(VENV)/bin/python" -m pip install --quiet "maturin>=1.5,<2" pytest
 	PATH="$(VENV)/bin:$$PATH" "$(VENV)/bin/python" -m pip install --quiet --no-build-isolation ./python
 
@@ -69,7 +83,7 @@ python-test: python build
 # sees the project venv's torch and tchseq through a .pth file. Not part of `make test` (Ray is
 # large and slow to start on 2 cores).
 RAY_VENV := $(CURDIR)/.venv-ray
-$(RAY_VENV)/.ok: $(VENV_STAMP)
+$(RAY_VENV)/.ok: $(FULL_STAMP)
 	@[ -x "$(RAY_VENV)/bin/python" ] || $(PYTHON) -m venv "$(RAY_VENV)"
 	"$(VENV)/bin/python" -c "import site; print(site.getsitepackages()[0])" \
 		> "$$("$(RAY_VENV)/bin/python" -c "import site; print(site.getsitepackages()[0])")/tchseq-project.pth"
@@ -86,7 +100,7 @@ demo: build
 # --- Python ground truth (fairseq 0.12.2 + the fixes in reference/sitecustomize.py) ----------
 reference-venv: $(VENV)/.reference-ok
 
-$(VENV)/.reference-ok: $(VENV_STAMP) reference/requirements.txt
+$(VENV)/.reference-ok: $(FULL_STAMP) reference/requirements.txt
 	"$(VENV)/bin/python" -m pip install --quiet -c reference/constraints.txt -r reference/requirements.txt
 	# fairseq pulls in a torchaudio built for another torch; it is not needed.
 	"$(VENV)/bin/python" -m pip uninstall --quiet -y torchaudio || true

@@ -1,6 +1,9 @@
-//! Gives every binary of this package (the CLI, tests, benches) an rpath to libtorch's lib
-//! directory, and keeps `libtorch_cuda` linked (`--no-as-needed -ltorch`) so CUDA is found on GPU
-//! machines, unless `TCHSEQ_LINK_CUDA=0`. `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
+//! Links the program against `libtorch_cpu` and `libc10` only: `libtorch_cuda` is loaded at run
+//! time for `--device cuda` (`libtorch::cuda`), unless `TCHSEQ_LINK_CUDA=1` links it as before.
+//! The test and example binaries get an rpath to the libtorch they were built against;
+//! `tchseq-core` gets only `$ORIGIN/../lib` (a packaged layout), since the `tchseq` launcher
+//! finds libtorch for it. `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct
+//! dependency.
 
 fn main() {
     for var in ["LIBTORCH", "LIBTORCH_USE_PYTORCH", "VIRTUAL_ENV", "LIBTORCH_LIB"] {
@@ -11,7 +14,10 @@ fn main() {
     match std::env::var("DEP_TCH_LIBTORCH_LIB") {
         Ok(lib) if !lib.is_empty() => {
             if target_os == "linux" || target_os == "macos" {
-                println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+                for kind in ["tests", "examples"] {
+                    println!("cargo:rustc-link-arg-{kind}=-Wl,-rpath,{lib}");
+                }
+                println!("cargo:rustc-link-arg-bin=tchseq-core=-Wl,-rpath,$ORIGIN/../lib");
             }
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_LIB={lib}");
             let version = std::fs::read_to_string(std::path::Path::new(&lib).join("../version.py"))
@@ -31,13 +37,13 @@ fn main() {
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION=unknown");
         }
     }
-    // TCHSEQ_LINK_CUDA=0: link libtorch_cpu + c10 only (a CPU build that runs from the slim
-    // `pip install --no-deps torch nvidia-cuda-runtime nvidia-cuda-cupti` install)
     println!("cargo:rerun-if-env-changed=TCHSEQ_LINK_CUDA");
-    let link_cuda = std::env::var("TCHSEQ_LINK_CUDA").map_or(true, |v| v != "0");
+    let link_cuda = std::env::var("TCHSEQ_LINK_CUDA").is_ok_and(|v| v == "1");
     if target_os == "linux" && link_cuda {
-        println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
-        println!("cargo:rustc-link-arg=-ltorch");
+        for arg in ["-Wl,--no-as-needed", "-ltorch"] {
+            println!("cargo:rustc-link-arg-bin=tchseq-core={arg}");
+            println!("cargo:rustc-link-arg-tests={arg}");
+        }
     }
 }
 
@@ -57,6 +63,7 @@ fn compile_shim(lib: &std::path::Path) {
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .file("csrc/quantized_linear.cpp")
         .file("csrc/inference_mode.cpp")
+        .file("csrc/cuda_registered.cpp")
         .compile("tchseq_shim");
 }
 

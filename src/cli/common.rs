@@ -27,6 +27,22 @@ pub fn apply_threads(threads: Option<usize>, inter_threads: usize) -> Result<()>
     Ok(())
 }
 
+/// Loads libtorch_cuda when `--device` may use it, before libtorch is asked anything about CUDA.
+/// `auto` falls back to the CPU when it is not installed; `cuda` is then an error.
+pub fn load_cuda_for(arg: DeviceArg) -> Result<()> {
+    match arg {
+        DeviceArg::Cpu => Ok(()),
+        DeviceArg::Auto => {
+            let _ = tchseq::libtorch::load_cuda();
+            Ok(())
+        }
+        DeviceArg::Cuda => {
+            tchseq::libtorch::load_cuda().map_err(|e| anyhow::anyhow!("--device cuda: {e}"))?;
+            Ok(())
+        }
+    }
+}
+
 /// Resolves `--device cpu|cuda|auto` to a libtorch device.
 #[allow(dead_code)]
 pub fn resolve_device(arg: DeviceArg) -> Result<Device> {

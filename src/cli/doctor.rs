@@ -10,12 +10,26 @@ use super::Outcome;
 pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
     let loaded = tchseq::libtorch::loaded_library_dir();
     let version = tchseq::libtorch::version();
+    // what the binary itself links, before libtorch_cuda is tried
+    let linked = tchseq::libtorch::loaded_libraries();
+    let cuda = tchseq::libtorch::load_cuda();
     let cudnn = tch::Cuda::cudnn_is_available();
     let report = json!({
         "tchseq": env!("CARGO_PKG_VERSION"),
         "libtorch_version": version,
         "libtorch_dir": loaded.as_ref().map(|p| p.display().to_string()),
+        "libtorch_found_by": std::env::var("TCHSEQ_LIBTORCH_FOUND_BY").ok(),
         "built_against": tchseq::libtorch::BUILD_LIB_DIR,
+        "install": match &cuda {
+            Ok(_) => "full (libtorch_cuda and its CUDA libraries load)",
+            Err(tchseq::libtorch::CudaLoadError::NotInstalled { .. }) => "CPU only (no libtorch_cuda)",
+            Err(_) => "slim, CPU only (the CUDA libraries libtorch_cuda needs are not installed)",
+        },
+        "libtorch_cuda": match &cuda {
+            Ok(path) => path.display().to_string(),
+            Err(e) => format!("not loaded: {e}"),
+        },
+        "cuda_kernels_registered": tchseq::libtorch::cuda_registered(),
         "libtorch_has_cuda": tch::utils::has_cuda(),
         "cuda_available": tch::Cuda::is_available(),
         "cuda_device_count": tch::Cuda::device_count(),
@@ -28,7 +42,7 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         "openmp": tch::utils::has_openmp(),
         "cpu_vector_isa": cpu_vector_isa(),
         "cpu_model": cpu_model(),
-        "libraries": tchseq::libtorch::loaded_libraries(),
+        "libraries": linked,
         "reproducible": tchseq::libtorch::reproducible_kernels_pinned(),
         "MKL_CBWR": std::env::var("MKL_CBWR").ok(),
         "ATEN_CPU_CAPABILITY": std::env::var("ATEN_CPU_CAPABILITY").ok(),
@@ -46,7 +60,7 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
                 serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_str()).collect::<Vec<_>>().join(" "),
                 other => other.to_string(),
             };
-            writeln!(out, "{:<20} {}", key, shown)?;
+            writeln!(out, "{:<24} {}", key, shown)?;
         }
     }
     Ok(Outcome::Ok)

@@ -88,6 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         tchseq::libtorch::pin_reproducible_kernels();
     }
     tchseq::libtorch::keep_freed_memory();
+    common::load_cuda_for(cli.global.device)?;
     common::apply_threads(cli.global.threads, cli.global.inter_threads)?;
     if !matches!(cli.command, Command::Doctor(_)) {
         tchseq::libtorch::mute_nested_tensor_warning();

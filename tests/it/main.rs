@@ -11,6 +11,7 @@ mod fairseq_out;
 mod faults;
 mod fuzz_corpus;
 mod hub;
+mod install;
 mod loader;
 mod look_inside;
 mod malformed;

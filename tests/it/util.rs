@@ -10,11 +10,11 @@ pub fn tchseq() -> assert_cmd::Command {
     cmd
 }
 
-/// The built `tchseq` binary, run with no environment tweaks (it must find libtorch by rpath)
-/// and no `--threads`.
+/// The built `tchseq` binary, run with no environment tweaks (it must find libtorch on its own;
+/// cargo's `[env]` would hand it `LIBTORCH`) and no `--threads`.
 pub fn tchseq_bare() -> assert_cmd::Command {
     let mut cmd = assert_cmd::Command::new(env!("CARGO_BIN_EXE_tchseq"));
-    cmd.env_remove("LD_LIBRARY_PATH");
+    cmd.env_remove("LD_LIBRARY_PATH").env_remove("LIBTORCH").env_remove("VIRTUAL_ENV");
     cmd
 }
 

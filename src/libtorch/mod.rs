@@ -2,37 +2,62 @@
 
 use std::path::PathBuf;
 
-/// The libtorch lib directory the crate was linked against (and whose rpath the binary carries).
+mod cuda;
+pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
+
+/// The libtorch lib directory the crate was linked against (the test binaries' rpath; the
+/// `tchseq` launcher looks there last).
 pub const BUILD_LIB_DIR: &str = env!("TCHSEQ_LIBTORCH_LIB");
 /// The torch version found in that directory at build time.
 pub const BUILD_VERSION: &str = env!("TCHSEQ_LIBTORCH_BUILD_VERSION");
 
-/// The directory of the `libtorch_cpu` actually mapped into this process (Linux only).
+/// The directory the `libtorch_cpu` of this process was loaded from, as the loader found it.
 pub fn loaded_library_dir() -> Option<PathBuf> {
     // Any call into libtorch makes sure the library is loaded before we look.
     let _ = tch::get_num_threads();
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .find(|path| path.contains("libtorch_cpu."))
-        .and_then(|path| PathBuf::from(path).parent().map(PathBuf::from))
+    loaded_objects()
+        .into_iter()
+        .find(|path| path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libtorch_cpu.")))
+        .and_then(|path| path.parent().map(PathBuf::from))
 }
 
-/// The file names of the torch, c10, CUDA and OpenMP libraries mapped into this process, sorted:
+/// The file names of the torch, c10, CUDA and OpenMP libraries loaded in this process, sorted:
 /// which libtorch (CPU only, or with CUDA) a binary actually runs on.
 pub fn loaded_libraries() -> Vec<String> {
     let _ = tch::get_num_threads();
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return Vec::new() };
     let wanted = ["libtorch", "libc10", "libcuda", "libcudart", "libcupti", "libcublas", "libcudnn", "libgomp", "libmkl"];
-    let mut names: Vec<String> = maps
-        .lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .filter_map(|path| std::path::Path::new(path).file_name()?.to_str().map(str::to_string))
+    let mut names: Vec<String> = loaded_objects()
+        .iter()
+        .filter_map(|path| path.file_name()?.to_str().map(str::to_string))
         .filter(|name| wanted.iter().any(|w| name.starts_with(w)))
         .collect();
     names.sort();
     names.dedup();
     names
+}
+
+/// The shared objects loaded in this process, by the paths the loader opened them by (a
+/// symlinked directory stays as it was named, unlike `/proc/self/maps`).
+pub fn loaded_objects() -> Vec<PathBuf> {
+    use std::ffi::{c_int, c_void, CStr, OsStr};
+    use std::os::unix::ffi::OsStrExt;
+
+    unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the Vec passed below, `info` a valid entry for this call.
+        let (paths, name) = unsafe { (&mut *data.cast::<Vec<PathBuf>>(), (*info).dlpi_name) };
+        if !name.is_null() {
+            // SAFETY: the loader's NUL-terminated name of the object.
+            let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+            if !bytes.is_empty() {
+                paths.push(PathBuf::from(OsStr::from_bytes(bytes)));
+            }
+        }
+        0
+    }
+    let mut paths: Vec<PathBuf> = Vec::new();
+    // SAFETY: the callback only reads each entry and appends to `paths`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(collect), std::ptr::from_mut(&mut paths).cast::<c_void>()) };
+    paths
 }
 
 /// The torch version of the loaded library (from `torch/version.py` beside it), else the

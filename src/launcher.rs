@@ -1,0 +1,164 @@
+//! `tchseq`: finds libtorch, then becomes `tchseq-core` (the program itself, beside this file's
+//! binary) with that libtorch on the library path.
+//!
+//! The program links `libtorch_cpu` and `libc10`, and the dynamic loader must find them before
+//! any of its code runs. This launcher links neither, so it can look for them first: the binary
+//! and its libtorch can then be moved, packaged or installed with `cargo install`. It replaces
+//! itself with `exec`, so the process id, signals, stdin and stdout stay those of one process.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The torch release whose libtorch tchseq is built for.
+const TORCH_VERSION: &str = "2.13.";
+/// The libtorch lib directory seen at build time (the last place looked).
+const BUILD_LIB_DIR: &str = env!("TCHSEQ_LIBTORCH_LIB");
+/// What `tchseq doctor` reports as the place libtorch was found.
+const FOUND_BY_VAR: &str = "TCHSEQ_LIBTORCH_FOUND_BY";
+const SLIM_INSTALL: &str =
+    "pip install --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85";
+
+fn main() -> ExitCode {
+    match launch() {
+        Ok(never) => match never {},
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+enum Never {}
+
+fn launch() -> Result<Never, String> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| format!("cannot locate the tchseq binary: {e}"))?;
+    let bin_dir = exe.parent().unwrap_or(Path::new("/"));
+    let core = bin_dir.join("tchseq-core");
+    if !core.is_file() {
+        return Err(format!("{} is missing: install tchseq and tchseq-core together", core.display()));
+    }
+    let (lib_dir, found_by) = find_libtorch(bin_dir)?;
+    check_cuda_runtime(&lib_dir)?;
+
+    let mut library_path = OsString::from(&lib_dir);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        library_path.push(":");
+        library_path.push(old);
+    }
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "tchseq".into());
+    let err = Command::new(&core)
+        .arg0(arg0)
+        .args(args)
+        .env("LD_LIBRARY_PATH", library_path)
+        .env(FOUND_BY_VAR, format!("{found_by} ({})", lib_dir.display()))
+        .exec();
+    Err(format!("cannot run {}: {err}", core.display()))
+}
+
+/// Where libtorch is looked for, first match wins. `LIBTORCH`, when set, is the only place.
+fn find_libtorch(bin_dir: &Path) -> Result<(PathBuf, &'static str), String> {
+    if let Some(root) = std::env::var_os("LIBTORCH").filter(|v| !v.is_empty()) {
+        let root = PathBuf::from(root);
+        let lib = [root.join("lib"), root.clone()].into_iter().find(|d| has_libtorch(d)).ok_or_else(|| {
+            format!("LIBTORCH={} holds no lib/libtorch_cpu.so (point it at a torch package directory, or unset it)", root.display())
+        })?;
+        check_version(&lib).map_err(|e| format!("LIBTORCH={}: {e}", root.display()))?;
+        return Ok((lib, "LIBTORCH"));
+    }
+    let mut candidates: Vec<(PathBuf, &'static str)> = Vec::new();
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        candidates.extend(std::env::split_paths(&paths).map(|d| (d, "LD_LIBRARY_PATH")));
+    }
+    let prefix = bin_dir.parent().unwrap_or(bin_dir);
+    candidates.push((prefix.join("lib"), "beside the binary (bin/../lib)"));
+    candidates.extend(site_packages_torch(prefix).map(|d| (d, "the virtualenv the binary is installed in")));
+    // a checkout: target/release/tchseq and .venv/libtorch (the torch package the build used)
+    if let Some(root) = prefix.parent() {
+        candidates.push((root.join(".venv/libtorch/lib"), "the checkout's .venv"));
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        candidates.extend(site_packages_torch(Path::new(&venv)).map(|d| (d, "the active virtualenv (VIRTUAL_ENV)")));
+    }
+    if !BUILD_LIB_DIR.is_empty() {
+        candidates.push((PathBuf::from(BUILD_LIB_DIR), "the libtorch it was built against"));
+    }
+    let mut wrong_version = None;
+    for (dir, found_by) in candidates {
+        if !has_libtorch(&dir) {
+            continue;
+        }
+        match check_version(&dir) {
+            Ok(()) => return Ok((dir, found_by)),
+            Err(e) => wrong_version = wrong_version.or(Some(format!("{} is {e}", dir.display()))),
+        }
+    }
+    Err(match wrong_version {
+        Some(found) => format!("no libtorch 2.13 found ({found}); install it with `{SLIM_INSTALL}` or set LIBTORCH"),
+        None => format!(
+            "libtorch 2.13 not found: install it into a virtualenv with `{SLIM_INSTALL}` and activate it, or set LIBTORCH to its site-packages/torch directory"
+        ),
+    })
+}
+
+fn has_libtorch(dir: &Path) -> bool {
+    dir.join("libtorch_cpu.so").is_file() && dir.join("libc10.so").is_file()
+}
+
+/// `<prefix>/lib/python3.*/site-packages/torch/lib`, for every Python version found.
+fn site_packages_torch(prefix: &Path) -> impl Iterator<Item = PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(prefix.join("lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .map(|e| e.path().join("site-packages/torch/lib"))
+        .collect();
+    found.sort();
+    found.into_iter()
+}
+
+/// A torch package says its version in `torch/version.py`; a bare libtorch directory (a
+/// packaged `lib/`) has none and is taken as it is.
+fn check_version(lib_dir: &Path) -> Result<(), String> {
+    let Ok(text) = std::fs::read_to_string(lib_dir.join("../version.py")) else { return Ok(()) };
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("__version__"))
+        .map(|rest| rest.trim_start_matches([' ', '=']).trim().trim_matches(['\'', '"']).to_string())
+        .unwrap_or_default();
+    if version.starts_with(TORCH_VERSION) {
+        Ok(())
+    } else {
+        Err(format!("torch {version}, and tchseq needs torch 2.13.0"))
+    }
+}
+
+/// PyPI's libtorch_cpu needs the CUDA runtime and CUPTI even on a CPU, from the
+/// nvidia-cuda-runtime and nvidia-cuda-cupti wheels (its rpath looks in `../../nvidia/cu13/lib`).
+fn check_cuda_runtime(lib_dir: &Path) -> Result<(), String> {
+    let mut dirs = vec![lib_dir.to_path_buf(), lib_dir.join("../../nvidia/cu13/lib")];
+    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+        dirs.extend(std::env::split_paths(&paths));
+    }
+    // what the loader finds without a path: its cache (ldconfig) names every system library
+    let cache = std::fs::read("/etc/ld.so.cache").unwrap_or_default();
+    let in_cache = |name: &str| cache.windows(name.len()).any(|w| w == name.as_bytes());
+    let missing: Vec<&str> = ["libcudart.so.13", "libcupti.so.13"]
+        .into_iter()
+        .filter(|name| !dirs.iter().any(|d| d.join(name).exists()) && !in_cache(name))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the libtorch in {} needs {}, which is not installed: pip install --no-deps nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85",
+            lib_dir.display(),
+            missing.join(" and ")
+        ))
+    }
+}

@@ -1,0 +1,229 @@
+//! The install: the program links libtorch_cpu and c10 only, the `tchseq` launcher finds
+//! libtorch wherever it is put, and libtorch_cuda is loaded only for `--device cuda`.
+//!
+//! The installs are built from the project's own torch package out of symlinks: the loader
+//! takes `$ORIGIN` from the path it opened, so a link farm behaves as a copy would.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use crate::util::{repo, tchseq_bare};
+
+const SENTENCES: [&str; 2] = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow."];
+
+/// The torch package the binaries were built against (`.venv/libtorch`, or an active venv's).
+fn torch_lib() -> PathBuf {
+    let lib = PathBuf::from(tchseq::libtorch::BUILD_LIB_DIR);
+    std::fs::canonicalize(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()))
+}
+
+fn cuda_runtime_dir() -> PathBuf {
+    torch_lib().join("../../nvidia/cu13/lib")
+}
+
+/// `site_packages/torch` and `site_packages/nvidia/cu13/lib` as the slim install has them:
+/// every torch library (libtorch_cuda included) but only the CUDA runtime and CUPTI.
+fn slim_site_packages(site_packages: &Path) {
+    let torch = site_packages.join("torch");
+    std::fs::create_dir_all(torch.join("lib")).unwrap();
+    symlink(torch_lib().join("../version.py"), torch.join("version.py")).unwrap();
+    for entry in std::fs::read_dir(torch_lib()).unwrap() {
+        let entry = entry.unwrap();
+        symlink(entry.path(), torch.join("lib").join(entry.file_name())).unwrap();
+    }
+    let cu13 = site_packages.join("nvidia/cu13/lib");
+    std::fs::create_dir_all(&cu13).unwrap();
+    for name in ["libcudart.so.13", "libcupti.so.13"] {
+        symlink(cuda_runtime_dir().join(name), cu13.join(name)).unwrap();
+    }
+}
+
+/// `prefix/bin/{tchseq,tchseq-core}`, copied out of the build.
+fn copy_binaries(prefix: &Path) -> PathBuf {
+    let bin = prefix.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["tchseq", "tchseq-core"] {
+        std::fs::copy(Path::new(env!("CARGO_BIN_EXE_tchseq")).with_file_name(name), bin.join(name)).unwrap();
+    }
+    bin.join("tchseq")
+}
+
+fn bare(program: &Path) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::new(program);
+    cmd.env_remove("LD_LIBRARY_PATH").env_remove("LIBTORCH").env_remove("VIRTUAL_ENV").args(["--threads", "1"]);
+    cmd
+}
+
+fn doctor(mut cmd: assert_cmd::Command) -> serde_json::Value {
+    let out = cmd.args(["doctor", "--json"]).output().unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn translate(mut cmd: assert_cmd::Command) -> String {
+    let out = cmd.args(["translate", "-m"]).arg(repo("weights/multi30k.en-de")).args(SENTENCES).output().unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The one line `cmd` fails with (exit 2).
+fn one_error_line(mut cmd: assert_cmd::Command) -> String {
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+fn libraries(report: &serde_json::Value) -> Vec<String> {
+    report["libraries"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn the_program_links_libtorch_cpu_and_c10_and_no_cuda_library() {
+    let report = doctor(tchseq_bare());
+    let libraries = libraries(&report);
+    for wanted in ["libtorch_cpu.so", "libc10.so"] {
+        assert!(libraries.iter().any(|l| l == wanted), "{libraries:?}");
+    }
+    for unwanted in ["libtorch.so", "libtorch_cuda.so", "libc10_cuda.so", "libcublas", "libcudnn"] {
+        assert!(!libraries.iter().any(|l| l.starts_with(unwanted)), "{unwanted} is linked: {libraries:?}");
+    }
+    let found_by = report["libtorch_found_by"].as_str().unwrap();
+    assert!(found_by.starts_with("the checkout's .venv") || found_by.starts_with("the libtorch it was built against"), "{found_by}");
+}
+
+#[test]
+fn device_cuda_loads_libtorch_cuda_from_the_full_wheel() {
+    let full = cuda_runtime_dir().join("libcublas.so.13").exists();
+    let report = doctor(tchseq_bare());
+    let cuda = report["libtorch_cuda"].as_str().unwrap();
+    if !full {
+        // a slim .venv: the refusal is tested below on a slim install of its own
+        assert!(cuda.starts_with("not loaded:") && cuda.contains("pip install torch==2.13.0"), "{cuda}");
+        return;
+    }
+    assert_eq!(std::fs::canonicalize(cuda).unwrap(), torch_lib().join("libtorch_cuda.so"), "{report}");
+    assert_eq!(report["cuda_kernels_registered"], true, "{report}");
+    assert!(report["install"].as_str().unwrap().starts_with("full"), "{report}");
+
+    let mut cmd = tchseq_bare();
+    cmd.args(["--device", "cuda", "translate", "-m"]).arg(repo("weights/multi30k.en-de")).arg(SENTENCES[0]);
+    if report["cuda_device_count"].as_i64().unwrap() > 0 {
+        cmd.assert().success();
+    } else {
+        let err = one_error_line(cmd);
+        assert!(err.contains("sees no CUDA device"), "{err}");
+    }
+}
+
+#[test]
+fn a_slim_install_translates_on_the_cpu_and_refuses_cuda_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let site_packages = dir.path().join("slim/lib/python3.11/site-packages");
+    slim_site_packages(&site_packages);
+    let torch = site_packages.join("torch");
+    let with_slim = |program: &Path| {
+        let mut cmd = bare(program);
+        cmd.env("LIBTORCH", &torch);
+        cmd
+    };
+    let program = Path::new(env!("CARGO_BIN_EXE_tchseq"));
+
+    let report = doctor(with_slim(program));
+    assert_eq!(report["libtorch_dir"].as_str().unwrap(), torch.join("lib").to_str().unwrap(), "{report}");
+    assert!(report["libtorch_found_by"].as_str().unwrap().starts_with("LIBTORCH"), "{report}");
+    assert!(report["install"].as_str().unwrap().starts_with("slim"), "{report}");
+    assert_eq!(report["cuda_kernels_registered"], false, "{report}");
+
+    assert_eq!(translate(with_slim(program)), translate(bare(program)));
+
+    let mut cuda = with_slim(program);
+    cuda.args(["--device", "cuda", "translate", "-m"]).arg(repo("weights/multi30k.en-de")).arg(SENTENCES[0]);
+    let err = one_error_line(cuda);
+    assert!(err.starts_with("error: --device cuda: "), "{err}");
+    assert!(err.contains("does not load") && err.contains("pip install torch==2.13.0"), "{err}");
+
+    // `auto` falls back to the CPU
+    let mut auto = with_slim(program);
+    auto.args(["--device", "auto"]);
+    assert_eq!(translate(auto), translate(bare(program)));
+}
+
+#[test]
+fn moved_binaries_find_the_virtualenv_they_are_installed_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("moved venv");
+    slim_site_packages(&venv.join("lib/python3.11/site-packages"));
+    let program = copy_binaries(&venv);
+
+    let report = doctor(bare(&program));
+    assert!(report["libtorch_found_by"].as_str().unwrap().starts_with("the virtualenv the binary is installed in"), "{report}");
+    let torch_lib = venv.join("lib/python3.11/site-packages/torch/lib");
+    assert_eq!(report["libtorch_dir"].as_str().unwrap(), torch_lib.to_str().unwrap(), "{report}");
+    assert_eq!(translate(bare(&program)), translate(bare(Path::new(env!("CARGO_BIN_EXE_tchseq")))));
+}
+
+#[test]
+fn a_packaged_tree_runs_from_its_own_lib_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("tchseq-0.1.0");
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    for name in ["libtorch_cpu.so", "libc10.so", "libgomp.so.1"] {
+        symlink(torch_lib().join(name), lib.join(name)).unwrap();
+    }
+    for name in ["libcudart.so.13", "libcupti.so.13"] {
+        symlink(cuda_runtime_dir().join(name), lib.join(name)).unwrap();
+    }
+    let program = copy_binaries(&prefix);
+
+    let report = doctor(bare(&program));
+    assert!(report["libtorch_found_by"].as_str().unwrap().starts_with("beside the binary"), "{report}");
+    assert_eq!(report["libtorch_dir"].as_str().unwrap(), lib.to_str().unwrap(), "{report}");
+    assert!(report["install"].as_str().unwrap().starts_with("CPU only"), "{report}");
+    assert_eq!(translate(bare(&program)), translate(bare(Path::new(env!("CARGO_BIN_EXE_tchseq")))));
+}
+
+#[test]
+fn a_wrong_libtorch_is_one_line() {
+    let program = Path::new(env!("CARGO_BIN_EXE_tchseq"));
+    let mut missing = bare(program);
+    missing.env("LIBTORCH", "/nonexistent/torch").arg("doctor");
+    let err = one_error_line(missing);
+    assert!(err.contains("LIBTORCH=/nonexistent/torch holds no lib/libtorch_cpu.so"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let torch = dir.path().join("torch");
+    std::fs::create_dir_all(torch.join("lib")).unwrap();
+    for name in ["libtorch_cpu.so", "libc10.so"] {
+        symlink(torch_lib().join(name), torch.join("lib").join(name)).unwrap();
+    }
+    std::fs::write(torch.join("version.py"), "__version__ = '2.5.1+cpu'\n").unwrap();
+    let mut old = bare(program);
+    old.env("LIBTORCH", &torch).arg("doctor");
+    let err = one_error_line(old);
+    assert!(err.contains("torch 2.5.1+cpu, and tchseq needs torch 2.13.0"), "{err}");
+
+    // libtorch_cpu without the CUDA runtime and CUPTI wheels beside it
+    std::fs::write(torch.join("version.py"), "__version__ = '2.13.0'\n").unwrap();
+    let cache = std::fs::read("/etc/ld.so.cache").unwrap_or_default();
+    if !cache.windows(15).any(|w| w == b"libcudart.so.13") {
+        let mut bare_torch = bare(program);
+        bare_torch.env("LIBTORCH", &torch).arg("doctor");
+        let err = one_error_line(bare_torch);
+        assert!(err.contains("needs libcudart.so.13 and libcupti.so.13") && err.contains("nvidia-cuda-runtime==13.0.96"), "{err}");
+    }
+}
+
+#[test]
+fn the_launcher_without_the_program_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("tchseq");
+    std::fs::copy(env!("CARGO_BIN_EXE_tchseq"), &program).unwrap();
+    let mut cmd = bare(&program);
+    cmd.arg("doctor");
+    let err = one_error_line(cmd);
+    assert!(err.contains("tchseq-core is missing"), "{err}");
+}
