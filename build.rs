@@ -1,9 +1,9 @@
 //! Links the program against `libtorch_cpu` and `libc10` only: `libtorch_cuda` is loaded at run
 //! time for `--device cuda` (`libtorch::cuda`), unless `TCHSEQ_LINK_CUDA=1` links it as before.
-//! The test and example binaries get an rpath to the libtorch they were built against;
-//! `tchseq-core` gets only `$ORIGIN/../lib` (a packaged layout), since the `tchseq` launcher
-//! finds libtorch for it. `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct
-//! dependency.
+//! Every binary gets an rpath to the libtorch it was built against, `tchseq-core` first
+//! `$ORIGIN/../lib` (a packaged layout); the `tchseq` launcher links no libtorch, finds one and
+//! puts it on `LD_LIBRARY_PATH`, which the loader searches before any rpath.
+//! `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
 
 fn main() {
     for var in ["LIBTORCH", "LIBTORCH_USE_PYTORCH", "VIRTUAL_ENV", "LIBTORCH_LIB"] {
@@ -14,10 +14,9 @@ fn main() {
     match std::env::var("DEP_TCH_LIBTORCH_LIB") {
         Ok(lib) if !lib.is_empty() => {
             if target_os == "linux" || target_os == "macos" {
-                for kind in ["tests", "examples"] {
-                    println!("cargo:rustc-link-arg-{kind}=-Wl,-rpath,{lib}");
-                }
                 println!("cargo:rustc-link-arg-bin=tchseq-core=-Wl,-rpath,$ORIGIN/../lib");
+                // unit-test harnesses are not "tests" targets for rustc-link-arg-tests
+                println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
             }
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_LIB={lib}");
             let version = std::fs::read_to_string(std::path::Path::new(&lib).join("../version.py"))

@@ -148,6 +148,10 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
          + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
         (f"tchseq --reproducible --inter-threads {threads}", tch + ["--reproducible", "--threads", "1", "--inter-threads", threads]
          + tch_tr + ["--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --compute-type float32 --threads {threads}", tch + ["--threads", threads] + tch_tr
+         + ["--compute-type", "float32", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        (f"tchseq --compute-type float32 --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads] + tch_tr
+         + ["--compute-type", "float32", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
         (f"tchseq --compute-type int8 --threads {threads}", tch + ["--threads", threads] + tch_tr
          + ["--compute-type", "int8", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
         (f"tchseq --compute-type int8 --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads] + tch_tr
@@ -183,6 +187,8 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         (f"tchseq --threads {threads}", tch + ["--threads", threads] + tch_tr + ["--batch-size", "1", "--input", first]),
         (f"tchseq --reproducible --threads {threads}", tch + ["--reproducible", "--threads", threads] + tch_tr
          + ["--batch-size", "1", "--input", first]),
+        (f"tchseq --compute-type float32 --threads {threads}", tch + ["--threads", threads] + tch_tr
+         + ["--compute-type", "float32", "--batch-size", "1", "--input", first]),
         (f"tchseq --compute-type int8 --threads {threads}", tch + ["--threads", threads] + tch_tr
          + ["--compute-type", "int8", "--batch-size", "1", "--input", first]),
         ("tchseq --threads 1", tch + ["--threads", "1"] + tch_tr + ["--batch-size", "1", "--input", first]),

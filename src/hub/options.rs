@@ -40,7 +40,7 @@ pub struct TranslateOptions {
     pub alignment: bool,
     /// The soft alignment matrix in the reply.
     pub attention: bool,
-    /// CTranslate2's `compute_type`: `exact` (fairseq's fp32 arithmetic) or `int8`. When given,
+    /// CTranslate2's `compute_type`: `exact` (fairseq's fp32 arithmetic), `float32` or `int8`. When given,
     /// it must be the one the model was loaded with; by default it is.
     pub compute_type: Option<String>,
 }

@@ -138,7 +138,7 @@ impl Translator {
     }
 
     /// Switches every model to `compute_type` (CTranslate2's name, e.g. `int8`); once `exact`
-    /// is left, the weights are quantized and there is no way back.
+    /// is left, the weights are fused or quantized and there is no way back.
     pub fn set_compute_type(&mut self, compute_type: &str) -> Result<(), HubError> {
         let model_error = |source| HubError::Model { path: "the loaded model".into(), source };
         let wanted = ComputeType::from_name(compute_type).map_err(model_error)?;
@@ -148,7 +148,7 @@ impl Translator {
         if self.compute_type != ComputeType::Exact {
             return Err(HubError::ModelDir(format!("the model already runs in {}", self.compute_type.name())));
         }
-        if self.device.is_cuda() {
+        if self.device.is_cuda() && wanted == ComputeType::Int8 {
             return Err(HubError::ModelDir(format!("compute type {} runs on the CPU only", wanted.name())));
         }
         for model in &mut self.models {

@@ -5,6 +5,7 @@
 
 use tch::{Kind, Tensor};
 
+use super::fused::FusedProjections;
 use super::incremental::AttentionState;
 use super::nn::Linear;
 use super::weights::Weights;
@@ -23,6 +24,8 @@ pub struct MultiheadAttention {
     /// `torch.cat((q_proj.bias, k_proj.bias, v_proj.bias))`, as handed to
     /// `F.multi_head_attention_forward`.
     in_proj_bias: Tensor,
+    /// The projections of the incremental decoder under `--compute-type float32`/`int8`.
+    pub fused: Option<FusedProjections>,
 }
 
 impl MultiheadAttention {
@@ -51,6 +54,7 @@ impl MultiheadAttention {
             head_dim,
             scaling: (head_dim as f64).powf(-0.5),
             in_proj_bias,
+            fused: None,
         })
     }
 

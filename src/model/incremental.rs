@@ -10,11 +10,13 @@ pub struct AttentionState {
     pub prev_key: Option<Tensor>,
     pub prev_value: Option<Tensor>,
     pub prev_key_padding_mask: Option<Tensor>,
+    /// The fused path's additive padding mask of an encoder attention, `[B, 1, 1, S]`.
+    pub attn_bias: Option<Tensor>,
 }
 
 impl AttentionState {
     fn index_select(&mut self, new_order: &Tensor) {
-        for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask] {
+        for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask, &mut self.attn_bias] {
             if let Some(t) = slot.as_ref() {
                 *slot = Some(t.index_select(0, new_order));
             }
@@ -22,7 +24,7 @@ impl AttentionState {
     }
 
     fn rows(&self) -> Option<i64> {
-        [&self.prev_key, &self.prev_value, &self.prev_key_padding_mask]
+        [&self.prev_key, &self.prev_value, &self.prev_key_padding_mask, &self.attn_bias]
             .into_iter()
             .flatten()
             .next()

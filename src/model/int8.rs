@@ -8,33 +8,6 @@ use tch::{Kind, Tensor};
 
 use super::ModelError;
 
-/// What `--compute-type` selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ComputeType {
-    /// fairseq's own kernels and order: bit-identical to fairseq on the same machine.
-    #[default]
-    Exact,
-    /// int8 weights and activations (see the module docs).
-    Int8,
-}
-
-impl ComputeType {
-    pub fn from_name(name: &str) -> Result<Self, ModelError> {
-        match name {
-            "exact" | "default" => Ok(Self::Exact),
-            "int8" | "int8_float32" => Ok(Self::Int8),
-            other => Err(ModelError::ComputeType(other.to_string())),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Exact => "exact",
-            Self::Int8 => "int8",
-        }
-    }
-}
-
 mod ffi {
     use std::ffi::{c_char, c_void};
     use torch_sys::C_tensor;

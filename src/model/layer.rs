@@ -4,6 +4,7 @@
 use tch::Tensor;
 
 use super::attention::MultiheadAttention;
+use super::fused;
 use super::incremental::LayerState;
 use super::nn::{ActivationFn, LayerNorm, Linear};
 use super::options::{DecoderOptions, EncDecOptions};
@@ -174,6 +175,9 @@ impl TransformerDecoderLayer {
         let residual = x;
         let mut x = if self.normalize_before { self.self_attn_layer_norm.forward(x)? } else { x.shallow_clone() };
         x = match state.as_deref_mut() {
+            Some(s) if self.self_attn.fused.is_some() && self_attn_mask.is_none() && self_attn_padding_mask.is_none() => {
+                fused::self_attention_step(&self.self_attn, &x, &mut s.self_attn)?
+            }
             Some(s) => {
                 let (out, _) = self.self_attn.forward_fairseq(
                     &x,
@@ -213,16 +217,21 @@ impl TransformerDecoderLayer {
         if self.normalize_before {
             x = self.encoder_attn_layer_norm.forward(&x)?;
         }
-        let (out, attn) = self.encoder_attn.forward_fairseq(
-            &x,
-            Some(encoder_out),
-            encoder_padding_mask,
-            None,
-            state.map(|s| &mut s.encoder_attn),
-            true,
-            need_head_weights,
-            need_head_weights,
-        )?;
+        let (out, attn) = match state {
+            Some(s) if self.encoder_attn.fused.is_some() && !need_head_weights => {
+                (fused::encoder_attention_step(&self.encoder_attn, &x, encoder_out, encoder_padding_mask, &mut s.encoder_attn)?, None)
+            }
+            state => self.encoder_attn.forward_fairseq(
+                &x,
+                Some(encoder_out),
+                encoder_padding_mask,
+                None,
+                state.map(|s| &mut s.encoder_attn),
+                true,
+                need_head_weights,
+                need_head_weights,
+            )?,
+        };
         x = residual.f_add(&out)?;
         if !self.normalize_before {
             x = self.encoder_attn_layer_norm.forward(&x)?;

@@ -11,9 +11,11 @@
 //! modules' `forward` must hold one.
 
 mod attention;
+mod compute_type;
 mod decoder;
 mod embedding;
 mod encoder;
+mod fused;
 mod incremental;
 mod int8;
 mod layer;
@@ -29,7 +31,7 @@ pub use embedding::{
     SinusoidalPositionalEmbedding,
 };
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
-pub use int8::ComputeType;
+pub use compute_type::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
 pub use nn::{ActivationFn, LayerNorm, Linear};
@@ -49,7 +51,7 @@ pub enum ModelError {
     Shape { key: String, expected: Vec<i64>, actual: Vec<i64> },
     #[error("unsupported model: {0}")]
     Unsupported(String),
-    #[error("unknown compute type {0:?} (available: \"exact\", \"int8\")")]
+    #[error("unknown compute type {0:?} (available: \"exact\", \"float32\", \"int8\")")]
     ComputeType(String),
     #[error("bad model input: {0}")]
     Input(String),

@@ -22,6 +22,10 @@ impl Linear {
         Ok(Self { weight, bias, int8: None })
     }
 
+    pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self { weight, bias, int8: None }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
         self.forward_with_bias(x, self.bias.as_ref())
     }

@@ -5,7 +5,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::decoder::TransformerDecoder;
 use super::encoder::TransformerEncoder;
-use super::int8::ComputeType;
+use super::compute_type::ComputeType;
+use super::fused::FusedProjections;
 use super::nn::Linear;
 use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
@@ -59,13 +60,22 @@ impl TransformerModel {
         Ok((model, report))
     }
 
-    /// Switches every linear layer to `compute_type` (embeddings, norms and attention stay fp32).
-    /// int8 also turns the encoder's fast path off: that kernel takes the fp32 weights.
+    /// Switches the model to `compute_type`. `float32` and `int8` fuse the decoder's attention
+    /// projections (`fused.rs`); `int8` also quantizes every linear layer (embeddings, norms and
+    /// attention stay fp32) and turns the encoder's fast path off, as that kernel takes the
+    /// fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
             return Ok(());
         }
         let _guard = tch::no_grad_guard();
+        for l in &mut self.decoder.layers {
+            l.self_attn.fused = Some(FusedProjections::new(&l.self_attn, true)?);
+            l.encoder_attn.fused = Some(FusedProjections::new(&l.encoder_attn, false)?);
+        }
+        if compute_type != ComputeType::Int8 {
+            return Ok(());
+        }
         self.encoder.allow_fastpath = false;
         let mut linears: Vec<&mut Linear> = Vec::new();
         for l in &mut self.encoder.layers {
@@ -76,6 +86,9 @@ impl TransformerModel {
             let (a, e) = (&mut l.self_attn, &mut l.encoder_attn);
             linears.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj]);
             linears.extend([&mut e.q_proj, &mut e.k_proj, &mut e.v_proj, &mut e.out_proj, &mut l.fc1, &mut l.fc2]);
+            for fused in [&mut a.fused, &mut e.fused].into_iter().flatten() {
+                linears.extend(fused.linears_mut());
+            }
         }
         linears.push(&mut self.decoder.output_projection);
         linears.extend(self.decoder.project_out_dim.as_mut());

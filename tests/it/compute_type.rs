@@ -1,10 +1,15 @@
-//! `--compute-type int8`: not fairseq's arithmetic, so held to a BLEU floor against the
-//! references instead of to fairseq's bits (`exact`, the default, is what every parity test
-//! checks). The Python package's int8 is tested in python/tests.
+//! `--compute-type float32` and `int8`: not fairseq's arithmetic. float32 is held to fairseq's
+//! hypotheses and to scores within 1e-4 of its goldens; int8 to a BLEU floor against the
+//! references (`exact`, the default, is what every parity test checks bit for bit). The Python
+//! package's int8 is tested in python/tests.
 
 use std::collections::HashMap;
 
-use crate::util::{fixture, repo, tchseq};
+use tchseq::generate::Hypothesis;
+use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator};
+
+use crate::fairseq_out::{compare, parse_fairseq, settle_near_ties};
+use crate::util::{fixture, repo, set_test_threads, tchseq};
 
 /// The hypotheses (H- lines: tokenized, BPE removed) and scores of the bundled input, in order.
 fn hypotheses(compute_type: &str) -> Vec<(String, f64)> {
@@ -90,5 +95,88 @@ fn an_unknown_compute_type_is_refused_by_name() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("float16") && err.contains("exact") && err.contains("int8"), "{err}");
+    assert!(err.contains("float16") && err.contains("exact") && err.contains("float32") && err.contains("int8"), "{err}");
+}
+
+/// The bundled model's raw-text golden (fairseq-interactive, batch 16) under float32: the same
+/// sources and hypotheses, every score within 1e-4 (a differing hypothesis must be a proven
+/// near-tie, as on another CPU).
+#[test]
+fn float32_gives_fairseq_s_hypotheses_and_scores_within_1e_4_on_the_bundled_model() {
+    let out = tchseq()
+        .args(["translate", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .args(["--compute-type", "float32", "--format", "fairseq", "--batch-size", "16", "--buffer-size", "1024", "--input"])
+        .arg(fixture("bundled/input.en"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let golden = std::fs::read_to_string(fixture("bundled/interactive_batch16.txt")).unwrap();
+    let mut c = compare(&parse_fairseq(&golden), &parse_fairseq(&String::from_utf8_lossy(&out.stdout)));
+    settle_near_ties(&mut c, &["-m".to_string(), repo("weights/multi30k.en-de").display().to_string()], 1.0);
+    eprintln!("float32: {} hypotheses, {} near-ties, max |dH| {:.1e}, max |dP| {:.1e}", c.hyps, c.near_ties, c.max_h_diff, c.max_p_diff);
+    assert_eq!(c.hyps, 40);
+    assert!(c.ok(), "{:?}", c.failures());
+}
+
+fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, lines: &[&str], compute_type: &str) -> Vec<Hypothesis> {
+    set_test_threads();
+    let spec = ModelSpec {
+        model: Some(repo(model)),
+        source_lang: lang.map(|l| l.0.to_string()),
+        target_lang: lang.map(|l| l.1.to_string()),
+        ..Default::default()
+    };
+    let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+    let text = if lang.is_some() { TextMode::Tokenized } else { TextMode::Raw };
+    let mut translator = Translator::new(bundle, tch::Device::Cpu, text).unwrap();
+    translator.set_compute_type(compute_type).unwrap();
+    let options = TranslateOptions { nbest: 5, ..Default::default() };
+    let batching = Batching::new(None, Some(8), 1).unwrap();
+    let (generator, batching) = translator.search(&options, batching).unwrap();
+    let done = translator.translate(&generator, lines, &batching, false).unwrap();
+    done.into_iter()
+        .flat_map(|t| match t {
+            Translation::Done { hypos, .. } => hypos,
+            Translation::TooLong { .. } => panic!("a test sentence is too long"),
+        })
+        .collect()
+}
+
+/// Every model kind of the fixtures and the bundled model, exact against float32 at full
+/// precision: the same 5 hypotheses of every sentence (two that trade places must be tied
+/// within 1e-4), scores within 1e-4, and not the same bits (the fused path really ran).
+#[test]
+fn float32_moves_scores_by_less_than_1e_4_and_keeps_every_hypothesis() {
+    let bundled = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow.", "A little girl is eating an ice cream."];
+    let mut runs: Vec<(String, Option<(&str, &str)>, Vec<String>)> =
+        vec![("weights/multi30k.en-de".into(), None, bundled.iter().map(|s| s.to_string()).collect())];
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("models/manifest.json")).unwrap()).unwrap();
+    let inputs = std::fs::read_to_string(repo(manifest["inputs"]["src"].as_str().unwrap())).unwrap();
+    let lines: Vec<String> = inputs.lines().take(12).map(str::to_string).collect();
+    assert_eq!(lines.len(), 12);
+    for f in manifest["fixtures"].as_array().unwrap() {
+        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), lines.clone()));
+    }
+    let (mut moved, mut near_ties) = (0, 0);
+    for (model, lang, lines) in &runs {
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let exact = hub_hypotheses(model, *lang, &lines, "exact");
+        let float32 = hub_hypotheses(model, *lang, &lines, "float32");
+        assert_eq!(exact.len(), float32.len(), "{model}");
+        for (e, f) in exact.iter().zip(&float32) {
+            assert!((e.score - f.score).abs() <= 1e-4, "{model}: score {} against {}", e.score, f.score);
+            if e.tokens != f.tokens {
+                near_ties += 1;
+                continue;
+            }
+            for (pe, pf) in e.positional_scores.iter().zip(&f.positional_scores) {
+                assert!((pe - pf).abs() <= 1e-4, "{model}: positional score {pe} against {pf}");
+            }
+            moved += usize::from(e.score.to_bits() != f.score.to_bits());
+        }
+    }
+    eprintln!("float32: {moved} scores moved, {near_ties} near-ties, across {} models", runs.len());
+    assert!(near_ties <= 2, "{near_ties} hypotheses changed places");
+    assert!(moved > 0, "float32 gave exact's bits: the fused path did not run");
 }

@@ -283,8 +283,9 @@ pub struct TranslateArgs {
     pub print_alignment: bool,
     #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
     pub dtype: DtypeArg,
-    /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `int8`
-    /// quantizes the linear layers (faster; hypotheses may differ, see the README's table).
+    /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `float32`
+    /// fuses the decoder's attention ops (faster; scores move in the last digits); `int8` also
+    /// quantizes the linear layers (faster still; hypotheses may differ, see the README's table).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
 }
@@ -292,6 +293,7 @@ pub struct TranslateArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ComputeTypeArg {
     Exact,
+    Float32,
     Int8,
 }
 
@@ -299,6 +301,7 @@ impl ComputeTypeArg {
     pub fn name(self) -> &'static str {
         match self {
             Self::Exact => "exact",
+            Self::Float32 => "float32",
             Self::Int8 => "int8",
         }
     }
@@ -521,7 +524,7 @@ pub struct ServeArgs {
     /// (the first is the default). The name defaults to the directory's name.
     #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
     pub models: Vec<String>,
-    /// The compute type of every served model: `exact` (fairseq's bits) or `int8`.
+    /// The compute type of every served model: `exact` (fairseq's bits), `float32` or `int8`.
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
     /// Address to listen on (127.0.0.1 unless told otherwise).

@@ -1,0 +1,121 @@
+//! The decoder's incremental attention for `--compute-type float32` and `int8`: fewer, larger
+//! ops than fairseq's path. A self-attention projects its query, key and value in one matrix
+//! product, with the query's scaling folded into the weights; an encoder attention projects its
+//! key and value once per sentence in one product; both attend with
+//! `scaled_dot_product_attention`. The arithmetic differs from fairseq's in the last bits, so
+//! `exact` never takes this path.
+
+use tch::{Kind, Tensor};
+
+use super::attention::MultiheadAttention;
+use super::incremental::AttentionState;
+use super::nn::Linear;
+use super::ModelError;
+
+/// The fused projections of one `MultiheadAttention`.
+#[derive(Debug)]
+pub enum FusedProjections {
+    /// `[q·scaling; k; v]` of a self-attention: `[3C, C]`.
+    SelfAttention { qkv: Linear },
+    /// `q·scaling` `[C, C]` and `[k; v]` `[2C, C_enc]` of an encoder attention.
+    EncoderAttention { q: Linear, kv: Linear },
+}
+
+impl FusedProjections {
+    pub fn new(a: &MultiheadAttention, self_attention: bool) -> Result<Self, ModelError> {
+        let _guard = tch::no_grad_guard();
+        let scaled = |l: &Linear| -> Result<(Tensor, Option<Tensor>), ModelError> {
+            let w = l.weight.f_mul_scalar(a.scaling)?;
+            let b = l.bias.as_ref().map(|b| b.f_mul_scalar(a.scaling)).transpose()?;
+            Ok((w, b))
+        };
+        let (qw, qb) = scaled(&a.q_proj)?;
+        let stack = |parts: &[(&Tensor, Option<&Tensor>)]| -> Result<Linear, ModelError> {
+            let weight = Tensor::f_cat(&parts.iter().map(|p| p.0).collect::<Vec<_>>(), 0)?;
+            let biases: Vec<&Tensor> = parts.iter().filter_map(|p| p.1).collect();
+            let bias = if biases.len() == parts.len() { Some(Tensor::f_cat(&biases, 0)?) } else { None };
+            Ok(Linear::from_tensors(weight, bias))
+        };
+        let k = (&a.k_proj.weight, a.k_proj.bias.as_ref());
+        let v = (&a.v_proj.weight, a.v_proj.bias.as_ref());
+        Ok(if self_attention {
+            Self::SelfAttention { qkv: stack(&[(&qw, qb.as_ref()), k, v])? }
+        } else {
+            Self::EncoderAttention { q: Linear::from_tensors(qw, qb), kv: stack(&[k, v])? }
+        })
+    }
+
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Self::SelfAttention { qkv } => vec![qkv],
+            Self::EncoderAttention { q, kv } => vec![q, kv],
+        }
+    }
+}
+
+/// `[L, B, n·C]` → n tensors `[B, H, L, D]` (views).
+fn split_heads(x: &Tensor, n: i64, h: i64, d: i64) -> Result<Vec<Tensor>, ModelError> {
+    let (len, bsz, _) = x.size3()?;
+    let x = x.f_view([len, bsz, n, h, d])?.f_permute([2, 1, 3, 0, 4])?;
+    Ok((0..n).map(|i| x.f_select(0, i)).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// `[B, H, L, D]` → `[L, B, C]`, through the output projection.
+fn merge_heads(a: &MultiheadAttention, x: &Tensor) -> Result<Tensor, ModelError> {
+    let (bsz, _, len, _) = x.size4()?;
+    let x = x.f_permute([2, 0, 1, 3])?.f_reshape([len, bsz, a.embed_dim])?;
+    a.out_proj.forward(&x)
+}
+
+/// One incremental step of a decoder self-attention (no masks: a step sees every earlier
+/// position). `state` keeps keys and values `[B, H, len, D]`, as fairseq's path does.
+pub fn self_attention_step(a: &MultiheadAttention, query: &Tensor, state: &mut AttentionState) -> Result<Tensor, ModelError> {
+    let Some(FusedProjections::SelfAttention { qkv }) = &a.fused else {
+        return Err(ModelError::Input("self-attention without fused projections".into()));
+    };
+    let parts = split_heads(&qkv.forward(query)?, 3, a.num_heads, a.head_dim)?;
+    let (q, k, v) = (&parts[0], &parts[1], &parts[2]);
+    let grow = |prev: &Option<Tensor>, new: &Tensor| match prev {
+        Some(p) => Tensor::f_cat(&[p, new], 2),
+        None => new.f_contiguous(),
+    };
+    let k = grow(&state.prev_key, k)?;
+    let v = grow(&state.prev_value, v)?;
+    let out = Tensor::f_scaled_dot_product_attention(q, &k, &v, None::<&Tensor>, 0.0, false, Some(1.0), false)?;
+    state.prev_key = Some(k);
+    state.prev_value = Some(v);
+    merge_heads(a, &out)
+}
+
+/// An encoder attention in incremental decoding: keys, values and the additive padding mask are
+/// computed at the first step and kept in `state`.
+pub fn encoder_attention_step(
+    a: &MultiheadAttention,
+    query: &Tensor,
+    encoder_out: &Tensor,
+    encoder_padding_mask: Option<&Tensor>,
+    state: &mut AttentionState,
+) -> Result<Tensor, ModelError> {
+    let Some(FusedProjections::EncoderAttention { q, kv }) = &a.fused else {
+        return Err(ModelError::Input("encoder attention without fused projections".into()));
+    };
+    if state.prev_key.is_none() {
+        let parts = split_heads(&kv.forward(encoder_out)?, 2, a.num_heads, a.head_dim)?;
+        state.prev_key = Some(parts[0].f_contiguous()?);
+        state.prev_value = Some(parts[1].f_contiguous()?);
+        state.attn_bias = match encoder_padding_mask {
+            Some(m) if m.f_any()?.f_int64_value(&[])? != 0 => {
+                let (bsz, src_len) = m.size2()?;
+                let bias = Tensor::f_zeros([bsz, src_len], (Kind::Float, m.device()))?.f_masked_fill(m, f64::NEG_INFINITY)?;
+                Some(bias.f_view([bsz, 1, 1, src_len])?)
+            }
+            _ => None,
+        };
+    }
+    let (Some(k), Some(v)) = (&state.prev_key, &state.prev_value) else {
+        return Err(ModelError::Input("encoder attention has no cached keys".into()));
+    };
+    let q = split_heads(&q.forward(query)?, 1, a.num_heads, a.head_dim)?.remove(0);
+    let out = Tensor::f_scaled_dot_product_attention(&q, k, v, state.attn_bias.as_ref(), 0.0, false, Some(1.0), false)?;
+    merge_heads(a, &out)
+}
