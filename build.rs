@@ -63,6 +63,7 @@ fn compile_shim(lib: &std::path::Path) {
         .file("csrc/quantized_linear.cpp")
         .file("csrc/inference_mode.cpp")
         .file("csrc/cuda_registered.cpp")
+        .file("csrc/onednn_linear.cpp")
         .compile("tchseq_shim");
 }
 

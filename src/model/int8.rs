@@ -31,15 +31,15 @@ mod ffi {
     }
 }
 
-/// The shim's error message, freed.
-fn shim_error(error: *mut std::ffi::c_char) -> ModelError {
+/// A csrc/ shim's error message (`what` names the op), freed.
+pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> ModelError {
     if error.is_null() {
-        return ModelError::Unsupported("int8: the quantized linear op failed without a message".into());
+        return ModelError::Unsupported(format!("{what} failed without a message"));
     }
     // SAFETY: a NUL-terminated string the shim malloc'ed, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(error) }.to_string_lossy().lines().next().unwrap_or("").to_string();
     unsafe { ffi::tchseq_error_free(error) };
-    ModelError::Unsupported(format!("int8 linear: {text}"))
+    ModelError::Unsupported(format!("{what}: {text}"))
 }
 
 /// A linear layer's weight and bias, packed by fbgemm (`quantized::linear_prepack`): the
@@ -69,7 +69,7 @@ impl Int8Weight {
             ffi::tchseq_linear_prepack(weight.as_ptr(), scale.as_ptr(), zero.as_ptr(), bias, &mut error)
         };
         if packed.is_null() {
-            return Err(shim_error(error));
+            return Err(shim_error("int8 linear", error));
         }
         Ok(Self { packed })
     }
@@ -84,7 +84,7 @@ impl Int8Weight {
         // new at::Tensor that `from_ptr` takes ownership of.
         let y = unsafe { ffi::tchseq_linear_dynamic(input.as_ptr(), self.packed, !has_vnni(), &mut error) };
         if y.is_null() {
-            return Err(shim_error(error));
+            return Err(shim_error("int8 linear", error));
         }
         let y = unsafe { Tensor::from_ptr(y) };
         Ok(if x.kind() == Kind::Float { y } else { y.f_to_kind(x.kind())? })

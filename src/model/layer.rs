@@ -253,7 +253,11 @@ fn feed_forward(
     normalize_before: bool,
 ) -> Result<Tensor, ModelError> {
     let h = if normalize_before { final_layer_norm.forward(x)? } else { x.shallow_clone() };
-    let h = fc2.forward(&activation_fn.forward(&fc1.forward(&h)?)?)?;
+    let h = match activation_fn {
+        ActivationFn::Relu => fc1.forward_relu(&h)?,
+        other => other.forward(&fc1.forward(&h)?)?,
+    };
+    let h = fc2.forward(&h)?;
     let x = x.f_add(&h)?;
     if normalize_before {
         Ok(x)

@@ -20,6 +20,7 @@ mod incremental;
 mod int8;
 mod layer;
 mod nn;
+mod onednn;
 mod options;
 mod transformer;
 pub mod weights;

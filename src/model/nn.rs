@@ -3,27 +3,29 @@
 use tch::{Kind, Tensor};
 
 use super::int8::Int8Weight;
+use super::onednn::{OneDnnWeight, MIN_ELEMENTS};
 use super::weights::Weights;
 use super::ModelError;
 
 /// `nn.Linear`: `F.linear(x, weight, bias)` with `weight` `[out, in]`; in int8 when
-/// [`Linear::quantize_int8`] was called.
+/// [`Linear::quantize_int8`] was called, through oneDNN when [`Linear::reorder_for_onednn`] was.
 #[derive(Debug)]
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     int8: Option<Int8Weight>,
+    onednn: Option<OneDnnWeight>,
 }
 
 impl Linear {
     pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
-        Ok(Self { weight, bias, int8: None })
+        Ok(Self { weight, bias, int8: None, onednn: None })
     }
 
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias, int8: None }
+        Self { weight, bias, int8: None, onednn: None }
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
@@ -32,12 +34,32 @@ impl Linear {
 
     /// `F.linear(x, weight, bias)` with a bias from elsewhere (fairseq's concatenated in_proj bias).
     pub fn forward_with_bias(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
-        match &self.int8 {
+        match (&self.int8, &self.onednn) {
             // the bias was packed with the weight; the only other bias handed in is the
             // in_proj slice of the same layer's own bias
-            Some(q) => q.linear(x),
-            None => Ok(x.f_linear(&self.weight, bias)?),
+            (Some(q), _) => q.linear(x),
+            (None, Some(w)) => w.linear(x, bias, false),
+            (None, None) => Ok(x.f_linear(&self.weight, bias)?),
         }
+    }
+
+    /// `relu(F.linear(x, weight, bias))`, in one oneDNN call when the weight was reordered.
+    pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        match (&self.int8, &self.onednn) {
+            (None, Some(w)) => w.linear(x, self.bias.as_ref(), true),
+            _ => Ok(self.forward(x)?.f_relu()?),
+        }
+    }
+
+    /// Computes through oneDNN from now on, if the weight is large enough to gain by it (see
+    /// `onednn.rs`); returns whether it does.
+    pub fn reorder_for_onednn(&mut self) -> Result<bool, ModelError> {
+        let size = self.weight.size();
+        if self.int8.is_some() || size.iter().product::<i64>() < MIN_ELEMENTS {
+            return Ok(false);
+        }
+        self.onednn = Some(OneDnnWeight::reorder(&self.weight)?);
+        Ok(true)
     }
 
     pub fn quantize_int8(&mut self) -> Result<(), ModelError> {

@@ -61,7 +61,8 @@ impl TransformerModel {
     }
 
     /// Switches the model to `compute_type`. `float32` and `int8` fuse the decoder's attention
-    /// projections (`fused.rs`); `int8` also quantizes every linear layer (embeddings, norms and
+    /// projections (`fused.rs`); `float32` computes the decoder's large linear layers through
+    /// oneDNN (`onednn.rs`); `int8` quantizes every linear layer (embeddings, norms and
     /// attention stay fp32) and turns the encoder's fast path off, as that kernel takes the
     /// fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
@@ -73,7 +74,18 @@ impl TransformerModel {
             l.self_attn.fused = Some(FusedProjections::new(&l.self_attn, true)?);
             l.encoder_attn.fused = Some(FusedProjections::new(&l.encoder_attn, false)?);
         }
-        if compute_type != ComputeType::Int8 {
+        if compute_type == ComputeType::Float32 {
+            let mut linears: Vec<&mut Linear> = vec![&mut self.decoder.output_projection];
+            linears.extend(self.decoder.project_out_dim.as_mut());
+            for l in &mut self.decoder.layers {
+                linears.extend([&mut l.fc1, &mut l.fc2, &mut l.self_attn.out_proj, &mut l.encoder_attn.out_proj]);
+                for fused in [&mut l.self_attn.fused, &mut l.encoder_attn.fused].into_iter().flatten() {
+                    linears.extend(fused.linears_mut());
+                }
+            }
+            for linear in linears {
+                linear.reorder_for_onednn()?;
+            }
             return Ok(());
         }
         self.encoder.allow_fastpath = false;
