@@ -21,7 +21,7 @@ class TchseqTranslate:
         self.translator = tchseq.Translator(model_dir, threads=threads)
 
     def __call__(self, batch):
-        batch["translation"] = self.translator.translate([str(s) for s in batch["source"]])
+        batch["translation"] = self.translator.translate([str(s) for s in batch["source"]], batch_size=1)
         return batch
 
 

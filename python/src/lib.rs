@@ -131,7 +131,7 @@ impl Translator {
     }
 
     fn batching(&self, batch_size: Option<usize>, max_tokens: Option<usize>) -> PyResult<Batching> {
-        Batching::new(max_tokens, batch_size, self.inter_threads).map_err(value_error)
+        Batching::for_list(max_tokens, batch_size, self.inter_threads).map_err(value_error)
     }
 }
 
@@ -242,7 +242,8 @@ impl Translator {
     /// out. Keywords: beam_size (5), num_hypotheses (1), length_penalty (1.0), unk_penalty,
     /// max_len_a, max_len_b (200), min_len (1), no_repeat_ngram_size, sampling,
     /// sampling_topk, sampling_topp, sampling_temperature, seed, return_alignment,
-    /// batch_size / max_tokens (default: one sentence per batch, as fairseq-interactive).
+    /// batch_size / max_tokens (default: batches of up to 512 tokens, as the CLI batches a file;
+    /// batch_size=1 for fairseq-interactive's one sentence at a time).
     /// `target_prefix`: per sentence, target text (or a list of subword tokens, or None) that
     /// its hypotheses must begin with (fairseq's `prefix_tokens`).
     #[pyo3(signature = (source, target_prefix = None, **options))]

@@ -54,6 +54,8 @@ class Translator:
         no_repeat_ngram_size, sampling, sampling_topk, sampling_topp, sampling_temperature, seed,
         diverse_beam_groups, diverse_beam_strength, diversity_rate, match_source_len,
         return_alignment, batch_size, max_tokens (fairseq's names beam, nbest, lenpen, ... work too).
+        Without batch_size or max_tokens, batches of up to 512 tokens, as the CLI batches a file
+        (batch_size=1: fairseq-interactive's one sentence at a time).
         target_prefix: per sentence, target text (or subword tokens, or None) that its hypotheses
         begin with (fairseq's prefix_tokens)."""
     def score_batch(self, source: Sequence[str], target: Sequence[str], max_tokens: int = 4096) -> List[ScoringResult]:

@@ -21,7 +21,7 @@ SENTENCES = [
 
 
 def cli_jsonl(*args):
-    out = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "-m", str(MODEL), "--format", "jsonl", *args, *SENTENCES],
+    out = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), "--format", "jsonl", *args, *SENTENCES],
                          check=True, capture_output=True, text=True).stdout
     return [json.loads(l) for l in out.splitlines()]
 
@@ -32,7 +32,7 @@ def translator():
 
 
 def test_translate_equals_the_cli(translator):
-    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "-m", str(MODEL), *SENTENCES],
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), *SENTENCES],
                          check=True, capture_output=True, text=True).stdout.splitlines()
     assert translator.translate(SENTENCES) == cli
 
@@ -44,10 +44,18 @@ def test_translate_batch_has_the_cli_hypotheses_and_bits(translator):
     for r, c in zip(results, cli):
         assert r.texts == [h["text"] for h in c["hypotheses"]]
         assert r.hypotheses == [h["tokens"] for h in c["hypotheses"]]
-        # f32 scores, the same bits as the CLI's (one sentence per batch in both)
+        # f32 scores, the same bits as the CLI's (the same default batching: 512-token batches)
         assert r.scores == pytest.approx([h["score"] for h in c["hypotheses"]], abs=0, rel=1e-7)
         assert [len(t) for t in r.token_scores] == [len(h["tokens"]) + 1 for h in c["hypotheses"]]
         assert r.alignments == [[tuple(p) for p in h["alignment"]] for h in c["hypotheses"]]
+
+
+def test_batch_size_1_batches_as_fairseq_interactive_does(translator):
+    cli = cli_jsonl("--batch-size", "1", "--nbest", "2")
+    results = translator.translate_batch(SENTENCES, batch_size=1, num_hypotheses=2)
+    for r, c in zip(results, cli):
+        assert r.hypotheses == [h["tokens"] for h in c["hypotheses"]]
+        assert r.scores == pytest.approx([h["score"] for h in c["hypotheses"]], abs=0, rel=1e-7)
 
 
 def test_token_lists_are_taken_as_they_are(translator):
@@ -132,12 +140,14 @@ def test_target_prefix_as_tokens_and_its_errors(translator):
         translator.translate_batch(["A dog."], target_prefix=[["</s>"]])
 
 
-def test_int8_is_the_cli_int8():
-    int8 = tchseq.Translator(MODEL, compute_type="int8", threads=1)
-    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--batch-size", "1", "--compute-type", "int8",
+@pytest.mark.parametrize("compute_type", ["float32", "int8"])
+def test_a_compute_type_is_the_cli_s(compute_type):
+    fast = tchseq.Translator(MODEL, compute_type=compute_type, threads=1)
+    # the same default batching: int8 quantizes each batch's activations as one tensor
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--compute-type", compute_type,
                           "--format", "jsonl", "-m", str(MODEL), *SENTENCES],
                          check=True, capture_output=True, text=True).stdout.splitlines()
-    results = int8.translate_batch(SENTENCES)
+    results = fast.translate_batch(SENTENCES)
     for r, c in zip(results, map(json.loads, cli)):
         assert r.texts[0] == c["hypotheses"][0]["text"]
         assert r.scores[0] == pytest.approx(c["hypotheses"][0]["score"], abs=0, rel=1e-7)

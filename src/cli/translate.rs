@@ -243,9 +243,7 @@ fn sentence(line: &str, format: InputFormat) -> Result<Sentence, BadLine> {
 
 /// `--max-tokens` and `--buffer-size` when no batching flag is given and the input is not typed
 /// at a terminal: a token budget over a large buffer, sorted by length as fairseq sorts a buffer.
-/// 512 tokens (some 35 sentences) ran as fast as `--batch-size 32`; bigger budgets were slower
-/// (4,096: 1.4× the time with --inter-threads 2, and twice the memory).
-pub const FILE_MAX_TOKENS: usize = 512;
+pub const FILE_MAX_TOKENS: usize = Batching::LIST_MAX_TOKENS;
 pub const FILE_BUFFER_SIZE: usize = 2048;
 
 /// Lines come from a person at a terminal (then each is answered before the next is read).
