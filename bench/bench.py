@@ -27,9 +27,28 @@ ROOT = Path(__file__).resolve().parent.parent
 TCHSEQ = ROOT / "target" / "release" / "tchseq"
 
 
+def peer_env(argv, env):
+    """fairseq (and CTranslate2's fairseq converter) need reference/sitecustomize.py, whose fixes
+    import torch. No other process may get it: torch's OpenMP and MKL loaded beside CTranslate2's
+    own runtime made CTranslate2 2-5x slower (measured 2026-11-25: fp32 with 2 inter-threads,
+    2.8 s without, 4.6-15.3 s with), which earlier runs of this benchmark did not know."""
+    env = dict(os.environ if env is None else env)
+    name = Path(str(argv[0])).name
+    if name.startswith("fairseq") or name == "ct2-fairseq-converter":
+        return env
+    reference = (ROOT / "reference").resolve()
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != reference]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
 def run(argv, stdout=None, env=None, cwd=ROOT):
     """Runs argv; returns (wall seconds, peak RSS in MB, stdout text). stdout goes to a file
     (default: a scratch one) and the child is reaped with wait4 for its own rusage."""
+    env = peer_env(argv, env)
     out_path = Path(stdout) if stdout else ROOT / "bench" / "work" / ".stdout"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     err_path = out_path.with_suffix(".stderr")

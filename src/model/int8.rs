@@ -47,6 +47,7 @@ pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> ModelError
 #[derive(Debug)]
 pub struct Int8Weight {
     packed: *mut std::ffi::c_void,
+    bias: Option<Tensor>,
 }
 
 // SAFETY: the packed parameters are never changed after packing; `linear_dynamic` only reads
@@ -64,21 +65,20 @@ impl Int8Weight {
         let bias = bias.map(|b| b.f_to_kind(Kind::Float)).transpose()?;
         let mut error = std::ptr::null_mut();
         // SAFETY: valid tensors for the call's duration; the result is owned by the returned value.
-        let packed = unsafe {
-            let bias = bias.as_ref().map_or(std::ptr::null(), Tensor::as_ptr);
-            ffi::tchseq_linear_prepack(weight.as_ptr(), scale.as_ptr(), zero.as_ptr(), bias, &mut error)
-        };
+        let packed = unsafe { ffi::tchseq_linear_prepack(weight.as_ptr(), scale.as_ptr(), zero.as_ptr(), std::ptr::null(), &mut error) };
         if packed.is_null() {
             return Err(shim_error("int8 linear", error));
         }
-        Ok(Self { packed })
+        Ok(Self { packed, bias })
     }
 
     /// `F.linear(x, weight, bias)` in int8, result in `x`'s kind. Activations are quantized per
     /// tensor, to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI: without it fbgemm
     /// sums byte products in 16 bits, which 8-bit activations can overflow.
     pub fn linear(&self, x: &Tensor) -> Result<Tensor, ModelError> {
-        let input = x.f_to_kind(Kind::Float)?.f_contiguous()?;
+        let input = x.f_to_kind(Kind::Float)?;
+        let row_scale = input.f_abs()?.f_amax([-1i64].as_slice(), true)?.f_clamp_min(1e-12)?;
+        let input = input.f_div(&row_scale)?.f_contiguous()?;
         let mut error = std::ptr::null_mut();
         // SAFETY: `input` and the packed parameters outlive the call; a non-null result is a
         // new at::Tensor that `from_ptr` takes ownership of.
@@ -86,7 +86,11 @@ impl Int8Weight {
         if y.is_null() {
             return Err(shim_error("int8 linear", error));
         }
-        let y = unsafe { Tensor::from_ptr(y) };
+        let mut y = unsafe { Tensor::from_ptr(y) };
+        let _ = y.f_mul_(&row_scale)?;
+        if let Some(b) = &self.bias {
+            let _ = y.f_add_(b)?;
+        }
         Ok(if x.kind() == Kind::Float { y } else { y.f_to_kind(x.kind())? })
     }
 }

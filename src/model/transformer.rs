@@ -102,11 +102,11 @@ impl TransformerModel {
                 linears.extend(fused.linears_mut());
             }
         }
-        linears.push(&mut self.decoder.output_projection);
         linears.extend(self.decoder.project_out_dim.as_mut());
         for linear in linears {
             linear.quantize_int8()?;
         }
+        self.decoder.output_projection.reorder_for_onednn()?;
         Ok(())
     }
 
