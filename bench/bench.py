@@ -28,16 +28,18 @@ TCHSEQ = ROOT / "target" / "release" / "tchseq"
 
 
 def peer_env(argv, env):
-    """fairseq (and CTranslate2's fairseq converter) need reference/sitecustomize.py, whose fixes
-    import torch. No other process may get it: torch's OpenMP and MKL loaded beside CTranslate2's
-    own runtime made CTranslate2 2-5x slower (measured 2026-11-25: fp32 with 2 inter-threads,
-    2.8 s without, 4.6-15.3 s with), which earlier runs of this benchmark did not know."""
+    """reference/sitecustomize.py (fairseq's fixes, which import torch) goes on PYTHONPATH for
+    fairseq and CTranslate2's fairseq converter only. Any other Python process must not get it:
+    torch's OpenMP and MKL loaded beside CTranslate2's own runtime made CTranslate2 2-5x slower
+    (measured 2026-11-25: fp32 with 2 inter-threads, 2.8 s without, 4.6-15.3 s with), which
+    earlier runs of this benchmark did not know. bench/run.sh starts this script without it too:
+    a child's peak RSS (wait4) counts the parent's at the fork, and torch made that 500 MB."""
     env = dict(os.environ if env is None else env)
+    reference = str((ROOT / "reference").resolve())
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and str(Path(p).resolve()) != reference]
     name = Path(str(argv[0])).name
     if name.startswith("fairseq") or name == "ct2-fairseq-converter":
-        return env
-    reference = (ROOT / "reference").resolve()
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != reference]
+        paths.insert(0, reference)
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     else:

@@ -10,7 +10,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 source reference/env.sh
-python bench/bench.py "$@"
+# without reference/ on PYTHONPATH: its fixes import torch, and a child's peak RSS (wait4) starts
+# from its parent's; bench.py puts it back for fairseq's own processes
+env -u PYTHONPATH python bench/bench.py "$@"
 if [ "${BENCH_MEMORY:-1}" != 0 ]; then
-    python bench/memory.py
+    env -u PYTHONPATH python bench/memory.py
 fi

@@ -1,8 +1,10 @@
-//! `--compute-type int8`: dynamic quantization of the linear layers, as torch.ao's dynamic
-//! `Linear` does it, through fbgemm (csrc/quantized_linear.cpp). Each weight is quantized once,
-//! per output row; each input is quantized on the fly, multiplied in int8 with int32
-//! accumulation, and scaled back to f32 with the bias. Not fairseq's arithmetic: its fidelity
-//! is measured, not exact.
+//! `--compute-type int8`: dynamic quantization of the linear layers through fbgemm, as torch.ao's
+//! dynamic `Linear` calls it (csrc/quantized_linear.cpp). Each weight is quantized once, per
+//! output row; each input is quantized on the fly, multiplied in int8 with int32 accumulation and
+//! scaled back to f32. fbgemm quantizes an input per tensor; we scale each row to the same range
+//! first, and back after, so that in effect each row (token) gets its own scale, as CTranslate2's
+//! int8 does: on test_2016_flickr 89 of 1,000 hypotheses changed instead of 125, for 1.23× the
+//! time at the bundled size. Not fairseq's arithmetic: its fidelity is measured, not exact.
 
 use tch::{Kind, Tensor};
 
@@ -73,8 +75,8 @@ impl Int8Weight {
     }
 
     /// `F.linear(x, weight, bias)` in int8, result in `x`'s kind. Activations are quantized per
-    /// tensor, to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI: without it fbgemm
-    /// sums byte products in 16 bits, which 8-bit activations can overflow.
+    /// row (see the module docs), to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI:
+    /// without it fbgemm sums byte products in 16 bits, which 8-bit activations can overflow.
     pub fn linear(&self, x: &Tensor) -> Result<Tensor, ModelError> {
         let input = x.f_to_kind(Kind::Float)?;
         let row_scale = input.f_abs()?.f_amax([-1i64].as_slice(), true)?.f_clamp_min(1e-12)?;

@@ -62,9 +62,9 @@ impl TransformerModel {
 
     /// Switches the model to `compute_type`. `float32` and `int8` fuse the decoder's attention
     /// projections (`fused.rs`); `float32` computes the decoder's large linear layers through
-    /// oneDNN (`onednn.rs`); `int8` quantizes every linear layer (embeddings, norms and
-    /// attention stay fp32) and turns the encoder's fast path off, as that kernel takes the
-    /// fp32 weights.
+    /// oneDNN (`onednn.rs`); `int8` quantizes every linear layer but the output projection,
+    /// which goes through oneDNN in fp32 (embeddings, norms and attention stay fp32 too), and
+    /// turns the encoder's fast path off, as that kernel takes the fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
             return Ok(());
