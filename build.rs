@@ -5,6 +5,10 @@
 //! puts it on `LD_LIBRARY_PATH`, which the loader searches before any rpath.
 //! `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
 
+#[path = "src/libtorch/version_py.rs"]
+mod version_py;
+use version_py::parse_version_py;
+
 fn main() {
     for var in ["LIBTORCH", "LIBTORCH_USE_PYTORCH", "VIRTUAL_ENV", "LIBTORCH_LIB"] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -65,11 +69,4 @@ fn compile_shim(lib: &std::path::Path) {
         .file("csrc/cuda_registered.cpp")
         .file("csrc/onednn_linear.cpp")
         .compile("tchseq_shim");
-}
-
-/// `__version__ = '2.13.0+cu130'` -> `2.13.0+cu130`.
-fn parse_version_py(text: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("__version__"))
-        .map(|rest| rest.trim_start_matches([' ', '=']).trim().trim_matches(['\'', '"']).to_string())
 }

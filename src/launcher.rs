@@ -11,6 +11,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+#[path = "libtorch/version_py.rs"]
+mod version_py;
+
 /// The torch release whose libtorch tchseq is built for.
 const TORCH_VERSION: &str = "2.13.";
 /// The libtorch lib directory seen at build time (the last place looked).
@@ -126,11 +129,7 @@ fn site_packages_torch(prefix: &Path) -> impl Iterator<Item = PathBuf> {
 /// packaged `lib/`) has none and is taken as it is.
 fn check_version(lib_dir: &Path) -> Result<(), String> {
     let Ok(text) = std::fs::read_to_string(lib_dir.join("../version.py")) else { return Ok(()) };
-    let version = text
-        .lines()
-        .find_map(|l| l.strip_prefix("__version__"))
-        .map(|rest| rest.trim_start_matches([' ', '=']).trim().trim_matches(['\'', '"']).to_string())
-        .unwrap_or_default();
+    let version = version_py::parse_version_py(&text).unwrap_or_default();
     if version.starts_with(TORCH_VERSION) {
         Ok(())
     } else {

@@ -40,9 +40,7 @@ impl Batching {
         let batch_size = if max_tokens.is_none() && batch_size.is_none() { Some(1) } else { batch_size };
         Ok(Batching { max_tokens, batch_size, inter_threads })
     }
-}
 
-impl Batching {
     /// The token budget of a list of sentences given without batching settings (the CLI's files,
     /// pipes and sentence arguments, Python's lists): 512 tokens (some 35 sentences) ran as fast
     /// as a batch size of 32; bigger budgets were slower (4,096: 1.4× the time with 2

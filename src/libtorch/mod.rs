@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 mod cuda;
+mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
+pub use version_py::parse_version_py;
 
 /// The libtorch lib directory the crate was linked against (the test binaries' rpath; the
 /// `tchseq` launcher looks there last).
@@ -65,14 +67,7 @@ pub fn loaded_objects() -> Vec<PathBuf> {
 pub fn version() -> String {
     loaded_library_dir()
         .and_then(|dir| std::fs::read_to_string(dir.join("../version.py")).ok())
-        .and_then(|text| {
-            text.lines().find_map(|l| l.strip_prefix("__version__")).map(|rest| {
-                rest.trim_start_matches([' ', '='])
-                    .trim()
-                    .trim_matches(['\'', '"'])
-                    .to_string()
-            })
-        })
+        .and_then(|text| parse_version_py(&text))
         .unwrap_or_else(|| BUILD_VERSION.to_string())
 }
 
