@@ -269,6 +269,21 @@ def build_jobs():
             # tchseq's own Moses + subword-nmt pipeline from the model directory
             "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input", BUNDLED_INPUT] + opts,
         })
+    # LexicallyConstrainedBeamSearch: constraints after tabs on the input lines
+    constrained_input = "tests/fixtures/decoding/constraints.en"
+    for tag, opts in [
+        ("constraints_ordered_nbest2", ["--constraints", "--nbest", "2", "--buffer-size", "1024", "--batch-size", "16"]),
+        ("constraints_unordered_nbest2", ["--constraints", "unordered", "--nbest", "2", "--buffer-size", "1024",
+                                          "--batch-size", "16"]),
+        ("constraints_unordered_batch1", ["--constraints", "unordered", "--batch-size", "1"]),
+    ]:
+        jobs.append({
+            "name": f"bundled/{tag}",
+            "kind": "interactive",
+            "fairseq": with_options(base, ["--input", constrained_input]) + opts,
+            "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input",
+                       constrained_input] + opts,
+        })
     for bs in ("1", "16"):
         jobs.append({
             "name": f"bundled/score_reference.b{bs}",

@@ -215,10 +215,10 @@ pub fn batching(max_tokens: Option<usize>, batch_size: Option<usize>, inter_thre
 
 /// `sampling_topk` → `--sampling-topk`, for every option that is a flag.
 fn flag_names(message: &str) -> String {
-    const FLAGS: [&str; 20] = [
+    const FLAGS: [&str; 21] = [
         "beam", "nbest", "lenpen", "unkpen", "max_len_a", "max_len_b", "min_len", "sampling", "sampling_topk",
         "sampling_topp", "temperature", "seed", "compute_type", "max_tokens", "batch_size", "inter_threads",
-        "diverse_beam_groups", "diverse_beam_strength", "diversity_rate", "match_source_len",
+        "diverse_beam_groups", "diverse_beam_strength", "diversity_rate", "match_source_len", "constraints",
     ];
     let words = regex::Regex::new(r"\b[a-z_]+\b").expect("a valid pattern");
     words

@@ -9,7 +9,7 @@ use std::io::{self, BufReader, Write};
 use anyhow::{bail, Context, Result};
 use tch::{Device, Kind, Tensor};
 
-use super::args::{DtypeArg, GlobalArgs, InputFormat, TranslateArgs, TranslateFormat};
+use super::args::{ConstraintsArg, DtypeArg, GlobalArgs, InputFormat, TranslateArgs, TranslateFormat};
 use super::common;
 use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
@@ -17,7 +17,7 @@ use super::partial::PartialFile;
 use super::shard::{self, Shard};
 use super::Outcome;
 use tchseq::generate::SequenceGenerator;
-use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator, Weights};
+use tchseq::hub::{Batching, TargetGuide, TextMode, TranslateOptions, Translation, Translator, Weights};
 use tchseq::text::dictionary::is_py_space;
 
 /// What happened to one input line.
@@ -107,33 +107,31 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             buffer.clear();
             return Ok(());
         }
-        // a prefix holding </s> is this line's error (fairseq's prefix search cannot take one)
-        let eos = ctx.translator.tgt_dict.eos();
-        let mut prefixes: Vec<Vec<i64>> = Vec::new();
+        let mut guides: Vec<TargetGuide> = Vec::new();
         for entry in buffer.iter_mut() {
             let Ok(s) = entry else { continue };
-            let ids = s.prefix.as_deref().map_or_else(Vec::new, |p| ctx.translator.encode_target_prefix(p));
-            if ids.contains(&eos) {
-                let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
-                *entry = Err(BadLine { kind: "a prefix with </s>", reason });
-            } else {
-                prefixes.push(ids);
+            match guide(&ctx.translator, s) {
+                Ok(g) => {
+                    s.constraint_ids.clone_from(&g.constraints);
+                    guides.push(g);
+                }
+                Err(bad) => *entry = Err(bad),
             }
         }
-        if prefixes.iter().all(Vec::is_empty) {
-            prefixes.clear();
+        if guides.iter().all(|g| g == &TargetGuide::default()) {
+            guides.clear();
         }
         let tokens: Vec<Vec<i64>> = buffer.iter().filter_map(|l| l.as_ref().ok()).map(|s| ctx.translator.encode(&s.src)).collect();
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
         let t = &ctx.translator;
-        let translated = t.translate_tokens_with_prefixes(&ctx.generator, tokens, &prefixes, &ctx.batching, ctx.print_alignment)?;
+        let translated = t.translate_tokens_guided(&ctx.generator, tokens, &guides, &ctx.batching, ctx.print_alignment)?;
         let mut translated = translated.into_iter().map(LineResult::Translated);
         let n = buffer.len();
         for (i, entry) in buffer.drain(..).enumerate() {
             let (line, result) = match entry {
                 Ok(sentence) => {
                     let result = translated.next().context("internal error: a line was not translated")?;
-                    (Some(sentence.src), result)
+                    (Some(sentence), result)
                 }
                 Err(bad) => (None, LineResult::Unreadable(bad)),
             };
@@ -142,7 +140,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
                 LineResult::Unreadable(bad) => failures.add(bad.kind),
                 LineResult::Translated(Translation::Done { .. }) => {}
             }
-            write_result(&ctx, out, *next_id + i, line.as_deref(), &result)?;
+            write_result(&ctx, out, *next_id + i, line.as_ref(), &result)?;
         }
         out.flush()?;
         *next_id += n;
@@ -150,7 +148,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     };
     if !a.sentences.is_empty() {
         for s in &a.sentences {
-            buffer.push(Ok(Sentence { src: py_strip(s).to_string(), prefix: None }));
+            buffer.push(sentence(s, InputFormat::Text, a.constraints.is_some()));
             if buffer.len() >= buffer_size {
                 flush(&mut buffer, &mut out, &mut next_id)?;
             }
@@ -165,7 +163,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         };
         for line in lines(reader, newlines) {
             match line.context("reading input")? {
-                Ok(line) => match sentence(&line, a.input_format) {
+                Ok(line) => match sentence(&line, a.input_format, a.constraints.is_some()) {
                     Ok(s) => {
                         buffer.push(Ok(s));
                         readable += 1;
@@ -212,33 +210,76 @@ fn options(a: &TranslateArgs) -> TranslateOptions {
         seed: a.seed,
         alignment: a.print_alignment,
         compute_type: Some(a.compute_type.name().to_string()),
+        constraints: a.constraints.map(|c| match c {
+            ConstraintsArg::Ordered => "ordered".to_string(),
+            ConstraintsArg::Unordered => "unordered".to_string(),
+        }),
         ..common::translate_options(&a.search)
     }
 }
 
-/// One input sentence, and the target text its hypotheses must begin with.
+/// One input sentence, the target text its hypotheses must begin with, and the constraints
+/// they must hold (as text, then as target token ids).
 struct Sentence {
     src: String,
     prefix: Option<String>,
+    constraints: Vec<String>,
+    constraint_ids: Vec<Vec<i64>>,
 }
 
-/// An input line as `--input-format` reads it.
-fn sentence(line: &str, format: InputFormat) -> Result<Sentence, BadLine> {
+/// An input line as `--input-format` reads it; with `--constraints`, a text line's fields
+/// after the first tab are its constraints (fairseq-interactive's `line.split("\t")`).
+fn sentence(line: &str, format: InputFormat, constrained: bool) -> Result<Sentence, BadLine> {
     if format == InputFormat::Text {
-        return Ok(Sentence { src: py_strip(line).to_string(), prefix: None });
+        let line = py_strip(line);
+        let mut fields = line.split('\t');
+        let src = fields.next().unwrap_or_default().to_string();
+        let constraints = if constrained { fields.map(str::to_string).collect() } else { Vec::new() };
+        let src = if constrained { src } else { line.to_string() };
+        return Ok(Sentence { src, prefix: None, constraints, constraint_ids: Vec::new() });
     }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Record {
         src: String,
         prefix: Option<String>,
+        constraints: Option<Vec<String>>,
     }
-    let record: Record = serde_json::from_str(line).map_err(|e| BadLine {
-        kind: "not a JSON object with a string `src` (and an optional `prefix`)",
-        reason: format!("not a JSON object with a string `src` (and an optional `prefix`): {e}"),
-    })?;
+    const EXPECTED: &str = "not a JSON object with a string `src` (and an optional `prefix` string and `constraints` list)";
+    let record: Record = serde_json::from_str(line).map_err(|e| BadLine { kind: EXPECTED, reason: format!("{EXPECTED}: {e}") })?;
     let prefix = record.prefix.map(|p| py_strip(&p).to_string()).filter(|p| !p.is_empty());
-    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix })
+    let constraints = record.constraints.unwrap_or_default();
+    if !constraints.is_empty() && !constrained {
+        let reason = "the line has `constraints` but --constraints is not given".to_string();
+        return Err(BadLine { kind: "constraints without --constraints", reason });
+    }
+    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix, constraints, constraint_ids: Vec::new() })
+}
+
+/// The sentence's prefix and constraints as target token ids; a prefix holding </s> (fairseq's
+/// prefix search cannot take one) or a constraint that is empty or holds a special symbol is
+/// this line's error.
+fn guide(t: &Translator, s: &Sentence) -> Result<TargetGuide, BadLine> {
+    let d = &t.tgt_dict;
+    let prefix = s.prefix.as_deref().map_or_else(Vec::new, |p| t.encode_target_prefix(p));
+    if prefix.contains(&d.eos()) {
+        let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
+        return Err(BadLine { kind: "a prefix with </s>", reason });
+    }
+    let mut constraints = Vec::with_capacity(s.constraints.len());
+    for (i, text) in s.constraints.iter().enumerate() {
+        let ids = t.encode_constraint(text);
+        if ids.is_empty() {
+            let reason = format!("constraint {} is empty", i + 1);
+            return Err(BadLine { kind: "an empty constraint", reason });
+        }
+        if ids.iter().any(|&id| id == d.bos() || id == d.eos() || id == d.pad()) {
+            let reason = format!("constraint {} holds one of the symbols <s>, </s>, <pad>", i + 1);
+            return Err(BadLine { kind: "a constraint with a special symbol", reason });
+        }
+        constraints.push(ids);
+    }
+    Ok(TargetGuide { prefix, constraints })
 }
 
 /// `--max-tokens` and `--buffer-size` when no batching flag is given and the input is not typed
@@ -291,7 +332,8 @@ fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
 
 /// A line that was not translated: an `E-` line, a JSON object with an `error`, or an empty
 /// line (and the error on stderr). `line` is `None` when the line could not be read.
-fn write_error(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&str>, msg: &str) -> Result<()> {
+fn write_error(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&Sentence>, msg: &str) -> Result<()> {
+    let line = line.map(|s| s.src.as_str());
     match ctx.format {
         TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
         TranslateFormat::Jsonl => {
@@ -306,7 +348,8 @@ fn write_error(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Op
     Ok(())
 }
 
-fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&str>, result: &LineResult) -> Result<()> {
+fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
+    let line = sentence;
     let (src_tokens, hypos, seconds) = match result {
         LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),
         LineResult::Translated(t @ Translation::TooLong { .. }) => {
@@ -321,6 +364,9 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: O
         TranslateFormat::Fairseq => {
             writeln!(out, "S-{id}\t{src_str}")?;
             writeln!(out, "W-{id}\t{seconds:.3}\tseconds")?;
+            for c in sentence.map_or(&[][..], |s| s.constraint_ids.as_slice()) {
+                writeln!(out, "C-{id}\t{}", t.target_string(c))?;
+            }
             for h in top {
                 let text = t.hypothesis_text(h)?;
                 let score = python_float_repr(f64::from(base2(&[h.score], t.device)?[0]));
@@ -355,12 +401,15 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: O
                 hyps.push(v);
             }
             let src_toks: Vec<&str> = src_str.split(' ').filter(|s| !s.is_empty()).collect();
-            let v = serde_json::json!({
+            let mut v = serde_json::json!({
                 "id": id,
-                "source": line,
+                "source": line.map(|s| s.src.as_str()),
                 "source_tokens": src_toks,
                 "hypotheses": hyps,
             });
+            if let Some(ids) = sentence.map(|s| &s.constraint_ids).filter(|c| !c.is_empty()) {
+                v["constraints"] = ids.iter().map(|c| t.target_string(c)).collect();
+            }
             writeln!(out, "{v}")?;
         }
         TranslateFormat::Text => {

@@ -8,6 +8,8 @@
 //! the [`StepModel`] trait; [`ensemble::EnsembleModel`] implements it for real checkpoints.
 
 pub mod batching;
+mod constrained_search;
+pub mod constraints;
 mod diverse;
 pub mod ensemble;
 pub mod ngram;
@@ -17,6 +19,7 @@ pub mod search;
 pub mod sequence_generator;
 pub mod workers;
 
+pub use constraints::ConstraintOrder;
 pub use ensemble::EnsembleModel;
 pub use ngram::NgramMode;
 pub use search::SearchStrategy;

@@ -23,6 +23,9 @@ pub enum SearchStrategy {
     /// `LengthConstrainedBeamSearch(min_len_a=1, min_len_b=0, max_len_a=1, max_len_b=0)`, which
     /// `--match-source-len` selects: EOS only at the source length (EOS and padding not counted).
     MatchSourceLen,
+    /// `LexicallyConstrainedBeamSearch(representation)` (`--constraints`): stateful, so the
+    /// generator runs it (`constrained_search.rs`) with each sentence's constraints.
+    LexicallyConstrained(super::constraints::ConstraintOrder),
 }
 
 /// `(scores, indices, beams)` of one search step, each `[bsz, cand_size]`.
@@ -67,6 +70,9 @@ impl SearchStrategy {
                 super::diverse::diverse_beam_step(step, lprobs, scores, groups, strength)
             }
             SearchStrategy::DiverseSiblings { rate } => super::diverse::diverse_siblings_step(step, lprobs, scores, rate),
+            SearchStrategy::LexicallyConstrained(_) => {
+                Err(GenerateError::Invariant("the constrained search needs its sentences' constraint states".into()))
+            }
         }
     }
 }

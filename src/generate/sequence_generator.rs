@@ -2,6 +2,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::constrained_search::ConstrainedSearch;
 use super::ngram::{NgramMode, NgramRepeatBlock};
 use super::search::SearchStrategy;
 use super::{GenerateError, Hypothesis, StepModel};
@@ -128,6 +129,19 @@ impl SequenceGenerator {
         src_tokens: &Tensor,
         prefix_tokens: Option<&Tensor>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
+        self.generate_guided(model, src_tokens, prefix_tokens, None)
+    }
+
+    /// [`Self::generate_with_prefix`] with fairseq's `constraints`: per row, the token sequences
+    /// its hypotheses must contain (the search must be `LexicallyConstrained`; without
+    /// constraints, every row has none).
+    pub fn generate_guided<M: StepModel>(
+        &self,
+        model: &mut M,
+        src_tokens: &Tensor,
+        prefix_tokens: Option<&Tensor>,
+        constraints: Option<&[Vec<Vec<i64>>]>,
+    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
         let Specials { pad, eos, unk } = self.specials;
@@ -166,6 +180,23 @@ impl SequenceGenerator {
                 Some(p.f_to_device(device)?)
             }
             None => None,
+        };
+
+        let mut constrained = match (self.cfg.search, constraints) {
+            (SearchStrategy::LexicallyConstrained(order), c) => {
+                let none = vec![Vec::new(); bsz as usize];
+                let c = c.unwrap_or(&none);
+                if c.len() as i64 != bsz {
+                    return Err(bad(format!("constraints for {} sentences in a batch of {bsz}", c.len())));
+                }
+                Some(ConstrainedSearch::new(order, c, beam_size, self.vocab_size, eos)?)
+            }
+            (_, Some(_)) => {
+                return Err(GenerateError::InvalidOption(
+                    "target-side constraints were provided, but the search does not support them".into(),
+                ))
+            }
+            (_, None) => None,
         };
 
         let new_order = Tensor::f_arange(bsz, i64opts)?.f_view([-1, 1])?.f_repeat([1, beam_size])?.f_view([-1])?;
@@ -228,13 +259,12 @@ impl SequenceGenerator {
                 blocker.apply(&tokens, &mut lprobs, step)?;
             }
 
-            let cands = self.cfg.search.step(
-                step,
-                &lprobs.f_view([bsz, -1, self.vocab_size])?,
-                &scores.f_view([bsz, beam_size, -1])?.f_narrow(2, 0, step)?,
-                src_lengths.as_ref(),
-                eos,
-            )?;
+            let step_lprobs = lprobs.f_view([bsz, -1, self.vocab_size])?;
+            let step_scores = scores.f_view([bsz, beam_size, -1])?.f_narrow(2, 0, step)?;
+            let cands = match constrained.as_mut() {
+                Some(search) => search.step(step, &step_lprobs, &step_scores)?,
+                None => self.cfg.search.step(step, &step_lprobs, &step_scores, src_lengths.as_ref(), eos)?,
+            };
             let mut cand_scores = cands.scores;
             let mut cand_indices = cands.indices;
             let mut cand_beams = cands.beams;
@@ -282,6 +312,9 @@ impl SequenceGenerator {
                 }
                 let kept: Vec<i64> = (0..bsz).filter(|&i| keep[i as usize]).collect();
                 let bi = Tensor::from_slice(&kept).f_to_device(device)?;
+                if let Some(search) = constrained.as_mut() {
+                    search.prune_sentences(&kept);
+                }
 
                 eos_mask = eos_mask.f_index_select(0, &bi)?;
                 cand_beams = cand_beams.f_index_select(0, &bi)?;
@@ -338,6 +371,9 @@ impl SequenceGenerator {
             }
             let next_scores = cand_scores.f_gather(1, &active_hypos, false)?;
             scores.f_view([bsz, beam_size, -1])?.f_select(2, step)?.f_copy_(&next_scores)?;
+            if let Some(search) = constrained.as_mut() {
+                search.update_constraints(&active_hypos)?;
+            }
             if let Some(a) = attn.as_mut() {
                 let selected = a.f_narrow(2, 0, step + 2)?.f_index_select(0, &active_bbsz_idx)?;
                 a.f_narrow(2, 0, step + 2)?.f_copy_(&selected)?;

@@ -25,7 +25,7 @@ pub use model_dir::ModelFiles;
 pub use options::TranslateOptions;
 pub use pipeline::{build as build_pipeline, PipelineOverrides};
 pub use scorer::{Encoded, Scored};
-pub use translator::{AttentionMatrix, Batching, HypothesisText, TextMode, Translation, Translator};
+pub use translator::{AttentionMatrix, Batching, HypothesisText, TargetGuide, TextMode, Translation, Translator};
 
 /// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
 pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use crate::generate::{GeneratorConfig, NgramMode, SearchStrategy};
+use crate::generate::{ConstraintOrder, GeneratorConfig, NgramMode, SearchStrategy};
 use crate::model::ComputeType;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -32,6 +32,9 @@ pub struct TranslateOptions {
     pub diversity_rate: f64,
     /// `LengthConstrainedBeamSearch`: hypotheses as long as their source.
     pub match_source_len: bool,
+    /// `LexicallyConstrainedBeamSearch`: `ordered` or `unordered` (fairseq's `--constraints`);
+    /// each sentence's hypotheses then contain its constraints.
+    pub constraints: Option<String>,
     /// Seed of libtorch's generator for this request (sampling).
     pub seed: u64,
     /// Per-token log-probabilities in the reply.
@@ -67,6 +70,7 @@ impl Default for TranslateOptions {
             diverse_beam_strength: 0.5,
             diversity_rate: -1.0,
             match_source_len: false,
+            constraints: None,
             seed: 1,
             token_scores: false,
             alignment: false,
@@ -95,6 +99,13 @@ impl TranslateOptions {
         let searches = [self.sampling, self.diverse_beam_groups > 0, self.match_source_len, self.diversity_rate > 0.0];
         if searches.iter().filter(|&&on| on).count() > 1 {
             return Err("sampling, diverse_beam_groups, match_source_len and diversity_rate are mutually exclusive".into());
+        }
+        if let Some(name) = &self.constraints {
+            ConstraintOrder::from_name(name)
+                .ok_or_else(|| format!("constraints must be \"ordered\" or \"unordered\", not {name:?}"))?;
+            if self.sampling || self.diverse_beam_groups > 0 || self.match_source_len || self.diversity_rate > -1.0 {
+                return Err("constraints cannot be combined with sampling, diverse_beam_groups, match_source_len or diversity_rate (their searches do not support them)".into());
+            }
         }
         if self.diverse_beam_groups > 0 && beam as i64 % self.diverse_beam_groups != 0 {
             return Err(format!("beam ({beam}) must be divisible by diverse_beam_groups ({})", self.diverse_beam_groups));
@@ -160,6 +171,8 @@ impl TranslateOptions {
             SearchStrategy::MatchSourceLen
         } else if self.diversity_rate > -1.0 {
             SearchStrategy::DiverseSiblings { rate: self.diversity_rate }
+        } else if let Some(order) = self.constraints.as_deref().and_then(ConstraintOrder::from_name) {
+            SearchStrategy::LexicallyConstrained(order)
         } else {
             SearchStrategy::Beam
         }

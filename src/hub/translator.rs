@@ -1,7 +1,7 @@
 //! Text in, hypotheses out: fairseq's `GeneratorHubInterface` with fairseq-interactive's buffer
 //! loop (encode, order, filter, batch, generate). The CLI, the server and the Python API all
-//! translate through [`Translator::translate_tokens_with_prefixes`]; [`Translator::translate`]
-//! is its text-in form for library users.
+//! translate through [`Translator::translate_tokens_guided`]; [`Translator::translate`] is its
+//! text-in form for library users.
 
 use std::time::Instant;
 
@@ -62,6 +62,15 @@ impl Default for Batching {
     fn default() -> Self {
         Batching { max_tokens: None, batch_size: Some(1), inter_threads: 1 }
     }
+}
+
+/// What a sentence's hypotheses must hold, as target token ids without EOS: a forced prefix
+/// (fairseq's `prefix_tokens`; empty forces nothing) and lexical constraints (fairseq's
+/// `constraints`, for a generator made with `constraints` set).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetGuide {
+    pub prefix: Vec<i64>,
+    pub constraints: Vec<Vec<i64>>,
 }
 
 /// What became of one sentence.
@@ -222,6 +231,17 @@ impl Translator {
         self.tgt_dict.encode_line(&self.target_pipeline.encode(text), false)
     }
 
+    /// A constraint's text → its target token ids, as fairseq-interactive encodes the text after
+    /// a tab: the source side's tokenizer and BPE (`encode_fn`), the target dictionary, no EOS.
+    pub fn encode_constraint(&self, text: &str) -> Vec<i64> {
+        self.tgt_dict.encode_line(&self.pipeline.encode(text), false)
+    }
+
+    /// Target token ids as fairseq prints them (`tgt_dict.string`): a constraint's `C-` line.
+    pub fn target_string(&self, tokens: &[i64]) -> String {
+        self.tgt_dict.string(tokens, None, false, &[])
+    }
+
     /// [`Translator::translate`] for sentences already encoded.
     pub fn translate_tokens(
         &self,
@@ -244,13 +264,29 @@ impl Translator {
         batching: &Batching,
         alignment: bool,
     ) -> Result<Vec<Translation>, GenerateError> {
-        if !prefixes.is_empty() && prefixes.len() != tokens.len() {
+        let guides: Vec<TargetGuide> =
+            prefixes.iter().map(|p| TargetGuide { prefix: p.clone(), constraints: Vec::new() }).collect();
+        self.translate_tokens_guided(generator, tokens, &guides, batching, alignment)
+    }
+
+    /// [`Translator::translate_tokens`] where sentence `i`'s hypotheses follow `guides[i]`
+    /// (`guides` is empty, or one per sentence).
+    pub fn translate_tokens_guided(
+        &self,
+        generator: &SequenceGenerator,
+        tokens: Vec<Vec<i64>>,
+        guides: &[TargetGuide],
+        batching: &Batching,
+        alignment: bool,
+    ) -> Result<Vec<Translation>, GenerateError> {
+        if !guides.is_empty() && guides.len() != tokens.len() {
             return Err(GenerateError::InvalidOption(format!(
-                "{} target prefixes for {} sentences",
-                prefixes.len(),
+                "{} target prefixes or constraints for {} sentences",
+                guides.len(),
                 tokens.len()
             )));
         }
+        let constrained = guides.iter().any(|g| !g.constraints.is_empty());
         if tokens.is_empty() {
             // an empty buffer must not draw from the generator
             return Ok(Vec::new());
@@ -281,10 +317,16 @@ impl Translator {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
             let collated = collate(&samples, pad)?;
             let src_tokens = collated.src_tokens.f_to_device(device)?;
-            let prefix_tokens = batch_prefixes(prefixes, &collated.ids, tgt_pad)?;
+            let prefix_tokens = batch_prefixes(guides, &collated.ids, tgt_pad)?;
+            let constraints: Option<Vec<Vec<Vec<i64>>>> =
+                constrained.then(|| collated.ids.iter().map(|&i| guides[i].constraints.clone()).collect());
             let start = Instant::now();
-            let mut hypos =
-                generator.generate_with_prefix(&mut EnsembleModel::new(models)?, &src_tokens, prefix_tokens.as_ref())?;
+            let mut hypos = generator.generate_guided(
+                &mut EnsembleModel::new(models)?,
+                &src_tokens,
+                prefix_tokens.as_ref(),
+                constraints.as_deref(),
+            )?;
             let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
             if alignment {
                 for (row, hs) in hypos.iter_mut().enumerate() {
@@ -365,8 +407,8 @@ fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, 
 
 /// The prefixes of a batch's rows, right-padded with `pad` (fairseq's `prefix_tokens`), or
 /// `None` when no row has one.
-fn batch_prefixes(prefixes: &[Vec<i64>], ids: &[usize], pad: i64) -> Result<Option<tch::Tensor>, GenerateError> {
-    let rows: Vec<&[i64]> = ids.iter().map(|&i| prefixes.get(i).map_or(&[][..], Vec::as_slice)).collect();
+fn batch_prefixes(guides: &[TargetGuide], ids: &[usize], pad: i64) -> Result<Option<tch::Tensor>, GenerateError> {
+    let rows: Vec<&[i64]> = ids.iter().map(|&i| guides.get(i).map_or(&[][..], |g| g.prefix.as_slice())).collect();
     let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     if width == 0 {
         return Ok(None);

@@ -6,6 +6,7 @@ mod browser;
 mod bundled;
 mod cli;
 mod compute_type;
+mod constraints;
 mod decoding;
 mod fairseq_out;
 mod faults;

@@ -288,6 +288,17 @@ pub struct TranslateArgs {
     /// quantizes the linear layers (faster still; hypotheses may differ, see the README's table).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
+    /// Lexically constrained decoding (fairseq's LexicallyConstrainedBeamSearch): an input line
+    /// is `source<TAB>constraint<TAB>...` (jsonl: a `constraints` list), and every hypothesis
+    /// holds every constraint, in the order given (`ordered`, the default) or in any order.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "ordered", value_name = "ORDER")]
+    pub constraints: Option<ConstraintsArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConstraintsArg {
+    Ordered,
+    Unordered,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
