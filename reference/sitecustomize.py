@@ -9,6 +9,11 @@ Loaded automatically when reference/ is on PYTHONPATH (see reference/env.sh).
 3. In eval mode, post-norm encoder layers call torch._transformer_encoder_layer_fwd with a
    padding mask but no mask_type; torch 2.13 then fails with "Mask Type should be defined".
    Pass mask_type=1 (a [B,S] key padding mask) when a 2-D mask is given.
+4. numpy 2 removed aliases that fairseq's data code still uses, e.g. `np.compat.long`
+   (data/token_block_dataset.py:125, language_pair_dataset.py:292: the LM task's datasets) and
+   `np.int` (data/data_utils.py:488). Restore them only where missing: a `numpy.compat` module
+   object with `long = int` (what numpy 1.x's numpy.compat.long was), and `numpy.int/float/
+   complex/object/str` = the Python builtins (what those aliases were before numpy 1.24).
 """
 import dataclasses
 
@@ -48,6 +53,32 @@ def _patch_torch():
 
     torch._transformer_encoder_layer_fwd = fwd
 
+
+def _patch_numpy():
+    import sys
+    import types
+
+    import numpy
+
+    if not hasattr(numpy, "compat"):
+        compat = types.ModuleType("numpy.compat")
+        compat.long = int
+        compat.unicode = str
+        compat.basestring = str
+        numpy.compat = compat
+        sys.modules.setdefault("numpy.compat", compat)
+    elif not hasattr(numpy.compat, "long"):
+        numpy.compat.long = int
+    for name, value in (("int", int), ("float", float), ("complex", complex),
+                        ("object", object), ("str", str)):
+        if name not in vars(numpy):  # not getattr: numpy's __getattr__ warns/raises for these
+            setattr(numpy, name, value)
+
+
+try:
+    _patch_numpy()
+except Exception:  # numpy missing: nothing to patch
+    pass
 
 try:
     _patch_torch()
