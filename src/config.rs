@@ -8,6 +8,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod lm;
+pub use lm::LM_ARCHS;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -15,7 +18,7 @@ pub enum ConfigError {
     Missing(String),
     #[error("checkpoint config: `{key}` = {value} is not a valid {expected}")]
     Invalid { key: String, value: String, expected: &'static str },
-    #[error("unsupported architecture `{0}` (supported: {list})", list = SUPPORTED_ARCHS.join(", "))]
+    #[error("unsupported architecture `{0}` (supported: {list}, and transformer_lm with its variants)", list = SUPPORTED_ARCHS.join(", "))]
     UnsupportedArch(String),
     #[error("unsupported model options: {0}")]
     UnsupportedOptions(String),
@@ -66,6 +69,12 @@ pub struct TransformerConfig {
     pub layernorm_embedding: bool,
     pub max_source_positions: i64,
     pub max_target_positions: i64,
+    /// `language_modeling`: a BOS starts every sample (else EOS does).
+    #[serde(default)]
+    pub add_bos_token: bool,
+    /// `language_modeling`: the sample length the model was trained with.
+    #[serde(default)]
+    pub tokens_per_sample: Option<i64>,
     // Task and text pipeline.
     pub task: Option<String>,
     pub source_lang: Option<String>,
@@ -255,7 +264,17 @@ impl TransformerConfig {
             set_default(&mut m, "max_source_positions", mp.clone());
             set_default(&mut m, "max_target_positions", mp);
         }
-        apply_arch_defaults(&arch, &mut m)?;
+        let task_get = |m: &Map<String, Value>, k: &str| task.and_then(|t| t.get(k)).filter(|v| !v.is_null()).or_else(|| m.get(k)).cloned();
+        let tokens_per_sample = task_get(&m, "tokens_per_sample").map(|v| as_int("tokens_per_sample", &v)).transpose()?;
+        if lm::apply_lm_arch_defaults(&arch, &mut m) {
+            // TransformerLanguageModel.build_model: max_target_positions, else tokens_per_sample
+            if let Some(t) = task_get(&m, "max_target_positions").or_else(|| tokens_per_sample.map(Value::from)) {
+                set_default(&mut m, "max_target_positions", t);
+            }
+            copy_default(&mut m, "max_source_positions", "max_target_positions");
+        } else {
+            apply_arch_defaults(&arch, &mut m)?;
+        }
         set_default(&mut m, "max_source_positions", 1024);
         set_default(&mut m, "max_target_positions", 1024);
 
@@ -267,7 +286,7 @@ impl TransformerConfig {
                 }
             }
         }
-        for key in ["adaptive_input", "cross_self_attention", "no_cross_attention", "tie_adaptive_weights", "scale_attn", "scale_fc", "scale_heads", "scale_resids", "add_bias_kv", "add_zero_attn"] {
+        for key in ["adaptive_input", "character_embeddings", "cross_self_attention", "no_cross_attention", "tie_adaptive_weights", "scale_attn", "scale_fc", "scale_heads", "scale_resids", "add_bias_kv", "add_zero_attn"] {
             if let Some(v) = m.get(key) {
                 if as_bool(key, v)? {
                     unsupported.push(key.to_string());
@@ -337,6 +356,8 @@ impl TransformerConfig {
             layernorm_embedding: flag("layernorm_embedding")?,
             max_source_positions: int("max_source_positions")?,
             max_target_positions: int("max_target_positions")?,
+            add_bos_token: task_flag("add_bos_token", false)?,
+            tokens_per_sample,
             task: as_opt_str("task", task.and_then(|t| t.get("_name")).or_else(|| m.get("task")))?,
             source_lang: as_opt_str("source_lang", task_get("source_lang"))?,
             target_lang: as_opt_str("target_lang", task_get("target_lang"))?,
@@ -351,6 +372,11 @@ impl TransformerConfig {
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// A `transformer_lm`: a decoder without encoder attention, over one dictionary.
+    pub fn is_language_model(&self) -> bool {
+        LM_ARCHS.contains(&self.arch.as_str())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {

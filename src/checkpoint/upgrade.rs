@@ -95,14 +95,17 @@ fn expected_keys(cfg: &TransformerConfig, sd: &StateDict, encoder_final_norm: bo
             keys.push(format!("{p}.{proj}.bias"));
         }
     };
-    // Encoder.
-    keys.push("encoder.version".into());
-    keys.push("encoder.embed_tokens.weight".into());
-    if !cfg.no_token_positional_embeddings {
-        keys.push(if cfg.encoder_learned_pos { "encoder.embed_positions.weight" } else { "encoder.embed_positions._float_tensor" }.into());
-    }
-    if cfg.layernorm_embedding {
-        lw(&mut keys, "encoder.layernorm_embedding");
+    // Encoder (a language model has none).
+    let lm = cfg.is_language_model();
+    if !lm {
+        keys.push("encoder.version".into());
+        keys.push("encoder.embed_tokens.weight".into());
+        if !cfg.no_token_positional_embeddings {
+            keys.push(if cfg.encoder_learned_pos { "encoder.embed_positions.weight" } else { "encoder.embed_positions._float_tensor" }.into());
+        }
+        if cfg.layernorm_embedding {
+            lw(&mut keys, "encoder.layernorm_embedding");
+        }
     }
     for i in 0..cfg.encoder_layers {
         let p = format!("encoder.layers.{i}");
@@ -136,8 +139,10 @@ fn expected_keys(cfg: &TransformerConfig, sd: &StateDict, encoder_final_norm: bo
         let p = format!("decoder.layers.{i}");
         mha(&mut keys, &format!("{p}.self_attn"));
         lw(&mut keys, &format!("{p}.self_attn_layer_norm"));
-        mha(&mut keys, &format!("{p}.encoder_attn"));
-        lw(&mut keys, &format!("{p}.encoder_attn_layer_norm"));
+        if !lm {
+            mha(&mut keys, &format!("{p}.encoder_attn"));
+            lw(&mut keys, &format!("{p}.encoder_attn_layer_norm"));
+        }
         lw(&mut keys, &format!("{p}.fc1"));
         lw(&mut keys, &format!("{p}.fc2"));
         lw(&mut keys, &format!("{p}.final_layer_norm"));
@@ -156,7 +161,11 @@ fn expected_keys(cfg: &TransformerConfig, sd: &StateDict, encoder_final_norm: bo
 pub fn upgrade_state_dict(cfg: &TransformerConfig, mut sd: StateDict) -> Result<StateDict, UpgradeError> {
     let float_one = |v: f64| Tensor::f_from_slice(&[v as f32]).map_err(|e| terr("version", e));
     let mut final_norm = [false, false];
-    for (side, layers) in [("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)] {
+    let sides: &[(&str, i64)] = match cfg.is_language_model() {
+        true => &[("decoder", cfg.decoder_layers)],
+        false => &[("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)],
+    };
+    for &(side, layers) in sides {
         // Sinusoidal positions: stored tables are dropped, `_float_tensor` re-created
         // (uninitialised `torch.FloatTensor(1)` in fairseq; zero here).
         if !(if side == "encoder" { cfg.encoder_learned_pos } else { cfg.decoder_learned_pos }) {

@@ -41,7 +41,7 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         AttentionKind::EncoderSelf => {
             (model.encoder.layers.len(), model.encoder.layers.first().map_or(0, |l| l.self_attn.num_heads))
         }
-        AttentionKind::Cross => (model.decoder.layers.len(), model.decoder.layers.first().map_or(0, |l| l.encoder_attn.num_heads)),
+        AttentionKind::Cross => (model.decoder.layers.len(), model.decoder.layers.first().and_then(|l| l.encoder_attn.as_ref()).map_or(0, |a| a.num_heads)),
         AttentionKind::DecoderSelf => {
             (model.decoder.layers.len(), model.decoder.layers.first().map_or(0, |l| l.self_attn.num_heads))
         }

@@ -283,7 +283,7 @@ fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, devic
         out.tgt_keep = Some(prev.f_ne(PADDING_IDX)?);
         let dec = model
             .decoder
-            .forward(&prev.f_to_device(device)?, &enc, None, true, true)
+            .forward(&prev.f_to_device(device)?, Some(&enc), None, true, true)
             .context("running the decoder")?;
         let lprobs = get_normalized_probs(&dec.logits, true);
         out.head = head_from_reference(model, reference, &dec)?;
@@ -294,7 +294,7 @@ fn compute(model: &TransformerModel, reference: &IndexMap<String, Tensor>, devic
             let mut steps = Vec::new();
             for t in 0..prev.size()[1] {
                 let prefix = prev.f_narrow(1, 0, t + 1)?;
-                steps.push(model.decoder.forward(&prefix, &enc, Some(&mut state), false, false)?.logits);
+                steps.push(model.decoder.forward(&prefix, Some(&enc), Some(&mut state), false, false)?.logits);
             }
             out.incremental_logits = Some(Tensor::f_cat(&steps, 1)?);
         }

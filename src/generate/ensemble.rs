@@ -59,7 +59,7 @@ impl StepModel for EnsembleModel<'_> {
         let mut log_probs = Vec::with_capacity(n);
         let mut avg_attn: Option<Tensor> = None;
         for (model, (enc, inc)) in self.models.iter().zip(self.state.iter_mut()) {
-            let out = model.decoder.forward(tokens, enc, Some(inc), need_attn, false)?;
+            let out = model.decoder.forward(tokens, Some(enc), Some(inc), need_attn, false)?;
             let attn = match out.attn.as_ref() {
                 Some(a) => {
                     let t = a.size()[1];

@@ -12,6 +12,7 @@ mod constrained_search;
 pub mod constraints;
 mod diverse;
 pub mod ensemble;
+pub mod lm_samples;
 pub mod ngram;
 pub mod rng_replay;
 pub mod scorer;

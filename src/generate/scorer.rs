@@ -148,7 +148,7 @@ impl SequenceScorer {
         let mut avg_probs: Option<Tensor> = None;
         for model in models {
             let encoder_out = model.encoder.forward(&src_tokens, false)?;
-            let decoder_out = model.decoder.forward(&prev_output_tokens, &encoder_out, None, false, false)?;
+            let decoder_out = model.decoder.forward(&prev_output_tokens, Some(&encoder_out), None, false, false)?;
             let probs = normalized_target_probs(&decoder_out.logits, &index, log_probs)?
                 .f_view(target.size().as_slice())?;
             avg_probs = Some(match avg_probs {

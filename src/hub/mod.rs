@@ -3,6 +3,7 @@
 //! Every door (CLI commands, and later the server and the Python API) loads through
 //! [`ModelBundle::load`].
 
+mod language_model;
 pub mod model_dir;
 mod options;
 mod pipeline;
@@ -21,6 +22,7 @@ use crate::model::{ModelError, TransformerModel};
 use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
+pub use language_model::{language_model_checkpoint, LanguageModel, LmScored};
 pub use model_dir::ModelFiles;
 pub use options::TranslateOptions;
 pub use pipeline::{build as build_pipeline, PipelineOverrides};

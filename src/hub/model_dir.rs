@@ -28,7 +28,7 @@ const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoi
 
 /// The checkpoint of a model directory: `model.pt`, else `checkpoint_best.pt`, else
 /// `checkpoint_last.pt`; in `DIR` and then in `DIR/checkpoints`.
-fn find_checkpoint(dir: &Path) -> Option<PathBuf> {
+pub(super) fn find_checkpoint(dir: &Path) -> Option<PathBuf> {
     [dir.to_path_buf(), dir.join("checkpoints")].iter().find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()))
 }
 

@@ -26,7 +26,7 @@ impl PipelineOverrides {
         self.apply(spec, PipelineOptions::default())
     }
 
-    fn apply(&self, spec: &ModelSpec, mut opts: PipelineOptions) -> PipelineOptions {
+    pub(super) fn apply(&self, spec: &ModelSpec, mut opts: PipelineOptions) -> PipelineOptions {
         if self.tokenizer.is_some() {
             opts.tokenizer = self.tokenizer.clone();
         }

@@ -85,11 +85,12 @@ impl TransformerDecoder {
 
     /// Full-sequence mode when `incremental_state` is None. In incremental mode
     /// `prev_output_tokens` is the whole prefix `[B, step+1]` and only the last position is
-    /// computed (fairseq semantics); logits are then `[B, 1, V]`.
+    /// computed (fairseq semantics); logits are then `[B, 1, V]`. `encoder_out` is None for a
+    /// language model's decoder.
     pub fn forward(
         &self,
         prev_output_tokens: &Tensor,
-        encoder_out: &EncoderOut,
+        encoder_out: Option<&EncoderOut>,
         incremental_state: Option<&mut IncrementalState>,
         need_attn: bool,
         return_all_hiddens: bool,
@@ -102,15 +103,17 @@ impl TransformerDecoder {
                 prev_output_tokens.size()
             )));
         }
-        let enc = &encoder_out.encoder_out;
-        let (src_len, enc_bsz, _) = enc.size3()?;
         let bsz = prev_output_tokens.size()[0];
-        if enc_bsz != bsz || encoder_out.encoder_padding_mask.size() != [bsz, src_len] {
-            return Err(ModelError::Input(format!(
-                "{bsz} target rows for an encoder output of {enc_bsz} rows (mask {:?})",
-                encoder_out.encoder_padding_mask.size()
-            )));
+        if let Some(encoder_out) = encoder_out {
+            let (src_len, enc_bsz, _) = encoder_out.encoder_out.size3()?;
+            if enc_bsz != bsz || encoder_out.encoder_padding_mask.size() != [bsz, src_len] {
+                return Err(ModelError::Input(format!(
+                    "{bsz} target rows for an encoder output of {enc_bsz} rows (mask {:?})",
+                    encoder_out.encoder_padding_mask.size()
+                )));
+            }
         }
+        let enc = encoder_out.map(|e| &e.encoder_out);
         let incremental = incremental_state.is_some();
         let mut positions = self.embedding.positions(prev_output_tokens, incremental)?;
         let mut tokens = prev_output_tokens.shallow_clone();
@@ -125,7 +128,7 @@ impl TransformerDecoder {
         x = x.f_transpose(0, 1)?;
         let pad_mask = tokens.f_eq(self.padding_idx)?;
         let self_attn_padding_mask = (pad_mask.f_any()?.f_int64_value(&[])? != 0).then_some(pad_mask);
-        let encoder_padding_mask = Some(&encoder_out.encoder_padding_mask);
+        let encoder_padding_mask = encoder_out.map(|e| &e.encoder_padding_mask);
         let mut inner_states = Vec::new();
         if return_all_hiddens {
             inner_states.push(x.shallow_clone());

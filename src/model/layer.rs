@@ -126,8 +126,9 @@ impl TransformerEncoderLayer {
 pub struct TransformerDecoderLayer {
     pub self_attn: MultiheadAttention,
     pub self_attn_layer_norm: LayerNorm,
-    pub encoder_attn: MultiheadAttention,
-    pub encoder_attn_layer_norm: LayerNorm,
+    /// None in a language model's decoder (`no_encoder_attn`).
+    pub encoder_attn: Option<MultiheadAttention>,
+    pub encoder_attn_layer_norm: Option<LayerNorm>,
     pub fc1: Linear,
     pub fc2: Linear,
     pub final_layer_norm: LayerNorm,
@@ -143,8 +144,14 @@ impl TransformerDecoderLayer {
         Ok(Self {
             self_attn: MultiheadAttention::load(&w.sub("self_attn"), embed_dim, embed_dim, num_heads)?,
             self_attn_layer_norm: LayerNorm::load(&w.sub("self_attn_layer_norm"), embed_dim)?,
-            encoder_attn: MultiheadAttention::load(&w.sub("encoder_attn"), embed_dim, encoder_embed_dim, num_heads)?,
-            encoder_attn_layer_norm: LayerNorm::load(&w.sub("encoder_attn_layer_norm"), embed_dim)?,
+            encoder_attn: match o.no_encoder_attn {
+                true => None,
+                false => Some(MultiheadAttention::load(&w.sub("encoder_attn"), embed_dim, encoder_embed_dim, num_heads)?),
+            },
+            encoder_attn_layer_norm: match o.no_encoder_attn {
+                true => None,
+                false => Some(LayerNorm::load(&w.sub("encoder_attn_layer_norm"), embed_dim)?),
+            },
             fc1: Linear::load(&w.sub("fc1"), embed_dim, ffn_embed_dim, true)?,
             fc2: Linear::load(&w.sub("fc2"), ffn_embed_dim, embed_dim, true)?,
             final_layer_norm: LayerNorm::load(&w.sub("final_layer_norm"), embed_dim)?,
@@ -153,7 +160,8 @@ impl TransformerDecoderLayer {
         })
     }
 
-    /// `x` `[T, B, C]`, `encoder_out` `[S, B, C_enc]`, `encoder_padding_mask` `[B, S]`.
+    /// `x` `[T, B, C]`, `encoder_out` `[S, B, C_enc]` (None: a language model's layer),
+    /// `encoder_padding_mask` `[B, S]`.
     /// With `state` the self-attention runs incrementally (fairseq's own path) and the encoder
     /// keys/values are computed once and cached; without, the self-attention takes
     /// `F.multi_head_attention_forward` with `self_attn_mask` (the future mask), or fairseq's
@@ -164,7 +172,7 @@ impl TransformerDecoderLayer {
     pub fn forward(
         &self,
         x: &Tensor,
-        encoder_out: &Tensor,
+        encoder_out: Option<&Tensor>,
         encoder_padding_mask: Option<&Tensor>,
         mut state: Option<&mut LayerState>,
         self_attn_mask: Option<&Tensor>,
@@ -213,15 +221,24 @@ impl TransformerDecoderLayer {
             x = self.self_attn_layer_norm.forward(&x)?;
         }
 
+        let (Some(encoder_attn), Some(encoder_attn_layer_norm), Some(encoder_out)) =
+            (&self.encoder_attn, &self.encoder_attn_layer_norm, encoder_out)
+        else {
+            if self.encoder_attn.is_some() {
+                return Err(ModelError::Input("a decoder layer with encoder attention needs the encoder's output".into()));
+            }
+            let x = feed_forward(&x, &self.fc1, &self.fc2, self.activation_fn, &self.final_layer_norm, self.normalize_before)?;
+            return Ok((x, None));
+        };
         let residual = x.shallow_clone();
         if self.normalize_before {
-            x = self.encoder_attn_layer_norm.forward(&x)?;
+            x = encoder_attn_layer_norm.forward(&x)?;
         }
         let (out, attn) = match state {
-            Some(s) if self.encoder_attn.fused.is_some() && !need_head_weights => {
-                (fused::encoder_attention_step(&self.encoder_attn, &x, encoder_out, encoder_padding_mask, &mut s.encoder_attn)?, None)
+            Some(s) if encoder_attn.fused.is_some() && !need_head_weights => {
+                (fused::encoder_attention_step(encoder_attn, &x, encoder_out, encoder_padding_mask, &mut s.encoder_attn)?, None)
             }
-            state => self.encoder_attn.forward_fairseq(
+            state => encoder_attn.forward_fairseq(
                 &x,
                 Some(encoder_out),
                 encoder_padding_mask,
@@ -234,7 +251,7 @@ impl TransformerDecoderLayer {
         };
         x = residual.f_add(&out)?;
         if !self.normalize_before {
-            x = self.encoder_attn_layer_norm.forward(&x)?;
+            x = encoder_attn_layer_norm.forward(&x)?;
         }
 
         let x = feed_forward(&x, &self.fc1, &self.fc2, self.activation_fn, &self.final_layer_norm, self.normalize_before)?;

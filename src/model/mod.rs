@@ -18,6 +18,7 @@ mod encoder;
 mod fused;
 mod incremental;
 mod int8;
+mod language_model;
 mod layer;
 mod nn;
 mod onednn;
@@ -34,6 +35,7 @@ pub use embedding::{
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
 pub use compute_type::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
+pub use language_model::TransformerLanguageModel;
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
 pub use nn::{ActivationFn, LayerNorm, Linear};
 pub use transformer::TransformerModel;

@@ -29,6 +29,8 @@ pub(crate) struct DecoderOptions {
     pub encoder_embed_dim: i64,
     pub output_dim: i64,
     pub no_decoder_final_norm: bool,
+    /// A language model's decoder: no encoder attention in its layers.
+    pub no_encoder_attn: bool,
 }
 
 fn dim(value: i64, name: &str) -> Result<i64, ModelError> {
@@ -88,6 +90,7 @@ impl DecoderOptions {
             encoder_embed_dim: dim(cfg.encoder_embed_dim, "encoder_embed_dim")?,
             output_dim: dim(cfg.decoder_output_dim, "decoder_output_dim")?,
             no_decoder_final_norm: cfg.no_decoder_final_norm,
+            no_encoder_attn: cfg.is_language_model(),
         })
     }
 }

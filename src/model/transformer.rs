@@ -72,15 +72,19 @@ impl TransformerModel {
         let _guard = tch::no_grad_guard();
         for l in &mut self.decoder.layers {
             l.self_attn.fused = Some(FusedProjections::new(&l.self_attn, true)?);
-            l.encoder_attn.fused = Some(FusedProjections::new(&l.encoder_attn, false)?);
+            if let Some(e) = l.encoder_attn.as_mut() {
+                e.fused = Some(FusedProjections::new(e, false)?);
+            }
         }
         if compute_type == ComputeType::Float32 {
             let mut linears: Vec<&mut Linear> = vec![&mut self.decoder.output_projection];
             linears.extend(self.decoder.project_out_dim.as_mut());
             for l in &mut self.decoder.layers {
-                linears.extend([&mut l.fc1, &mut l.fc2, &mut l.self_attn.out_proj, &mut l.encoder_attn.out_proj]);
-                for fused in [&mut l.self_attn.fused, &mut l.encoder_attn.fused].into_iter().flatten() {
-                    linears.extend(fused.linears_mut());
+                linears.extend([&mut l.fc1, &mut l.fc2, &mut l.self_attn.out_proj]);
+                linears.extend(l.self_attn.fused.as_mut().map(|f| f.linears_mut()).into_iter().flatten());
+                if let Some(e) = l.encoder_attn.as_mut() {
+                    linears.push(&mut e.out_proj);
+                    linears.extend(e.fused.as_mut().map(|f| f.linears_mut()).into_iter().flatten());
                 }
             }
             for linear in linears {
@@ -95,11 +99,12 @@ impl TransformerModel {
             linears.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj, &mut l.fc1, &mut l.fc2]);
         }
         for l in &mut self.decoder.layers {
-            let (a, e) = (&mut l.self_attn, &mut l.encoder_attn);
-            linears.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj]);
-            linears.extend([&mut e.q_proj, &mut e.k_proj, &mut e.v_proj, &mut e.out_proj, &mut l.fc1, &mut l.fc2]);
-            for fused in [&mut a.fused, &mut e.fused].into_iter().flatten() {
-                linears.extend(fused.linears_mut());
+            let a = &mut l.self_attn;
+            linears.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj, &mut l.fc1, &mut l.fc2]);
+            linears.extend(a.fused.as_mut().map(|f| f.linears_mut()).into_iter().flatten());
+            if let Some(e) = l.encoder_attn.as_mut() {
+                linears.extend([&mut e.q_proj, &mut e.k_proj, &mut e.v_proj, &mut e.out_proj]);
+                linears.extend(e.fused.as_mut().map(|f| f.linears_mut()).into_iter().flatten());
             }
         }
         linears.extend(self.decoder.project_out_dim.as_mut());

@@ -59,7 +59,7 @@ pub fn capture_attention(
 ) -> Result<AttentionMaps, PlotError> {
     let _guard = tch::no_grad_guard();
     let enc = model.encoder.forward(src_tokens, true)?;
-    let dec = model.decoder.forward(prev_output_tokens, &enc, None, false, true)?;
+    let dec = model.decoder.forward(prev_output_tokens, Some(&enc), None, false, true)?;
     let encoder_self = encoder_self_attention(model, &enc)?;
     let (decoder_self, cross) = decoder_attention(model, prev_output_tokens, &enc, &dec.inner_states)?;
     Ok(AttentionMaps { encoder_self, decoder_self, cross })
@@ -130,8 +130,11 @@ fn decoder_attention(
         if !layer.normalize_before {
             x = layer.self_attn_layer_norm.forward(&x)?;
         }
-        let q = if layer.normalize_before { layer.encoder_attn_layer_norm.forward(&x)? } else { x };
-        let (_, w) = layer.encoder_attn.forward_fairseq(
+        let (Some(encoder_attn), Some(encoder_attn_layer_norm)) = (&layer.encoder_attn, &layer.encoder_attn_layer_norm) else {
+            return Err(PlotError::Internal("a decoder layer without encoder attention".into()));
+        };
+        let q = if layer.normalize_before { encoder_attn_layer_norm.forward(&x)? } else { x };
+        let (_, w) = encoder_attn.forward_fairseq(
             &q,
             Some(&enc.encoder_out),
             Some(&enc.encoder_padding_mask),

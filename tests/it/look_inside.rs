@@ -62,7 +62,7 @@ fn head_mean_of_the_last_cross_attention_equals_fairseq_attn() {
             assert_eq!(maps.encoder_self.len(), m.encoder.layers.len());
             let (b, t) = golden["prev_output_tokens"].size2().unwrap();
             let s = golden["src_tokens"].size()[1];
-            let heads = m.decoder.layers[0].encoder_attn.num_heads;
+            let heads = m.decoder.layers[0].encoder_attn.as_ref().unwrap().num_heads;
             for w in &maps.cross {
                 assert_eq!(w.size(), [heads, b, t, s]);
             }

@@ -13,6 +13,7 @@ mod faults;
 mod fuzz_corpus;
 mod hub;
 mod install;
+mod language_model;
 mod loader;
 mod look_inside;
 mod malformed;

@@ -37,7 +37,7 @@ fn load(f: &Fixture, kind: Kind) -> TransformerModel {
 fn step_by_step(model: &TransformerModel, tokens: &Tensor, enc: &tchseq::model::EncoderOut) -> Tensor {
     let mut state = IncrementalState::new();
     let steps: Vec<Tensor> = (0..tokens.size()[1])
-        .map(|t| model.decoder.forward(&tokens.narrow(1, 0, t + 1), enc, Some(&mut state), false, false).unwrap().logits)
+        .map(|t| model.decoder.forward(&tokens.narrow(1, 0, t + 1), Some(enc), Some(&mut state), false, false).unwrap().logits)
         .collect();
     Tensor::cat(&steps, 1)
 }
@@ -60,9 +60,9 @@ fn incremental_decoding_matches_full_sequence_logits() {
             let enc = model.encoder.forward(&g["src_tokens"], false).unwrap();
             let steps = step_by_step(&model, prev, &enc);
             model.decoder.torch_self_attention = false;
-            let full_bmm = model.decoder.forward(prev, &enc, None, false, false).unwrap().logits;
+            let full_bmm = model.decoder.forward(prev, Some(&enc), None, false, false).unwrap().logits;
             model.decoder.torch_self_attention = true;
-            let full_sdpa = model.decoder.forward(prev, &enc, None, false, false).unwrap().logits;
+            let full_sdpa = model.decoder.forward(prev, Some(&enc), None, false, false).unwrap().logits;
             let diff = max_abs(&steps.multiply(&keep), &full_bmm.multiply(&keep));
             let excess = allclose_excess(&steps.multiply(&keep), &full_bmm.multiply(&keep));
             assert!(excess <= 0.0, "{name} {side}: incremental vs full max abs diff {diff}, outside 1e-5 + 1e-5*|x| by {excess}");
@@ -109,7 +109,7 @@ fn reordering_the_incremental_state_follows_the_rows() {
                 enc = enc.reorder(&new_order);
                 order = order.index_select(0, &new_order);
             }
-            let out = model.decoder.forward(&tokens.narrow(1, 0, step + 1), &enc, Some(&mut state), false, false).unwrap();
+            let out = model.decoder.forward(&tokens.narrow(1, 0, step + 1), Some(&enc), Some(&mut state), false, false).unwrap();
             let expected = unordered.select(1, step).index_select(0, &order);
             let real = tokens.select(1, step).ne(1).unsqueeze(-1);
             compared += real.sum(Kind::Int64).int64_value(&[]);
@@ -200,7 +200,7 @@ fn half_and_bfloat16_models_run_close_to_f32() {
         let model = load(&f, kind);
         let enc = model.encoder.forward(&g["src_tokens"], false).unwrap();
         assert_eq!(enc.encoder_out.kind(), kind);
-        let dec = model.decoder.forward(&g["prev_output_tokens"], &enc, None, true, false).unwrap();
+        let dec = model.decoder.forward(&g["prev_output_tokens"], Some(&enc), None, true, false).unwrap();
         let lprobs = tchseq::model::get_normalized_probs(&dec.logits, true);
         assert_eq!(lprobs.kind(), Kind::Float);
         let keep = real.unsqueeze(-1);

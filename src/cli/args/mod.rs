@@ -384,6 +384,33 @@ pub struct ScoreArgs {
     /// No progress bar or summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Score a language model (a transformer_lm checkpoint) on a text file, one sentence per
+    /// line, as fairseq-eval-lm does: one record per sample with the natural-log probability of
+    /// every token (`</s>` included), and eval-lm's `Loss (base 2)` and perplexity on stderr.
+    #[arg(long)]
+    pub lm: bool,
+    /// With --lm: `eos` scores each line alone (its id is the line number); `none` cuts the
+    /// running text into blocks of --tokens-per-sample tokens, `complete` packs whole lines
+    /// into such blocks (fairseq-eval-lm's default is `none`; ids are block numbers).
+    #[arg(long = "sample-break-mode", value_enum, default_value_t = LmBreakMode::Eos)]
+    pub sample_break_mode: LmBreakMode,
+    /// With --lm: the block size of `none`/`complete` (default: the one the model was trained with).
+    #[arg(long = "tokens-per-sample")]
+    pub tokens_per_sample: Option<usize>,
+    /// With --lm: each block is scored after up to this many tokens of the text before it
+    /// (blocks are then --tokens-per-sample minus this long, as in fairseq-eval-lm).
+    #[arg(long = "context-window", default_value_t = 0)]
+    pub context_window: usize,
+    /// With --lm: start every sample with <s> (on by itself when the checkpoint was trained so).
+    #[arg(long = "add-bos-token")]
+    pub add_bos_token: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LmBreakMode {
+    None,
+    Complete,
+    Eos,
 }
 
 #[derive(Debug, Args)]

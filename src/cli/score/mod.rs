@@ -16,6 +16,7 @@ use super::Outcome;
 mod backend;
 mod columns;
 mod format;
+mod lm;
 mod options;
 mod rows;
 mod sink;
@@ -40,6 +41,9 @@ const PER_TOKEN_COLUMN: &str = "token_logprobs";
 pub const ROW_COLUMN: &str = "row";
 
 pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
+    if a.lm {
+        return lm::run(global, a);
+    }
     let opts = Options::new(a)?;
     let input = Input::open(&opts)?;
     super::memory::return_large_blocks();

@@ -1,0 +1,144 @@
+//! A `transformer_lm` ready to run (fairseq's `language_modeling` task): the checkpoint, its one
+//! dictionary (`dict.txt`) and its text pipeline, and fairseq-eval-lm's scoring of
+//! [`LmRow`]s (`SequenceScorer` over a decoder without an encoder).
+
+use std::path::{Path, PathBuf};
+
+use tch::{Device, Kind, Tensor};
+
+use super::model_dir::find_checkpoint;
+use super::{HubError, ModelSpec, PipelineOverrides};
+use crate::checkpoint::{load_checkpoint, read_summary};
+use crate::config::TransformerConfig;
+use crate::generate::lm_samples::{LmRow, LmSpecials};
+use crate::generate::GenerateError;
+use crate::model::{get_normalized_probs, TransformerLanguageModel, PADDING_IDX};
+use crate::text::dictionary::Dictionary;
+use crate::text::pipeline::{PipelineOptions, TextPipeline};
+
+pub struct LanguageModel {
+    pub checkpoint: PathBuf,
+    pub config: TransformerConfig,
+    pub model: TransformerLanguageModel,
+    pub dict: Dictionary,
+    pub dict_path: PathBuf,
+    pub pipeline: TextPipeline,
+    pub warnings: Vec<String>,
+}
+
+/// The checkpoint `spec` names, when it holds a language model (else None).
+pub fn language_model_checkpoint(spec: &ModelSpec) -> Option<PathBuf> {
+    let path = match (&spec.path, &spec.model) {
+        (Some(list), _) => PathBuf::from(list.split(':').next()?),
+        (None, Some(m)) if m.is_file() => m.clone(),
+        (None, Some(m)) => find_checkpoint(m)?,
+        _ => return None,
+    };
+    read_summary(&path).ok().filter(|s| s.config.is_language_model()).map(|_| path)
+}
+
+fn err(msg: impl Into<String>) -> HubError {
+    HubError::ModelDir(msg.into())
+}
+
+/// Scores of one row: the scored target tokens and their natural-log probabilities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LmScored {
+    pub id: usize,
+    pub tokens: Vec<i64>,
+    pub scores: Vec<f32>,
+}
+
+impl LanguageModel {
+    /// Loads the language model of `spec` (a directory with `model.pt` and `dict.txt`, or a
+    /// checkpoint with `--data` holding `dict.txt`).
+    pub fn load(spec: &ModelSpec, overrides: &PipelineOverrides, device: Device, kind: Kind) -> Result<Self, HubError> {
+        let checkpoint = language_model_checkpoint(spec).ok_or_else(|| err("the checkpoint is not a transformer_lm language model"))?;
+        let ckpt = load_checkpoint(&checkpoint)?;
+        let ckpt_dir = checkpoint.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dirs: Vec<PathBuf> = match (&spec.data, &spec.model) {
+            (Some(d), _) => vec![d.clone()],
+            (None, Some(m)) if m.is_dir() => vec![m.clone(), ckpt_dir.clone()],
+            _ => vec![ckpt_dir.clone()],
+        };
+        let dict_path = dirs.iter().map(|d| d.join("dict.txt")).find(|p| p.is_file()).ok_or_else(|| {
+            err(format!("no dict.txt in {} (a language model's dictionary; give --data DIR)", dirs[0].display()))
+        })?;
+        let dict = Dictionary::load(&dict_path).map_err(|source| HubError::Dictionary { path: dict_path.clone(), source })?;
+        let rows = ckpt.state_dict.get("decoder.embed_tokens.weight").map(|t| t.size()[0]);
+        if let Some(rows) = rows.filter(|&r| r != dict.len() as i64) {
+            return Err(HubError::DictionarySize {
+                side: "language model",
+                dict: dict_path,
+                symbols: dict.len(),
+                checkpoint,
+                tensor: "decoder.embed_tokens.weight",
+                rows,
+            });
+        }
+        let (model, report) = TransformerLanguageModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
+            .map_err(|source| HubError::Model { path: checkpoint.clone(), source })?;
+        let mut options = PipelineOptions::from_config(&ckpt.config);
+        for d in &dirs {
+            options = options.with_model_dir(d);
+        }
+        let options = overrides.apply(spec, options);
+        let (pipeline, mut warnings) = super::pipeline::build(&options)?;
+        warnings.extend(report.warnings);
+        Ok(LanguageModel { checkpoint, config: ckpt.config, model, dict, dict_path, pipeline, warnings })
+    }
+
+    /// A line of text → token ids ending in EOS, as fairseq-preprocess binarizes it.
+    pub fn encode(&self, line: &str) -> Vec<i64> {
+        self.dict.encode_line(&self.pipeline.encode(line), true)
+    }
+
+    pub fn specials(&self) -> LmSpecials {
+        LmSpecials { bos: self.dict.bos(), eos: self.dict.eos() }
+    }
+
+    /// `model.max_positions()`: longer samples are skipped, as fairseq-eval-lm skips them.
+    pub fn max_positions(&self) -> usize {
+        self.model.max_positions()
+    }
+
+    /// fairseq's `SequenceScorer` on one batch of rows (right-padded): the log-probability of
+    /// every scored target token, the leading BOS's dropped when `remove_bos` (as
+    /// fairseq-eval-lm drops it under `--add-bos-token`).
+    pub fn score(&self, rows: &[&LmRow], remove_bos: bool) -> Result<Vec<LmScored>, GenerateError> {
+        let _guard = tch::no_grad_guard();
+        let width = rows.iter().map(|r| r.tokens.len()).max().unwrap_or(0);
+        if width == 0 {
+            return Ok(rows.iter().map(|r| LmScored { id: r.id, tokens: Vec::new(), scores: Vec::new() }).collect());
+        }
+        let mut tokens = vec![PADDING_IDX; rows.len() * width];
+        let mut target = vec![PADDING_IDX; rows.len() * width];
+        for (i, r) in rows.iter().enumerate() {
+            tokens[i * width..i * width + r.tokens.len()].copy_from_slice(&r.tokens);
+            target[i * width..i * width + r.target.len()].copy_from_slice(&r.target);
+        }
+        let shape = [rows.len() as i64, width as i64];
+        let device = self.model.device;
+        let src = Tensor::from_slice(&tokens).f_view(shape)?.f_to_device(device)?;
+        let tgt = Tensor::from_slice(&target).f_view(shape)?.f_to_device(device)?;
+        let out = self.model.forward(&src, None)?;
+        let lprobs = get_normalized_probs(&out.logits, true);
+        let gathered = lprobs.f_gather(2, &tgt.f_unsqueeze(-1)?, false)?.f_squeeze_dim(-1)?;
+        let gathered = Vec::<f32>::try_from(gathered.f_to_device(Device::Cpu)?.f_contiguous()?.f_view([-1])?)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            let end = r.target.len();
+            let mut toks: Vec<i64> = r.target[r.start..end].to_vec();
+            let mut scores: Vec<f32> = gathered[i * width + r.start..i * width + end].to_vec();
+            if remove_bos {
+                if toks.first() != Some(&self.dict.bos()) {
+                    return Err(GenerateError::Invariant("a row does not start with BOS".into()));
+                }
+                toks.remove(0);
+                scores.remove(0);
+            }
+            out.push(LmScored { id: r.id, tokens: toks, scores });
+        }
+        Ok(out)
+    }
+}

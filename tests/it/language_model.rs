@@ -1,0 +1,129 @@
+//! `transformer_lm` checkpoints (`tests/fixtures/lm`, trained by fairseq 0.12.2 with
+//! reference/lm_goldens.sh): `tchseq score --lm` against fairseq-eval-lm's
+//! `--output-word-probs` lines and summary, in every `--sample-break-mode`, with
+//! `--context-window`, for a post-norm model with sinusoidal positions and project_in/out
+//! dims and a pre-norm (gpt) model with learned positions trained with `--add-bos-token`.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use crate::util::{fixture, tchseq};
+
+/// fairseq-eval-lm's word-prob lines: sample id → (symbol, natural-log probability), and the
+/// summary's `Loss (base 2)`.
+fn eval_lm_golden(path: &str) -> (BTreeMap<usize, Vec<(String, f64)>>, f64) {
+    let text = fs::read_to_string(fixture(path)).unwrap();
+    let mut samples = BTreeMap::new();
+    let mut loss = f64::NAN;
+    for line in text.lines() {
+        let Some(msg) = line.strip_prefix("INFO | fairseq_cli.eval_lm | ") else { continue };
+        if let Some(rest) = msg.strip_prefix("Loss (base 2): ") {
+            loss = rest.split(',').next().unwrap().parse().unwrap();
+            continue;
+        }
+        let Some((id, words)) = msg.split_once(' ') else { continue };
+        let Ok(id) = id.parse::<usize>() else { continue };
+        let pairs = words
+            .split('\t')
+            .map(|w| {
+                let (sym, p) = w.rsplit_once(" [").unwrap();
+                (sym.to_string(), p.trim_end_matches(']').parse::<f64>().unwrap())
+            })
+            .collect();
+        samples.insert(id, pairs);
+    }
+    (samples, loss)
+}
+
+fn score_lm(model: &str, input: &str, args: &[&str]) -> (Vec<serde_json::Value>, String, Option<i32>) {
+    let out = tchseq()
+        .args(["score", "--lm", "-m"])
+        .arg(fixture(&format!("lm/{model}")))
+        .arg("--input")
+        .arg(fixture(&format!("lm/{input}")))
+        .args(["--format", "jsonl", "--per-token"])
+        .args(args)
+        .output()
+        .unwrap();
+    let records = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (records, String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code())
+}
+
+#[test]
+fn score_lm_matches_fairseq_eval_lm_word_probs() {
+    let runs: [(&str, &[&str], usize); 5] = [
+        ("eval_lm_eos", &["--sample-break-mode", "eos"], 120),
+        ("eval_lm_eos_bs1", &["--sample-break-mode", "eos", "--batch-size", "1"], 120),
+        ("eval_lm_none_tps32", &["--sample-break-mode", "none", "--tokens-per-sample", "32"], 57),
+        ("eval_lm_none_tps32_cw16", &["--sample-break-mode", "none", "--tokens-per-sample", "32", "--context-window", "16"], 114),
+        ("eval_lm_complete_tps48", &["--sample-break-mode", "complete", "--tokens-per-sample", "48"], 45),
+    ];
+    for model in ["lm-postnorm", "lm-gpt"] {
+        for (golden, args, samples) in runs {
+            let (want, loss) = eval_lm_golden(&format!("lm/{model}/goldens/{golden}.txt"));
+            assert_eq!(want.len(), samples, "{model}/{golden}");
+            let (records, stderr, code) = score_lm(model, "input.en", args);
+            assert_eq!(code, Some(0), "{model}/{golden}: {stderr}");
+            assert_eq!(records.len(), samples, "{model}/{golden}");
+            let mut worst = 0f64;
+            for r in &records {
+                let id = r["id"].as_u64().unwrap() as usize;
+                let got = r["token_logprobs"].as_array().unwrap();
+                let theirs = &want[&id];
+                assert_eq!(got.len(), theirs.len(), "{model}/{golden} sample {id}");
+                for (g, (sym, p)) in got.iter().zip(theirs) {
+                    assert_eq!(g[0].as_str().unwrap(), sym, "{model}/{golden} sample {id}");
+                    worst = worst.max((g[1].as_f64().unwrap() - p).abs());
+                }
+            }
+            // eval-lm prints 6 decimals
+            assert!(worst <= 1e-4, "{model}/{golden}: a token log-probability differs by {worst}");
+            let summary = format!("Loss (base 2): {loss:.4},");
+            assert!(stderr.contains(&summary), "{model}/{golden}: {stderr} lacks {summary}");
+            eprintln!("{model}/{golden}: {samples} samples, largest difference {worst:.1e}");
+        }
+    }
+}
+
+/// A line longer than the model's positions: fairseq-eval-lm skips it (a warning); here it is
+/// an error record at its place, the others are scored as fairseq scores them, and the exit
+/// status says that one was not.
+#[test]
+fn a_sentence_longer_than_the_model_is_its_own_error_record() {
+    let (want, _) = eval_lm_golden("lm/lm-gpt/goldens/eval_lm_long_eos.txt");
+    assert_eq!(want.keys().copied().collect::<Vec<_>>(), vec![0, 2]);
+    let (records, stderr, code) = score_lm("lm-gpt", "input_long.en", &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(records.len(), 3);
+    assert!(records[1]["error"].as_str().unwrap().contains("longer than the model's 64 positions"), "{}", records[1]);
+    for i in [0usize, 2] {
+        let got = records[i]["token_logprobs"].as_array().unwrap();
+        assert_eq!(got.len(), want[&i].len());
+        assert!(got.iter().zip(&want[&i]).all(|(g, (_, p))| (g[1].as_f64().unwrap() - p).abs() <= 1e-4));
+    }
+    assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
+}
+
+#[test]
+fn score_lm_refuses_what_it_cannot_do_in_one_line() {
+    for (args, wanted) in [
+        (vec!["--sample-break-mode", "none", "--tokens-per-sample", "16", "--context-window", "16"], "--tokens-per-sample (16) must be larger than --context-window (16)"),
+        (vec!["--resume"], "not supported with --lm"),
+    ] {
+        let (_, stderr, code) = score_lm("lm-postnorm", "input.en", &args);
+        assert_eq!(code, Some(2), "{args:?}");
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(errors[0].contains(wanted), "{stderr}");
+    }
+    // a translation model is not a language model
+    let out = tchseq()
+        .args(["score", "--lm", "-m"])
+        .arg(crate::util::repo("weights/multi30k.en-de"))
+        .arg("--input")
+        .arg(fixture("lm/input.en"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a transformer_lm language model"));
+}
