@@ -16,6 +16,7 @@ mod merge;
 mod output;
 mod partial;
 mod translate;
+mod translate_lm;
 mod inspect;
 mod positions;
 mod score;

@@ -16,12 +16,13 @@ use super::output::{python_fixed4, python_float_repr};
 use super::partial::PartialFile;
 use super::shard::{self, Shard};
 use super::Outcome;
-use tchseq::generate::SequenceGenerator;
-use tchseq::hub::{Batching, TargetGuide, TextMode, TranslateOptions, Translation, Translator, Weights};
+use tchseq::generate::{Hypothesis, SequenceGenerator};
+use tchseq::hub::{AttentionMatrix, Batching, HypothesisText, TargetGuide, TextMode, TranslateOptions, Translation, Translator, Weights};
+use tchseq::text::pipeline::PipelineError;
 use tchseq::text::dictionary::is_py_space;
 
 /// What happened to one input line.
-enum LineResult {
+pub(super) enum LineResult {
     Translated(Translation),
     Unreadable(BadLine),
 }
@@ -36,6 +37,9 @@ struct Session {
 }
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
+    if tchseq::hub::language_model_checkpoint(&common::model_spec(&a.model)).is_some() {
+        return super::translate_lm::run(global, a);
+    }
     validate(a)?;
     let shard = Shard::from_args(&a.shard)?;
     if shard.is_some() {
@@ -140,7 +144,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
                 LineResult::Unreadable(bad) => failures.add(bad.kind),
                 LineResult::Translated(Translation::Done { .. }) => {}
             }
-            write_result(&ctx, out, *next_id + i, line.as_ref(), &result)?;
+            write_result(&ctx.output(), out, *next_id + i, line.as_ref(), &result)?;
         }
         out.flush()?;
         *next_id += n;
@@ -200,7 +204,7 @@ fn validate(a: &TranslateArgs) -> Result<()> {
 }
 
 /// The flags as the library's translation options.
-fn options(a: &TranslateArgs) -> TranslateOptions {
+pub(super) fn options(a: &TranslateArgs) -> TranslateOptions {
     TranslateOptions {
         nbest: a.nbest,
         sampling: a.sampling,
@@ -220,16 +224,16 @@ fn options(a: &TranslateArgs) -> TranslateOptions {
 
 /// One input sentence, the target text its hypotheses must begin with, and the constraints
 /// they must hold (as text, then as target token ids).
-struct Sentence {
-    src: String,
-    prefix: Option<String>,
-    constraints: Vec<String>,
-    constraint_ids: Vec<Vec<i64>>,
+pub(super) struct Sentence {
+    pub src: String,
+    pub prefix: Option<String>,
+    pub constraints: Vec<String>,
+    pub constraint_ids: Vec<Vec<i64>>,
 }
 
 /// An input line as `--input-format` reads it; with `--constraints`, a text line's fields
 /// after the first tab are its constraints (fairseq-interactive's `line.split("\t")`).
-fn sentence(line: &str, format: InputFormat, constrained: bool) -> Result<Sentence, BadLine> {
+pub(super) fn sentence(line: &str, format: InputFormat, constrained: bool) -> Result<Sentence, BadLine> {
     if format == InputFormat::Text {
         let line = py_strip(line);
         let mut fields = line.split('\t');
@@ -288,14 +292,14 @@ pub const FILE_MAX_TOKENS: usize = Batching::LIST_MAX_TOKENS;
 pub const FILE_BUFFER_SIZE: usize = 2048;
 
 /// Lines come from a person at a terminal (then each is answered before the next is read).
-fn reads_a_terminal(a: &TranslateArgs) -> bool {
+pub(super) fn reads_a_terminal(a: &TranslateArgs) -> bool {
     use std::io::IsTerminal;
     a.sentences.is_empty() && a.input.is_none() && io::stdin().is_terminal()
 }
 
 /// `(max_tokens, batch_size, buffer_size)`: fairseq's flags as given; with none of them,
 /// fairseq-interactive's one line at a time at a terminal, else the file default above.
-fn batching_flags(a: &TranslateArgs, terminal: bool) -> (Option<usize>, Option<usize>, usize) {
+pub(super) fn batching_flags(a: &TranslateArgs, terminal: bool) -> (Option<usize>, Option<usize>, usize) {
     let given = a.max_tokens.is_some() || a.batch_size.is_some() || a.buffer_size != 0;
     if given || terminal {
         (a.max_tokens, a.batch_size, a.buffer_size)
@@ -306,7 +310,7 @@ fn batching_flags(a: &TranslateArgs, terminal: bool) -> (Option<usize>, Option<u
 
 /// fairseq-interactive: `--buffer-size` < 1 means 1, and `--batch-size` may not exceed it. When
 /// `--buffer-size` is not given, it defaults to the batch size here (fairseq refuses instead).
-fn resolve_buffer_size(buffer_size: usize, batching: &Batching) -> Result<usize> {
+pub(super) fn resolve_buffer_size(buffer_size: usize, batching: &Batching) -> Result<usize> {
     let buffer_size = if buffer_size == 0 { batching.batch_size.unwrap_or(1) } else { buffer_size };
     if let Some(b) = batching.batch_size.filter(|&b| b > buffer_size) {
         bail!("--batch-size ({b}) cannot be larger than --buffer-size ({buffer_size})");
@@ -332,7 +336,7 @@ fn base2(values: &[f32], device: Device) -> Result<Vec<f32>> {
 
 /// A line that was not translated: an `E-` line, a JSON object with an `error`, or an empty
 /// line (and the error on stderr). `line` is `None` when the line could not be read.
-fn write_error(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&Sentence>, msg: &str) -> Result<()> {
+fn write_error(ctx: &Output, out: &mut Box<dyn Write + '_>, id: usize, line: Option<&Sentence>, msg: &str) -> Result<()> {
     let line = line.map(|s| s.src.as_str());
     match ctx.format {
         TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
@@ -348,7 +352,48 @@ fn write_error(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, line: Op
     Ok(())
 }
 
-fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
+/// What the printing needs from a model: its strings.
+pub(super) trait Strings {
+    fn source_string(&self, src_tokens: &[i64]) -> String;
+    fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError>;
+    fn target_string(&self, tokens: &[i64]) -> String;
+    fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix>;
+    fn device(&self) -> Device;
+}
+
+impl Strings for Translator {
+    fn source_string(&self, src_tokens: &[i64]) -> String {
+        Translator::source_string(self, src_tokens)
+    }
+    fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
+        Translator::hypothesis_text(self, h)
+    }
+    fn target_string(&self, tokens: &[i64]) -> String {
+        Translator::target_string(self, tokens)
+    }
+    fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix> {
+        Translator::attention_matrix(self, h, src_tokens)
+    }
+    fn device(&self) -> Device {
+        self.device
+    }
+}
+
+/// How results are printed.
+pub(super) struct Output<'a> {
+    pub strings: &'a dyn Strings,
+    pub format: TranslateFormat,
+    pub nbest: usize,
+    pub print_alignment: bool,
+}
+
+impl Session {
+    fn output(&self) -> Output<'_> {
+        Output { strings: &self.translator, format: self.format, nbest: self.nbest, print_alignment: self.print_alignment }
+    }
+}
+
+pub(super) fn write_result(ctx: &Output, out: &mut Box<dyn Write + '_>, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
     let line = sentence;
     let (src_tokens, hypos, seconds) = match result {
         LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),
@@ -357,7 +402,7 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, sentenc
         }
         LineResult::Translated(Translation::Done { src_tokens, hypos, seconds }) => (src_tokens, hypos, seconds),
     };
-    let t = &ctx.translator;
+    let t = ctx.strings;
     let src_str = t.source_string(src_tokens);
     let top = &hypos[..hypos.len().min(ctx.nbest)];
     match ctx.format {
@@ -369,11 +414,11 @@ fn write_result(ctx: &Session, out: &mut Box<dyn Write + '_>, id: usize, sentenc
             }
             for h in top {
                 let text = t.hypothesis_text(h)?;
-                let score = python_float_repr(f64::from(base2(&[h.score], t.device)?[0]));
+                let score = python_float_repr(f64::from(base2(&[h.score], t.device())?[0]));
                 writeln!(out, "H-{id}\t{score}\t{}", text.tokens)?;
                 writeln!(out, "D-{id}\t{score}\t{}", text.text)?;
                 let pos: Vec<String> =
-                    base2(&h.positional_scores, t.device)?.into_iter().map(|p| python_fixed4(f64::from(p))).collect();
+                    base2(&h.positional_scores, t.device())?.into_iter().map(|p| python_fixed4(f64::from(p))).collect();
                 writeln!(out, "P-{id}\t{}", pos.join(" "))?;
                 if ctx.print_alignment {
                     let a: Vec<String> = h.alignment.iter().flatten().map(|(s, t)| format!("{s}-{t}")).collect();

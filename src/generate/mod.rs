@@ -13,6 +13,7 @@ pub mod constraints;
 mod diverse;
 pub mod ensemble;
 pub mod lm_samples;
+pub mod lm_step;
 pub mod ngram;
 pub mod rng_replay;
 pub mod scorer;

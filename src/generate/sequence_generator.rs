@@ -129,18 +129,20 @@ impl SequenceGenerator {
         src_tokens: &Tensor,
         prefix_tokens: Option<&Tensor>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
-        self.generate_guided(model, src_tokens, prefix_tokens, None)
+        self.generate_guided(model, src_tokens, prefix_tokens, None, None)
     }
 
     /// [`Self::generate_with_prefix`] with fairseq's `constraints`: per row, the token sequences
     /// its hypotheses must contain (the search must be `LexicallyConstrained`; without
-    /// constraints, every row has none).
+    /// constraints, every row has none). `bos_token` starts every hypothesis (fairseq's
+    /// `bos_token`; default EOS).
     pub fn generate_guided<M: StepModel>(
         &self,
         model: &mut M,
         src_tokens: &Tensor,
         prefix_tokens: Option<&Tensor>,
         constraints: Option<&[Vec<Vec<i64>>]>,
+        bos_token: Option<i64>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
@@ -204,7 +206,7 @@ impl SequenceGenerator {
 
         let mut scores = Tensor::f_zeros([bsz * beam_size, max_len + 1], (Kind::Float, device))?;
         let mut tokens = Tensor::f_full([bsz * beam_size, max_len + 2], pad, i64opts)?;
-        let _ = tokens.f_select(1, 0)?.f_fill_(eos)?;
+        let _ = tokens.f_select(1, 0)?.f_fill_(bos_token.unwrap_or(eos))?;
         let mut attn: Option<Tensor> = None;
         let mut cands_to_ignore = Tensor::f_zeros([bsz, beam_size], (Kind::Bool, device))?;
         let mut finalized: Vec<Vec<Hypothesis>> = vec![Vec::new(); orig_bsz as usize];

@@ -7,11 +7,16 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 
 use super::model_dir::find_checkpoint;
+use super::translator::{Batching, HypothesisText, Translation};
 use super::{HubError, ModelSpec, PipelineOverrides};
 use crate::checkpoint::{load_checkpoint, read_summary};
 use crate::config::TransformerConfig;
+use crate::generate::batching::batch_by_size;
 use crate::generate::lm_samples::{LmRow, LmSpecials};
-use crate::generate::GenerateError;
+use crate::generate::lm_step::LanguageModelStep;
+use crate::generate::sequence_generator::Specials;
+use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
+use crate::text::pipeline::PipelineError;
 use crate::model::{get_normalized_probs, TransformerLanguageModel, PADDING_IDX};
 use crate::text::dictionary::Dictionary;
 use crate::text::pipeline::{PipelineOptions, TextPipeline};
@@ -91,6 +96,94 @@ impl LanguageModel {
     /// A line of text → token ids ending in EOS, as fairseq-preprocess binarizes it.
     pub fn encode(&self, line: &str) -> Vec<i64> {
         self.dict.encode_line(&self.pipeline.encode(line), true)
+    }
+
+    /// A prompt → its token ids, as `build_dataset_for_inference` of fairseq's
+    /// `language_modeling` task has them: encoded with EOS, then every EOS at either end
+    /// stripped (`StripTokenDataset`).
+    pub fn encode_prompt(&self, line: &str) -> Vec<i64> {
+        let eos = self.dict.eos();
+        let mut ids = self.encode(line);
+        while ids.last() == Some(&eos) {
+            ids.pop();
+        }
+        let lead = ids.iter().take_while(|&&t| t == eos).count();
+        ids.drain(..lead);
+        ids
+    }
+
+    pub fn generator(&self, cfg: GeneratorConfig) -> Result<SequenceGenerator, GenerateError> {
+        let d = &self.dict;
+        SequenceGenerator::new(cfg, d.len(), Specials { pad: d.pad(), eos: d.eos(), unk: d.unk() })
+    }
+
+    /// The symbol every sample starts with: BOS when the model was trained with
+    /// `--add-bos-token`, else EOS.
+    pub fn bos_token(&self) -> i64 {
+        if self.config.add_bos_token {
+            self.dict.bos()
+        } else {
+            self.dict.eos()
+        }
+    }
+
+    /// Continues each prompt (token ids from [`Self::encode_prompt`]) as fairseq-interactive
+    /// `--task language_modeling` does: batches in input order, the prompt forced as the
+    /// hypotheses' prefix after the start symbol. `src_tokens` of a result is the start symbol
+    /// and the prompt.
+    pub fn complete(&self, generator: &SequenceGenerator, prompts: &[Vec<i64>], batching: &Batching) -> Result<Vec<Translation>, GenerateError> {
+        let start = self.bos_token();
+        let max = self.max_positions();
+        let sizes: Vec<usize> = prompts.iter().map(|p| p.len() + 1).collect();
+        let mut results: Vec<Option<Translation>> = vec![None; prompts.len()];
+        let order: Vec<usize> = (0..prompts.len())
+            .filter(|&i| {
+                let ok = sizes[i] <= max;
+                if !ok {
+                    results[i] = Some(Translation::TooLong { len: sizes[i], max });
+                }
+                ok
+            })
+            .collect();
+        let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
+        let pad = self.dict.pad();
+        for batch in batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1) {
+            let width = batch.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);
+            let mut src = vec![pad; batch.len() * (width + 1)];
+            for (r, &i) in batch.iter().enumerate() {
+                src[r * (width + 1)] = start;
+                src[r * (width + 1) + 1..r * (width + 1) + 1 + prompts[i].len()].copy_from_slice(&prompts[i]);
+            }
+            let rows = batch.len() as i64;
+            let src_tokens = Tensor::from_slice(&src).f_view([rows, width as i64 + 1])?.f_to_device(self.model.device)?;
+            let prefix = src_tokens.f_narrow(1, 1, width as i64)?;
+            let began = std::time::Instant::now();
+            let mut step = LanguageModelStep::new(&self.model);
+            let hypos = generator.generate_guided(&mut step, &src_tokens, Some(&prefix), None, Some(start))?;
+            let seconds = began.elapsed().as_secs_f64() / batch.len().max(1) as f64;
+            for (&i, hs) in batch.iter().zip(hypos) {
+                let mut src_tokens = vec![start];
+                src_tokens.extend_from_slice(&prompts[i]);
+                results[i] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.ok_or_else(|| GenerateError::Invariant(format!("prompt {i} was neither continued nor rejected"))))
+            .collect()
+    }
+
+    /// The prompt as fairseq prints it on its `S-` line (without the start symbol).
+    pub fn source_string(&self, src_tokens: &[i64]) -> String {
+        self.dict.string(src_tokens, None, false, &[])
+    }
+
+    /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
+    pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
+        let tokens = self.dict.string(&h.tokens, None, false, &[self.dict.eos()]);
+        let text = self.pipeline.decode(&tokens)?;
+        Ok(HypothesisText { tokens, text })
     }
 
     pub fn specials(&self) -> LmSpecials {

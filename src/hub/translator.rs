@@ -326,6 +326,7 @@ impl Translator {
                 &src_tokens,
                 prefix_tokens.as_ref(),
                 constraints.as_deref(),
+                None,
             )?;
             let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
             if alignment {

@@ -127,3 +127,48 @@ fn score_lm_refuses_what_it_cannot_do_in_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a transformer_lm language model"));
 }
+
+/// `translate -m LM_DIR` continues each line as fairseq-interactive `--task language_modeling`
+/// does (the line is every hypothesis' forced prefix): the same hypotheses, scores within 1e-4.
+/// fairseq 0.12.2 on CPU blocks no n-gram, hence `--fairseq-compat-ngram` beside it.
+#[test]
+fn translate_with_a_language_model_matches_fairseq_interactive() {
+    use crate::fairseq_out::{compare, parse_fairseq};
+    let runs: [(&str, &[&str], usize); 4] = [
+        ("interactive_beam5_nbest2", &["--buffer-size", "1024", "--batch-size", "16", "--beam", "5", "--nbest", "2"], 80),
+        ("interactive_beam5_bs1", &["--beam", "5", "--batch-size", "1", "--buffer-size", "1"], 40),
+        ("interactive_greedy", &["--buffer-size", "1024", "--batch-size", "16", "--beam", "1"], 40),
+        (
+            "interactive_beam4_lenpen_norepeat",
+            &["--buffer-size", "1024", "--batch-size", "16", "--beam", "4", "--lenpen", "0.6", "--no-repeat-ngram-size", "2", "--fairseq-compat-ngram"],
+            40,
+        ),
+    ];
+    for model in ["lm-postnorm", "lm-gpt"] {
+        for (golden, args, hyps) in runs {
+            let out = tchseq()
+                .args(["translate", "--format", "fairseq", "--max-len-b", "20", "-m"])
+                .arg(fixture(&format!("lm/{model}")))
+                .arg("--input")
+                .arg(fixture("lm/prompts.en"))
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{model}/{golden}: {}", String::from_utf8_lossy(&out.stderr));
+            let want = parse_fairseq(&fs::read_to_string(fixture(&format!("lm/{model}/goldens/{golden}.txt"))).unwrap());
+            assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{model}/{golden}");
+            let got = parse_fairseq(&String::from_utf8(out.stdout).unwrap());
+            let c = compare(&want, &got);
+            assert!(c.ok(), "{model}/{golden}: {:?}", c.failures());
+            // every hypothesis begins with its prompt
+            for e in got.values() {
+                let src = e.src.as_deref().unwrap();
+                assert!(e.hyps.iter().all(|h| h.h_str.starts_with(src)), "{model}/{golden}: {src:?}");
+            }
+            eprintln!("{model}/{golden}: {} of {} lines bit-identical", c.identical_lines, c.total_lines);
+        }
+    }
+    let out = tchseq().args(["translate", "--sampling", "-m"]).arg(fixture("lm/lm-gpt")).arg("Two dogs").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--sampling"), "{}", String::from_utf8_lossy(&out.stderr));
+}
