@@ -39,7 +39,6 @@ impl Strings for LanguageModel {
 /// What fairseq-interactive's language modeling does not do here (yet), each a one-line error.
 fn refuse(a: &TranslateArgs) -> Result<()> {
     let refused = [
-        (a.sampling, "--sampling (fairseq's random draws are not replayed for language models yet)"),
         (a.constraints.is_some(), "--constraints (fairseq's language modeling task refuses them)"),
         (a.print_alignment, "--print-alignment (a language model has no source to align to)"),
         (a.shard.num_shards.is_some(), "--num-shards"),
@@ -59,7 +58,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let seed = i64::try_from(a.seed).context("--seed is too large")?;
     tch::manual_seed(seed);
     let overrides = common::pipeline_overrides(&a.pipeline);
-    let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float).map_err(common::hub_error)?;
+    let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float, a.sampling).map_err(common::hub_error)?;
     for w in &lm.warnings {
         eprintln!("warning: {w}");
     }

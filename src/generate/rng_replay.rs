@@ -52,7 +52,9 @@ fn count_layers(sd: &IndexMap<String, Tensor>, prefix: &str) -> usize {
 }
 
 /// The random initializations `TransformerModelBase.build_model` performs, in order, as
-/// (op, shape). `sd` is the model's state dict (post-upgrade names).
+/// (op, shape); for a language model (no `encoder.*` keys), those of
+/// `TransformerLanguageModel.build_model`: its embedding, then the decoder. `sd` is the model's
+/// state dict (post-upgrade names).
 fn init_ops(
     sd: &IndexMap<String, Tensor>,
     share_all_embeddings: bool,
@@ -61,10 +63,13 @@ fn init_ops(
     let mut ops = Vec::new();
     let need = |key: &str| shape(sd, key).ok_or_else(|| GenerateError::Model(format!("missing {key}")));
     // Embedding(): nn.Embedding's normal_ then fairseq's normal_
-    let enc_emb = need("encoder.embed_tokens.weight")?;
-    ops.push((Init::Normal, enc_emb.clone()));
-    ops.push((Init::Normal, enc_emb));
-    if !share_all_embeddings {
+    let language_model = shape(sd, "encoder.embed_tokens.weight").is_none();
+    if !language_model {
+        let enc_emb = need("encoder.embed_tokens.weight")?;
+        ops.push((Init::Normal, enc_emb.clone()));
+        ops.push((Init::Normal, enc_emb));
+    }
+    if !share_all_embeddings || language_model {
         let dec_emb = need("decoder.embed_tokens.weight")?;
         ops.push((Init::Normal, dec_emb.clone()));
         ops.push((Init::Normal, dec_emb));
@@ -185,6 +190,11 @@ mod tests {
         let ops = init_ops(&toy_sd(true, false), false, false).unwrap();
         assert_eq!(ops.len(), 4 + 2 + (12 + 4) + (24 + 4) + 2);
         assert_eq!(ops.last().unwrap().0, Init::Normal);
+        // a language model: its embedding once, the decoder without encoder attention
+        let mut lm = toy_sd(false, true);
+        lm.retain(|k, _| k.starts_with("decoder.") && !k.contains("encoder_attn"));
+        let ops = init_ops(&lm, false, true).unwrap();
+        assert_eq!(ops.len(), 2 + (12 + 4) + 1);
     }
 
     #[test]

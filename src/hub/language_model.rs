@@ -14,6 +14,7 @@ use crate::config::TransformerConfig;
 use crate::generate::batching::batch_by_size;
 use crate::generate::lm_samples::{LmRow, LmSpecials};
 use crate::generate::lm_step::LanguageModelStep;
+use crate::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
 use crate::generate::sequence_generator::Specials;
 use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::text::pipeline::PipelineError;
@@ -57,7 +58,9 @@ pub struct LmScored {
 impl LanguageModel {
     /// Loads the language model of `spec` (a directory with `model.pt` and `dict.txt`, or a
     /// checkpoint with `--data` holding `dict.txt`).
-    pub fn load(spec: &ModelSpec, overrides: &PipelineOverrides, device: Device, kind: Kind) -> Result<Self, HubError> {
+    /// `replay_init` replays fairseq's random initialisation of the model first (sampling draws
+    /// from the generator after it).
+    pub fn load(spec: &ModelSpec, overrides: &PipelineOverrides, device: Device, kind: Kind, replay_init: bool) -> Result<Self, HubError> {
         let checkpoint = language_model_checkpoint(spec).ok_or_else(|| err("the checkpoint is not a transformer_lm language model"))?;
         let ckpt = load_checkpoint(&checkpoint)?;
         let ckpt_dir = checkpoint.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -80,6 +83,9 @@ impl LanguageModel {
                 tensor: "decoder.embed_tokens.weight",
                 rows,
             });
+        }
+        if replay_init {
+            replay_model_init(&ckpt.state_dict, false, ckpt.config.share_decoder_input_output_embed).map_err(HubError::Replay)?;
         }
         let (model, report) = TransformerLanguageModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
             .map_err(|source| HubError::Model { path: checkpoint.clone(), source })?;
@@ -146,6 +152,10 @@ impl LanguageModel {
             })
             .collect();
         let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
+        if !prompts.is_empty() {
+            // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
+            replay_dataloader_iter()?;
+        }
         let pad = self.dict.pad();
         for batch in batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1) {
             let width = batch.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);

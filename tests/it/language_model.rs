@@ -129,12 +129,19 @@ fn score_lm_refuses_what_it_cannot_do_in_one_line() {
 }
 
 /// `translate -m LM_DIR` continues each line as fairseq-interactive `--task language_modeling`
-/// does (the line is every hypothesis' forced prefix): the same hypotheses, scores within 1e-4.
+/// does (the line is every hypothesis' forced prefix): the same hypotheses, scores within 1e-4;
+/// top-k sampling too (fairseq's random draws replayed: the model's initialisation, each
+/// buffer's DataLoader).
 /// fairseq 0.12.2 on CPU blocks no n-gram, hence `--fairseq-compat-ngram` beside it.
 #[test]
 fn translate_with_a_language_model_matches_fairseq_interactive() {
     use crate::fairseq_out::{compare, parse_fairseq};
-    let runs: [(&str, &[&str], usize); 4] = [
+    let runs: [(&str, &[&str], usize); 5] = [
+        (
+            "interactive_sampling_topk10",
+            &["--buffer-size", "1024", "--batch-size", "16", "--sampling", "--sampling-topk", "10", "--seed", "1", "--beam", "2", "--nbest", "2"],
+            80,
+        ),
         ("interactive_beam5_nbest2", &["--buffer-size", "1024", "--batch-size", "16", "--beam", "5", "--nbest", "2"], 80),
         ("interactive_beam5_bs1", &["--beam", "5", "--batch-size", "1", "--buffer-size", "1"], 40),
         ("interactive_greedy", &["--buffer-size", "1024", "--batch-size", "16", "--beam", "1"], 40),
@@ -168,7 +175,8 @@ fn translate_with_a_language_model_matches_fairseq_interactive() {
             eprintln!("{model}/{golden}: {} of {} lines bit-identical", c.identical_lines, c.total_lines);
         }
     }
-    let out = tchseq().args(["translate", "--sampling", "-m"]).arg(fixture("lm/lm-gpt")).arg("Two dogs").output().unwrap();
+    let out = tchseq().args(["translate", "--constraints", "-m"]).arg(fixture("lm/lm-gpt")).arg("Two dogs\tcat").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--sampling"), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--constraints") && stderr.contains("not supported with a language model"), "{stderr}");
 }

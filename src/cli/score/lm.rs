@@ -39,7 +39,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     }
     let device = common::resolve_device(global.device)?;
     let overrides = common::pipeline_overrides(&a.pipeline);
-    let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float).map_err(common::hub_error)?;
+    let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float, false).map_err(common::hub_error)?;
     for w in &lm.warnings {
         eprintln!("warning: {w}");
     }
