@@ -284,6 +284,32 @@ def build_jobs():
             "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input",
                        constrained_input] + opts,
         })
+    # transformer_lm continuations (fairseq-interactive --task language_modeling), from
+    # reference/lm_goldens.sh's command lines
+    for golden, g in load("tests/fixtures/lm/manifest.json")["goldens"].items():
+        argv = g["argv"]
+        if argv[0] != "fairseq-interactive" or g.get("exit_code", 0) != 0:
+            continue
+        model_dir, opts, i = argv[1], [], 2
+        while i < len(argv):
+            if argv[i] in ("--task", "--path", "--tokenizer", "--bpe", "--bpe-codes"):
+                i += 2
+            elif argv[i] in ("--cpu", "--add-bos-token"):
+                i += 1
+            else:
+                opts.append(argv[i])
+                i += 1
+        if "--no-repeat-ngram-size" in opts:
+            opts.append("--fairseq-compat-ngram")
+        if not {"--batch-size", "--buffer-size"} & set(opts):
+            opts += ["--batch-size", "1"]
+        name = golden.split("/")[-3] + "/" + os.path.basename(golden)[: -len(".txt")]
+        jobs.append({
+            "name": f"lm/{name}",
+            "kind": "interactive",
+            "fairseq": argv + ["--input", g["input"]],
+            "tchseq": ["translate", "-m", model_dir, "--format", "fairseq", "--input", g["input"]] + opts,
+        })
     for bs in ("1", "16"):
         jobs.append({
             "name": f"bundled/score_reference.b{bs}",
