@@ -26,4 +26,9 @@ interactive --beam 5 --nbest 2 --constraints unordered > "$G/constraints_unorder
 interactive --beam 4 --constraints unordered --batch-size 1 --buffer-size 1 > "$G/constraints_unordered_batch1.txt"
 interactive --beam 6 --nbest 3 --lenpen 0.6 --constraints ordered > "$G/constraints_ordered_lenpen0.6_nbest3.txt"
 unset INPUT
+# fairseq-generate takes --prefix-size tokens of each reference target (the bundled model's 100
+# binarized test pairs)
+SR=tests/fixtures/bundled/score_reference
+fairseq-generate "$SR/data-bin" --path "$M/model.pt" --cpu -s en -t de --gen-subset test \
+  --beam 5 --nbest 2 --prefix-size 2 --batch-size 16 | drop_log > "$G/generate_prefix_size2_nbest2.txt"
 echo "wrote $G"

@@ -34,6 +34,8 @@ struct Session {
     nbest: usize,
     format: TranslateFormat,
     print_alignment: bool,
+    /// `--prefix-size`: the first tokens of a line's reference target (`tgt`) are forced.
+    prefix_size: usize,
 }
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
@@ -84,6 +86,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         nbest: a.nbest,
         format: a.format,
         print_alignment: a.print_alignment,
+        prefix_size: a.search.prefix_size,
     };
 
     // a file is written complete or not at all; stdout as it goes
@@ -114,7 +117,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         let mut guides: Vec<TargetGuide> = Vec::new();
         for entry in buffer.iter_mut() {
             let Ok(s) = entry else { continue };
-            match guide(&ctx.translator, s) {
+            match guide(&ctx.translator, s, ctx.prefix_size) {
                 Ok(g) => {
                     s.constraint_ids.clone_from(&g.constraints);
                     guides.push(g);
@@ -227,6 +230,8 @@ pub(super) fn options(a: &TranslateArgs) -> TranslateOptions {
 pub(super) struct Sentence {
     pub src: String,
     pub prefix: Option<String>,
+    /// The reference target (JSONL `tgt`), which `--prefix-size` takes its prefix from.
+    pub tgt: Option<String>,
     pub constraints: Vec<String>,
     pub constraint_ids: Vec<Vec<i64>>,
 }
@@ -240,16 +245,18 @@ pub(super) fn sentence(line: &str, format: InputFormat, constrained: bool) -> Re
         let src = fields.next().unwrap_or_default().to_string();
         let constraints = if constrained { fields.map(str::to_string).collect() } else { Vec::new() };
         let src = if constrained { src } else { line.to_string() };
-        return Ok(Sentence { src, prefix: None, constraints, constraint_ids: Vec::new() });
+        return Ok(Sentence { src, prefix: None, tgt: None, constraints, constraint_ids: Vec::new() });
     }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Record {
         src: String,
         prefix: Option<String>,
+        tgt: Option<String>,
         constraints: Option<Vec<String>>,
     }
-    const EXPECTED: &str = "not a JSON object with a string `src` (and an optional `prefix` string and `constraints` list)";
+    const EXPECTED: &str =
+        "not a JSON object with a string `src` (and optional `prefix` and `tgt` strings and a `constraints` list)";
     let record: Record = serde_json::from_str(line).map_err(|e| BadLine { kind: EXPECTED, reason: format!("{EXPECTED}: {e}") })?;
     let prefix = record.prefix.map(|p| py_strip(&p).to_string()).filter(|p| !p.is_empty());
     let constraints = record.constraints.unwrap_or_default();
@@ -257,15 +264,31 @@ pub(super) fn sentence(line: &str, format: InputFormat, constrained: bool) -> Re
         let reason = "the line has `constraints` but --constraints is not given".to_string();
         return Err(BadLine { kind: "constraints without --constraints", reason });
     }
-    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix, constraints, constraint_ids: Vec::new() })
+    Ok(Sentence { src: py_strip(&record.src).to_string(), prefix, tgt: record.tgt, constraints, constraint_ids: Vec::new() })
 }
 
 /// The sentence's prefix and constraints as target token ids; a prefix holding </s> (fairseq's
 /// prefix search cannot take one) or a constraint that is empty or holds a special symbol is
-/// this line's error.
-fn guide(t: &Translator, s: &Sentence) -> Result<TargetGuide, BadLine> {
+/// this line's error. With `--prefix-size N` and a reference target, the prefix is the
+/// reference's first N tokens, as fairseq-generate takes them.
+fn guide(t: &Translator, s: &Sentence, prefix_size: usize) -> Result<TargetGuide, BadLine> {
     let d = &t.tgt_dict;
-    let prefix = s.prefix.as_deref().map_or_else(Vec::new, |p| t.encode_target_prefix(p));
+    let prefix = match (&s.prefix, &s.tgt) {
+        (Some(_), Some(_)) if prefix_size > 0 => {
+            let reason = "give `prefix` or `tgt` with --prefix-size, not both".to_string();
+            return Err(BadLine { kind: "both `prefix` and `tgt`", reason });
+        }
+        (None, Some(tgt)) if prefix_size > 0 => {
+            let mut ids = t.encode_target_prefix(tgt);
+            if ids.len() < prefix_size {
+                let reason = format!("the reference `tgt` has {} tokens, fewer than --prefix-size {prefix_size}", ids.len());
+                return Err(BadLine { kind: "a reference shorter than --prefix-size", reason });
+            }
+            ids.truncate(prefix_size);
+            ids
+        }
+        (p, _) => p.as_deref().map_or_else(Vec::new, |p| t.encode_target_prefix(p)),
+    };
     if prefix.contains(&d.eos()) {
         let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
         return Err(BadLine { kind: "a prefix with </s>", reason });

@@ -158,3 +158,38 @@ fn jsonl_input_with_a_target_prefix_matches_fairseqs_prefix_tokens() {
         }
     }
 }
+
+/// `--prefix-size N` on JSONL lines with a reference target (`tgt`): its first N tokens are
+/// forced, as fairseq-generate takes them from the binarized target (the bundled model's 100
+/// test pairs; tests/fixtures/decoding/generate_prefix_size2_nbest2.txt). Without `tgt` nothing
+/// is forced, as in fairseq-interactive (above).
+#[test]
+fn prefix_size_takes_the_reference_targets_first_tokens_as_fairseq_generate_does() {
+    let dir = fixture("bundled/score_reference");
+    let en = fs::read_to_string(dir.join("test.bpe.en")).unwrap();
+    let de = fs::read_to_string(dir.join("test.bpe.de")).unwrap();
+    let mut input: String =
+        en.lines().zip(de.lines()).map(|(s, t)| format!("{}\n", serde_json::json!({"src": s, "tgt": t}))).collect();
+    // a reference shorter than the prefix is that line's error
+    input.push_str(&format!("{}\n", serde_json::json!({"src": "Hallo .", "tgt": "Hallo"})));
+    let out = tchseq()
+        .args(["translate", "--tokenizer", "none", "--bpe", "none", "--input-format", "jsonl", "--format", "fairseq"])
+        .args(["--prefix-size", "2", "--beam", "5", "--nbest", "2", "--batch-size", "16", "--buffer-size", "1024", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .write_stdin(input)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let got = parse_fairseq(&String::from_utf8(out.stdout).unwrap());
+    assert!(got[&100].error.as_deref().unwrap().contains("fewer than --prefix-size 2"), "{:?}", got[&100].error);
+    let want = parse_fairseq(&fs::read_to_string(fixture("decoding/generate_prefix_size2_nbest2.txt")).unwrap());
+    assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), 200);
+    let ours: std::collections::BTreeMap<usize, crate::fairseq_out::Entry> =
+        got.into_iter().filter(|(id, _)| *id < 100).collect();
+    let c = compare(&want, &ours);
+    assert!(c.ok(), "{:?}", c.failures());
+    for (id, e) in &ours {
+        let reference: Vec<&str> = de.lines().nth(*id).unwrap().split(' ').take(2).collect();
+        assert!(e.hyps.iter().all(|h| h.h_str.split(' ').take(2).eq(reference.iter().copied())), "id {id}");
+    }
+}

@@ -47,7 +47,8 @@ pub struct SearchArgs {
     #[arg(long = "diversity-rate", default_value_t = -1.0, allow_negative_numbers = true)]
     pub diversity_rate: f64,
     /// Accepted as fairseq-interactive accepts it: it passes no prefix to the search, so this
-    /// changes nothing.
+    /// changes nothing for plain lines. With --input-format jsonl lines that carry a reference
+    /// target (`tgt`), its first N tokens are forced, as fairseq-generate does.
     #[arg(long = "prefix-size", default_value_t = 0)]
     pub prefix_size: usize,
     /// fairseq's inference with dropout on; refused (results would be random).
