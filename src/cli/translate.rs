@@ -161,13 +161,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             }
         }
     } else {
-        let (reader, newlines): (Box<dyn io::BufRead>, _) = match &a.input {
-            Some(p) => (
-                Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
-                Newlines::Universal,
-            ),
-            None => (Box::new(io::stdin().lock()), Newlines::Lf),
-        };
+        let (reader, newlines) = input_reader(a)?;
         for line in lines(reader, newlines) {
             match line.context("reading input")? {
                 Ok(line) => match sentence(&line, a.input_format, a.constraints.is_some()) {
@@ -307,6 +301,17 @@ fn guide(t: &Translator, s: &Sentence, prefix_size: usize) -> Result<TargetGuide
         constraints.push(ids);
     }
     Ok(TargetGuide { prefix, constraints })
+}
+
+/// `--input FILE` (universal newlines, as Python opens a file) or stdin (`\n` only).
+pub(super) fn input_reader(a: &TranslateArgs) -> Result<(Box<dyn io::BufRead>, Newlines)> {
+    Ok(match &a.input {
+        Some(p) => (
+            Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
+            Newlines::Universal,
+        ),
+        None => (Box::new(io::stdin().lock()), Newlines::Lf),
+    })
 }
 
 /// `--max-tokens` and `--buffer-size` when no batching flag is given and the input is not typed

@@ -2,15 +2,14 @@
 //! fairseq-interactive `--task language_modeling` does (the line is the forced prefix of every
 //! hypothesis, which includes it). Read, batched and printed as `translate` does.
 
-use std::fs::File;
-use std::io::{self, BufReader, Write};
+use std::io::{self, Write};
 
 use anyhow::{bail, Context, Result};
 use tch::Device;
 
 use super::args::{ComputeTypeArg, DtypeArg, GlobalArgs, InputFormat, TranslateArgs};
 use super::common;
-use super::lines::{lines, BadLine, Failures, Newlines};
+use super::lines::{lines, BadLine, Failures};
 use super::partial::PartialFile;
 use super::translate::{self, write_result, LineResult, Output, Sentence, Strings};
 use super::Outcome;
@@ -116,13 +115,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             }
         }
     } else {
-        let (reader, newlines): (Box<dyn io::BufRead>, _) = match &a.input {
-            Some(p) => (
-                Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
-                Newlines::Universal,
-            ),
-            None => (Box::new(io::stdin().lock()), Newlines::Lf),
-        };
+        let (reader, newlines) = translate::input_reader(a)?;
         for line in lines(reader, newlines) {
             let entry = line.context("reading input")?.and_then(|l| translate::sentence(&l, InputFormat::Text, false));
             if push(entry, &mut buffer) {

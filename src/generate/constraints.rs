@@ -239,7 +239,7 @@ impl ConstraintState {
             ConstraintOrder::Ordered => {
                 let mut endpoints = Vec::new();
                 for c in constraints {
-                    endpoints.extend(std::iter::repeat(false).take(c.len().saturating_sub(1)));
+                    endpoints.extend(std::iter::repeat_n(false, c.len().saturating_sub(1)));
                     endpoints.push(true);
                 }
                 (Constraints::Ordered { sequence: constraints.concat(), endpoints }, 0)

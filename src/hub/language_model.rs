@@ -191,9 +191,7 @@ impl LanguageModel {
 
     /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
     pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
-        let tokens = self.dict.string(&h.tokens, None, false, &[self.dict.eos()]);
-        let text = self.pipeline.decode(&tokens)?;
-        Ok(HypothesisText { tokens, text })
+        HypothesisText::new(&self.dict, &self.pipeline, h)
     }
 
     pub fn specials(&self) -> LmSpecials {

@@ -106,6 +106,15 @@ pub struct HypothesisText {
     pub text: String,
 }
 
+impl HypothesisText {
+    /// `tgt_dict.string(tokens)` without EOS, and that detokenized (fairseq's `H-`/`D-` text).
+    pub(super) fn new(dict: &Dictionary, pipeline: &TextPipeline, h: &Hypothesis) -> Result<Self, PipelineError> {
+        let tokens = dict.string(&h.tokens, None, false, &[dict.eos()]);
+        let text = pipeline.decode(&tokens)?;
+        Ok(HypothesisText { tokens, text })
+    }
+}
+
 /// Soft alignment of one hypothesis, rows = target tokens (EOS included), columns = source tokens
 /// (EOS included, batch padding dropped).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -360,9 +369,7 @@ impl Translator {
 
     /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
     pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
-        let tokens = self.tgt_dict.string(&h.tokens, None, false, &[self.tgt_dict.eos()]);
-        let text = self.pipeline.decode(&tokens)?;
-        Ok(HypothesisText { tokens, text })
+        HypothesisText::new(&self.tgt_dict, &self.pipeline, h)
     }
 
     /// The hypothesis' attention with the symbols of both sides, or `None` when the generator
