@@ -51,8 +51,9 @@ fn score_lm(model: &str, input: &str, args: &[&str]) -> (Vec<serde_json::Value>,
 
 #[test]
 fn score_lm_matches_fairseq_eval_lm_word_probs() {
-    let runs: [(&str, &[&str], usize); 5] = [
+    let runs: [(&str, &[&str], usize); 6] = [
         ("eval_lm_eos", &["--sample-break-mode", "eos"], 120),
+        ("eval_lm_eos_remove_bpe_at", &["--sample-break-mode", "eos", "--remove-bpe", "@@ "], 120),
         ("eval_lm_eos_bs1", &["--sample-break-mode", "eos", "--batch-size", "1"], 120),
         ("eval_lm_none_tps32", &["--sample-break-mode", "none", "--tokens-per-sample", "32"], 57),
         ("eval_lm_none_tps32_cw16", &["--sample-break-mode", "none", "--tokens-per-sample", "32", "--context-window", "16"], 114),

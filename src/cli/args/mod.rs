@@ -404,6 +404,10 @@ pub struct ScoreArgs {
     /// With --lm: start every sample with <s> (on by itself when the checkpoint was trained so).
     #[arg(long = "add-bos-token")]
     pub add_bos_token: bool,
+    /// With --lm: score words, not subword pieces: a piece ending in `@@` is joined to the next
+    /// and its log-probability added to the word's (fairseq-eval-lm --remove-bpe '@@ ').
+    #[arg(long = "remove-bpe", num_args = 0..=1, default_missing_value = "@@ ", value_name = "SYMBOL")]
+    pub remove_bpe: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -37,6 +37,13 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     if a.resume || a.shard.num_shards.is_some() {
         bail!("--resume and --num-shards are not supported with --lm");
     }
+    // fairseq 0.12.2 takes the continuation marker as the value with trailing spaces removed;
+    // its bare --remove-bpe ("subword_nmt") then matches no token: here it means `@@`
+    let bpe_cont = match a.remove_bpe.as_deref() {
+        None => None,
+        Some("@@ " | "@@" | "subword_nmt") => Some("@@"),
+        Some(other) => bail!("--remove-bpe {other:?} is not supported (fairseq-eval-lm implements \"@@ \" only)"),
+    };
     let device = common::resolve_device(global.device)?;
     let overrides = common::pipeline_overrides(&a.pipeline);
     let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float, false).map_err(common::hub_error)?;
@@ -90,7 +97,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
             Record::Failed { id, .. } => *id,
         });
         for r in &records {
-            write_record(out, a, &lm, r, totals)?;
+            write_record(out, a, &lm, r, totals, bpe_cont)?;
         }
         Ok(())
     };
@@ -103,7 +110,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
                 let id = samples.skip();
                 let r = Record::Failed { id, text: None, error: format!("line {}: {}", line_no + 1, bad.reason) };
                 flush(&mut pending, &mut out, &mut totals)?;
-                write_record(&mut out, a, &lm, &r, &mut totals)?;
+                write_record(&mut out, a, &lm, &r, &mut totals, bpe_cont)?;
                 continue;
             }
             Err(bad) => {
@@ -141,16 +148,49 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-fn write_record(out: &mut Box<dyn Write + '_>, a: &ScoreArgs, lm: &LanguageModel, r: &Record, totals: &mut Totals) -> Result<()> {
+/// eval-lm's `--remove-bpe`: a piece ending in `cont` passes its score on to the next token
+/// and its text, without `cont`, to the word being built (the last token keeps its own).
+fn merge_pieces(symbols: &[String], scores: &[f32], cont: &str) -> (Vec<String>, Vec<f32>) {
+    let mut scores = scores.to_vec();
+    let (mut words, mut word_scores, mut w) = (Vec::new(), Vec::new(), String::new());
+    for i in 0..symbols.len() {
+        match symbols[i].strip_suffix(cont) {
+            Some(piece) if i + 1 < symbols.len() => {
+                w.push_str(piece);
+                scores[i + 1] += scores[i];
+            }
+            _ => {
+                w.push_str(&symbols[i]);
+                words.push(std::mem::take(&mut w));
+                word_scores.push(scores[i]);
+            }
+        }
+    }
+    (words, word_scores)
+}
+
+fn write_record(
+    out: &mut Box<dyn Write + '_>,
+    a: &ScoreArgs,
+    lm: &LanguageModel,
+    r: &Record,
+    totals: &mut Totals,
+    bpe_cont: Option<&str>,
+) -> Result<()> {
     let mut obj = serde_json::Map::new();
     match r {
         Record::Scored { scored, text } => {
-            let sum: f32 = scored.scores.iter().sum();
-            let n = scored.scores.len();
+            let symbols: Vec<String> = scored.tokens.iter().map(|&t| lm.dict.symbol(t).to_string()).collect();
+            let (symbols, scores) = match bpe_cont {
+                Some(cont) => merge_pieces(&symbols, &scored.scores, cont),
+                None => (symbols, scored.scores.clone()),
+            };
+            let sum: f32 = scores.iter().sum();
+            let n = scores.len();
             let avg = if n > 0 { sum / n as f32 } else { 0.0 };
             totals.samples += 1;
             totals.tokens += n;
-            totals.logprob += scored.scores.iter().map(|&s| f64::from(s)).sum::<f64>();
+            totals.logprob += scores.iter().map(|&s| f64::from(s)).sum::<f64>();
             obj.insert("id".into(), scored.id.into());
             obj.insert("text".into(), text.clone().map_or(serde_json::Value::Null, Into::into));
             obj.insert("logprob".into(), f32_json(sum));
@@ -160,12 +200,8 @@ fn write_record(out: &mut Box<dyn Write + '_>, a: &ScoreArgs, lm: &LanguageModel
             obj.insert("ppl".into(), serde_json::Number::from_f64(ppl).map_or(serde_json::Value::Null, Into::into));
             obj.insert("error".into(), serde_json::Value::Null);
             if a.per_token {
-                let pairs: Vec<serde_json::Value> = scored
-                    .tokens
-                    .iter()
-                    .zip(&scored.scores)
-                    .map(|(&t, &s)| serde_json::json!([lm.dict.symbol(t), f32_json(s)]))
-                    .collect();
+                let pairs: Vec<serde_json::Value> =
+                    symbols.iter().zip(&scores).map(|(t, &s)| serde_json::json!([t, f32_json(s)])).collect();
                 obj.insert("token_logprobs".into(), pairs.into());
             }
         }
