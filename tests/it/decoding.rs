@@ -64,6 +64,10 @@ fn prefix_size_is_accepted_and_changes_nothing_as_in_fairseq_interactive() {
         String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.starts_with("W-")).map(str::to_string).collect()
     };
     assert_eq!(lines(&with), lines(&without));
+    // --no-early-stop: deprecated in fairseq 0.12.2, read by nothing
+    let no_early_stop = translate(&["--beam", "5", "--no-early-stop"]);
+    assert!(no_early_stop.status.success(), "{}", String::from_utf8_lossy(&no_early_stop.stderr));
+    assert_eq!(lines(&no_early_stop), lines(&without));
     let want = parse_fairseq(&fs::read_to_string(fixture("decoding/prefix_size2.txt")).unwrap());
     let c = compare(&want, &parse_fairseq(&String::from_utf8(with.stdout).unwrap()));
     assert!(c.ok(), "{:?}", c.failures());

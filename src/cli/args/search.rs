@@ -51,6 +51,10 @@ pub struct SearchArgs {
     /// target (`tgt`), its first N tokens are forced, as fairseq-generate does.
     #[arg(long = "prefix-size", default_value_t = 0)]
     pub prefix_size: usize,
+    /// Accepted as fairseq 0.12.2 accepts it: deprecated there (no code reads it), it changes
+    /// nothing.
+    #[arg(long = "no-early-stop")]
+    pub no_early_stop: bool,
     /// fairseq's inference with dropout on; refused (results would be random).
     #[arg(long = "retain-dropout")]
     pub retain_dropout: bool,
