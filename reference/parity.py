@@ -98,6 +98,42 @@ def cache_hydra_compose():
     OverridesParser.parse_rule = memoize(OverridesParser.parse_rule, lambda self, s, rule_name: (s, rule_name))
 
 
+def eval_lm_raw():
+    """sys.argv = [_, MODEL_DIR, RAW_INPUT, BIN_DIR, eval-lm flags...]: the raw text Moses-
+    tokenized and BPE'd with the model's codes (fairseq's moses + subword_nmt), binarized with
+    its dict.txt, then fairseq-eval-lm --output-word-probs; prints its word-prob and loss lines
+    (eval-lm logs them; the log prefix dropped)."""
+    import logging
+
+    from fairseq_cli import eval_lm, preprocess
+
+    model_dir, raw, bin_dir, flags = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    os.makedirs(bin_dir, exist_ok=True)
+    bpe = f"{bin_dir}/raw.bpe"
+    subprocess.run(["bash", "-c", f"{sys.executable} reference/multi30k/moses_tok.py en < {raw} 2>/dev/null"
+                    f" | subword-nmt apply-bpe -c {model_dir}/bpecodes > {bpe}"], check=True, cwd=ROOT)
+    # (with --only-source and no language, the test split is the --testpref file itself)
+    sys.argv = ["fairseq-preprocess", "--only-source", "--srcdict", f"{model_dir}/dict.txt", "--testpref", bpe,
+                "--destdir", bin_dir, "--workers", "1"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        preprocess.cli_main()
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if re.match(r"^\d+ ", msg) or msg.startswith("Loss (base 2)"):
+                print(msg)
+
+    handler = Lines()
+    logging.getLogger("fairseq_cli.eval_lm").addHandler(handler)
+    try:
+        sys.argv = ["fairseq-eval-lm", bin_dir, "--path", f"{model_dir}/model.pt", "--gen-subset", "test", "--cpu",
+                    "--output-word-probs"] + flags
+        eval_lm.cli_main()
+    finally:
+        logging.getLogger("fairseq_cli.eval_lm").removeHandler(handler)
+
+
 def fairseq_worker(jobs_file, config_cache):
     """Runs [{"argv": [...], "out": path}, ...] in this process; writes stdout minus log lines."""
     from fairseq_cli import generate, interactive, preprocess
@@ -109,6 +145,7 @@ def fairseq_worker(jobs_file, config_cache):
         "fairseq-interactive": interactive.cli_main,
         "fairseq-generate": generate.cli_main,
         "fairseq-preprocess": preprocess.cli_main,
+        "eval-lm-raw": eval_lm_raw,
     }
     for job in json.load(open(jobs_file)):
         argv = job["argv"]
@@ -310,6 +347,26 @@ def build_jobs():
             "fairseq": argv + ["--input", g["input"]],
             "tchseq": ["translate", "-m", model_dir, "--format", "fairseq", "--input", g["input"]] + opts,
         })
+    # transformer_lm scoring: fairseq-eval-lm's word probabilities beside tchseq score --lm, one
+    # sample per batch on both sides (batches differ in order and padding otherwise)
+    for model in ("lm-postnorm", "lm-gpt"):
+        d = f"tests/fixtures/lm/{model}"
+        bos = ["--add-bos-token"] if model == "lm-gpt" else []  # eval-lm reads it from its flags only
+        for tag, opts in [
+            ("eos", ["--sample-break-mode", "eos"]),
+            ("eos_remove_bpe", ["--sample-break-mode", "eos", "--remove-bpe", "@@ "]),
+            ("none_tps32", ["--sample-break-mode", "none", "--tokens-per-sample", "32"]),
+            ("none_tps32_cw16", ["--sample-break-mode", "none", "--tokens-per-sample", "32", "--context-window", "16"]),
+            ("complete_tps48", ["--sample-break-mode", "complete", "--tokens-per-sample", "48"]),
+        ]:
+            opts = opts + ["--batch-size", "1"]
+            jobs.append({
+                "name": f"lm/{model}/eval_lm_{tag}",
+                "kind": "eval_lm",
+                "fairseq": ["eval-lm-raw", d, "tests/fixtures/lm/input.en", f"{WORK}/bin/{model}.{tag}"] + opts + bos,
+                "tchseq": ["score", "--lm", "-m", d, "--input", "tests/fixtures/lm/input.en", "--format", "jsonl",
+                           "--per-token", "-q"] + opts,
+            })
     for bs in ("1", "16"):
         jobs.append({
             "name": f"bundled/score_reference.b{bs}",
@@ -409,9 +466,37 @@ def tchseq_score_lines(path):
     return out
 
 
+def eval_lm_lines(path):
+    """id -> fairseq-eval-lm's word-prob line."""
+    return {int(l.split(" ", 1)[0]): l for l in read_lines(path) if re.match(r"^\d+ ", l)}
+
+
+def tchseq_eval_lm_lines(path):
+    """tchseq score --lm's JSONL rendered as eval-lm prints it: `{id} {word} [{lp:2f}]` joined by
+    tabs, each log-probability the float32 value as a Python float."""
+    import numpy as np
+
+    out = {}
+    for l in read_lines(path):
+        r = json.loads(l)
+        if r["error"] is None:
+            words = "\t".join(f"{w} [{float(np.float32(p)):2f}]" for w, p in r["token_logprobs"])
+            out[r["id"]] = f"{r['id']} {words}"
+        else:
+            out[r["id"]] = f"{r['id']} error: {r['error']}"
+    return out
+
+
 def compare(job):
     """Sets job['lines'] (fairseq's lines compared) and job['diffs'] ([(fairseq, tchseq)])."""
-    if job["kind"] == "interactive":
+    if job["kind"] == "eval_lm":
+        want = eval_lm_lines(job["fairseq_out"])
+        path = os.path.join(ROOT, job["tchseq_out"])
+        got = tchseq_eval_lm_lines(job["tchseq_out"]) if os.path.exists(path) else {}
+        diffs = [(want.get(i, "<missing>"), got.get(i, "<missing>")) for i in sorted(set(want) | set(got))
+                 if want.get(i) != got.get(i)]
+        job["lines"] = len(want)
+    elif job["kind"] == "interactive":
         want = interactive_lines(job["fairseq_out"])
         got = interactive_lines(job["tchseq_out"]) if os.path.exists(os.path.join(ROOT, job["tchseq_out"])) else []
         n = max(len(want), len(got))

@@ -26,8 +26,9 @@ impl BreakMode {
     }
 }
 
-/// One row to score: `tokens` is the model input, `target[i]` the token predicted after
-/// `tokens[..=i]`; the scored positions are `start..start + len` (the earlier ones are context).
+/// One row to score: `tokens` is the model input (with a context window, right-padded as
+/// fairseq's collater pads it), `target[i]` the token predicted after `tokens[..=i]`; the
+/// scored positions are `start..target.len()` (the earlier ones are context).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LmRow {
     /// The sample id fairseq prints (the block index; in `eos` mode the line number).
@@ -161,6 +162,8 @@ impl LmSamples {
         tokens.extend_from_slice(&source);
         let keep = tokens.len().saturating_sub(self.context_window);
         self.context = tokens[keep..].to_vec();
+        // the collater's row is `prev ++ src ++ pads` as wide as the source plus the window
+        tokens.resize(tokens.len() + self.context_window - start, crate::model::PADDING_IDX);
         let mut full_target = vec![crate::model::PADDING_IDX; start];
         full_target.extend(target);
         LmRow { id, tokens, target: full_target, start, size }
@@ -211,7 +214,7 @@ mod tests {
     fn the_context_window_prepends_earlier_tokens() {
         // blocks of 4 - 2 = 2 tokens, 2 tokens of context
         let rows = all(BreakMode::None, 4, 2, false, &[&[5, 6, 7, 8, 9, 2]]);
-        assert_eq!((rows[0].tokens.clone(), rows[0].start), (vec![2, 5], 0));
+        assert_eq!((rows[0].tokens.clone(), rows[0].start), (vec![2, 5, 1, 1], 0));
         assert_eq!((rows[1].tokens.clone(), rows[1].start), (vec![2, 5, 6, 7], 2));
         assert_eq!(rows[1].target, vec![1, 1, 7, 8]);
         assert_eq!((rows[2].tokens.clone(), rows[2].start), (vec![6, 7, 8, 9], 2));
