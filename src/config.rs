@@ -271,6 +271,7 @@ impl TransformerConfig {
             if let Some(t) = task_get(&m, "max_target_positions").or_else(|| tokens_per_sample.map(Value::from)) {
                 set_default(&mut m, "max_target_positions", t);
             }
+            set_default(&mut m, "max_target_positions", 1024);
             copy_default(&mut m, "max_source_positions", "max_target_positions");
         } else {
             apply_arch_defaults(&arch, &mut m)?;
@@ -521,6 +522,29 @@ mod tests {
         assert_eq!((c.encoder_embed_dim, c.decoder_embed_dim, c.decoder_ffn_embed_dim, c.encoder_layers), (16, 16, 64, 2));
         let c = TransformerConfig::from_namespace(&ns(json!({"arch": "transformer_iwslt_de_en"})), None, None, None).unwrap();
         assert_eq!((c.encoder_ffn_embed_dim, c.encoder_attention_heads, c.decoder_output_dim), (1024, 4, 512));
+    }
+
+    #[test]
+    fn language_model_archs_follow_fairseq_0_12_2() {
+        let lm = |v: Value, task: Option<Value>| {
+            let task = task.map(ns);
+            TransformerConfig::from_namespace(&ns(v), task.as_ref(), None, None)
+        };
+        // transformer_lm runs no arch function: the dataclass defaults, post-norm as stored
+        let c = lm(json!({"_name": "transformer_lm", "decoder_embed_dim": 64}), Some(json!({"tokens_per_sample": 128}))).unwrap();
+        assert!(c.is_language_model() && !c.decoder_normalize_before);
+        assert_eq!((c.decoder_input_dim, c.decoder_output_dim, c.max_target_positions), (512, 512, 128));
+        // every variant forces pre-norm; gpt3 also ties the embeddings, learns positions and
+        // sizes the FFN at 4x
+        let c = lm(json!({"_name": "transformer_lm_gpt3_small", "decoder_normalize_before": false}), None).unwrap();
+        assert!(c.decoder_normalize_before && c.decoder_learned_pos && c.share_decoder_input_output_embed);
+        assert_eq!((c.decoder_embed_dim, c.decoder_ffn_embed_dim, c.decoder_layers, c.decoder_attention_heads), (768, 3072, 12, 12));
+        let c = lm(json!({"arch": "transformer_lm_gpt2_tiny", "decoder_final_norm": false}), None).unwrap();
+        assert_eq!((c.decoder_embed_dim, c.decoder_attention_heads, c.activation_fn.as_str()), (64, 1, "gelu"));
+        assert!(c.no_decoder_final_norm);
+        // adaptive input/softmax (wiki103) are named, not run
+        let e = lm(json!({"_name": "transformer_lm_wiki103"}), None).unwrap_err().to_string();
+        assert!(e.contains("adaptive_softmax_cutoff") && e.contains("adaptive_input"), "{e}");
     }
 
     #[test]
