@@ -347,6 +347,18 @@ def build_jobs():
             "fairseq": argv + ["--input", g["input"]],
             "tchseq": ["translate", "-m", model_dir, "--format", "fairseq", "--input", g["input"]] + opts,
         })
+    # fairseq-generate's --prefix-size: the first tokens of each reference target forced; tchseq
+    # takes the same pairs as JSONL lines with a `tgt`
+    jobs.append({
+        "name": "bundled/generate_prefix_size2_nbest2",
+        "kind": "generate",
+        "fairseq": ["fairseq-generate", f"{BUNDLED_SR}/data-bin", "--path", f"{BUNDLED}/model.pt", "--cpu", "-s", "en",
+                    "-t", "de", "--gen-subset", "test", "--beam", "5", "--nbest", "2", "--prefix-size", "2",
+                    "--batch-size", "1"],
+        "pairs": (f"{BUNDLED_SR}/test.bpe.en", f"{BUNDLED_SR}/test.bpe.de"),
+        "tchseq": ["translate", "-m", BUNDLED, "--tokenizer", "none", "--bpe", "none", "--input-format", "jsonl",
+                   "--format", "fairseq", "--beam", "5", "--nbest", "2", "--prefix-size", "2", "--batch-size", "1"],
+    })
     # transformer_lm scoring: fairseq-eval-lm's word probabilities beside tchseq score --lm, one
     # sample per batch on both sides (batches differ in order and padding otherwise)
     for model in ("lm-postnorm", "lm-gpt"):
@@ -408,6 +420,15 @@ def run_tchseq(job, tchseq, threads, reproducible, env):
         write_pairs(*job["pairs"], job["csv"])
         argv += ["--input", job["csv"], "--output", job["tchseq_out"]]
         stdout = subprocess.DEVNULL
+    elif job["kind"] == "generate":
+        jsonl = job["tchseq_out"] + ".in.jsonl"
+        with open(os.path.join(ROOT, job["pairs"][0]), encoding="utf-8") as f, \
+                open(os.path.join(ROOT, job["pairs"][1]), encoding="utf-8") as g, \
+                open(os.path.join(ROOT, jsonl), "w", encoding="utf-8") as out:
+            for src, tgt in zip(f.read().splitlines(), g.read().splitlines()):
+                out.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
+        argv += ["--input", jsonl]
+        stdout = open(os.path.join(ROOT, job["tchseq_out"]), "w", encoding="utf-8")
     else:
         stdout = open(os.path.join(ROOT, job["tchseq_out"]), "w", encoding="utf-8")
     t0 = time.time()
@@ -487,9 +508,30 @@ def tchseq_eval_lm_lines(path):
     return out
 
 
+def hypothesis_lines(path):
+    """id -> its H- and P- lines, in order (fairseq-generate prints sentences in batch order)."""
+    out = {}
+    for l in read_lines(path):
+        tag = l.split("\t", 1)[0]
+        if tag[:2] in ("H-", "P-") and tag[2:].isdigit():
+            out.setdefault(int(tag[2:]), []).append(l)
+    return out
+
+
 def compare(job):
     """Sets job['lines'] (fairseq's lines compared) and job['diffs'] ([(fairseq, tchseq)])."""
-    if job["kind"] == "eval_lm":
+    if job["kind"] == "generate":
+        want = hypothesis_lines(job["fairseq_out"])
+        path = os.path.join(ROOT, job["tchseq_out"])
+        got = hypothesis_lines(job["tchseq_out"]) if os.path.exists(path) else {}
+        diffs = []
+        for i in sorted(set(want) | set(got)):
+            w, g = want.get(i, []), got.get(i, [])
+            n = max(len(w), len(g))
+            diffs += [(a, b) for a, b in zip(w + ["<missing>"] * (n - len(w)), g + ["<missing>"] * (n - len(g)))
+                      if a != b]
+        job["lines"] = sum(len(v) for v in want.values())
+    elif job["kind"] == "eval_lm":
         want = eval_lm_lines(job["fairseq_out"])
         path = os.path.join(ROOT, job["tchseq_out"])
         got = tchseq_eval_lm_lines(job["tchseq_out"]) if os.path.exists(path) else {}
