@@ -103,6 +103,32 @@ fn a_sentence_longer_than_the_model_is_its_own_error_record() {
         assert!(got.iter().zip(&want[&i]).all(|(g, (_, p))| (g[1].as_f64().unwrap() - p).abs() <= 1e-4));
     }
     assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
+
+    // the same records as CSV columns
+    let out = tchseq()
+        .args(["score", "--lm", "--format", "csv", "--per-token", "-m"])
+        .arg(fixture("lm/lm-gpt"))
+        .arg("--input")
+        .arg(fixture("lm/input_long.en"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let mut reader = csv::Reader::from_reader(out.stdout.as_slice());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_string).collect();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 3);
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row[col("id")].parse::<usize>().unwrap(), i);
+        let json = &records[i];
+        assert_eq!(row[col("error")].is_empty(), json["error"].is_null());
+        if json["error"].is_null() {
+            assert_eq!(row[col("tokens")], json["tokens"].to_string());
+            let logprob: f64 = row[col("logprob")].parse().unwrap();
+            assert!((logprob - json["logprob"].as_f64().unwrap()).abs() < 1e-4);
+            assert!(row[col("token_logprobs")].starts_with("[[\""), "{:?}", &row[col("token_logprobs")]);
+        }
+    }
 }
 
 #[test]
