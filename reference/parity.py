@@ -43,6 +43,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import parity_kinds  # noqa: E402  (reference/, this script's directory)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF = os.path.join(ROOT, "reference")
 WORK = "reference/work/parity"
@@ -98,42 +100,6 @@ def cache_hydra_compose():
     OverridesParser.parse_rule = memoize(OverridesParser.parse_rule, lambda self, s, rule_name: (s, rule_name))
 
 
-def eval_lm_raw():
-    """sys.argv = [_, MODEL_DIR, RAW_INPUT, BIN_DIR, eval-lm flags...]: the raw text Moses-
-    tokenized and BPE'd with the model's codes (fairseq's moses + subword_nmt), binarized with
-    its dict.txt, then fairseq-eval-lm --output-word-probs; prints its word-prob and loss lines
-    (eval-lm logs them; the log prefix dropped)."""
-    import logging
-
-    from fairseq_cli import eval_lm, preprocess
-
-    model_dir, raw, bin_dir, flags = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    os.makedirs(bin_dir, exist_ok=True)
-    bpe = f"{bin_dir}/raw.bpe"
-    subprocess.run(["bash", "-c", f"{sys.executable} reference/multi30k/moses_tok.py en < {raw} 2>/dev/null"
-                    f" | subword-nmt apply-bpe -c {model_dir}/bpecodes > {bpe}"], check=True, cwd=ROOT)
-    # (with --only-source and no language, the test split is the --testpref file itself)
-    sys.argv = ["fairseq-preprocess", "--only-source", "--srcdict", f"{model_dir}/dict.txt", "--testpref", bpe,
-                "--destdir", bin_dir, "--workers", "1"]
-    with contextlib.redirect_stdout(io.StringIO()):
-        preprocess.cli_main()
-
-    class Lines(logging.Handler):
-        def emit(self, record):
-            msg = record.getMessage()
-            if re.match(r"^\d+ ", msg) or msg.startswith("Loss (base 2)"):
-                print(msg)
-
-    handler = Lines()
-    logging.getLogger("fairseq_cli.eval_lm").addHandler(handler)
-    try:
-        sys.argv = ["fairseq-eval-lm", bin_dir, "--path", f"{model_dir}/model.pt", "--gen-subset", "test", "--cpu",
-                    "--output-word-probs"] + flags
-        eval_lm.cli_main()
-    finally:
-        logging.getLogger("fairseq_cli.eval_lm").removeHandler(handler)
-
-
 def fairseq_worker(jobs_file, config_cache):
     """Runs [{"argv": [...], "out": path}, ...] in this process; writes stdout minus log lines."""
     from fairseq_cli import generate, interactive, preprocess
@@ -145,7 +111,7 @@ def fairseq_worker(jobs_file, config_cache):
         "fairseq-interactive": interactive.cli_main,
         "fairseq-generate": generate.cli_main,
         "fairseq-preprocess": preprocess.cli_main,
-        "eval-lm-raw": eval_lm_raw,
+        "eval-lm-raw": parity_kinds.eval_lm_raw,
     }
     for job in json.load(open(jobs_file)):
         argv = job["argv"]
@@ -321,64 +287,7 @@ def build_jobs():
             "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input",
                        constrained_input] + opts,
         })
-    # transformer_lm continuations (fairseq-interactive --task language_modeling), from
-    # reference/lm_goldens.sh's command lines
-    for golden, g in load("tests/fixtures/lm/manifest.json")["goldens"].items():
-        argv = g["argv"]
-        if argv[0] != "fairseq-interactive" or g.get("exit_code", 0) != 0:
-            continue
-        model_dir, opts, i = argv[1], [], 2
-        while i < len(argv):
-            if argv[i] in ("--task", "--path", "--tokenizer", "--bpe", "--bpe-codes"):
-                i += 2
-            elif argv[i] in ("--cpu", "--add-bos-token"):
-                i += 1
-            else:
-                opts.append(argv[i])
-                i += 1
-        if "--no-repeat-ngram-size" in opts:
-            opts.append("--fairseq-compat-ngram")
-        if not {"--batch-size", "--buffer-size"} & set(opts):
-            opts += ["--batch-size", "1"]
-        name = golden.split("/")[-3] + "/" + os.path.basename(golden)[: -len(".txt")]
-        jobs.append({
-            "name": f"lm/{name}",
-            "kind": "interactive",
-            "fairseq": argv + ["--input", g["input"]],
-            "tchseq": ["translate", "-m", model_dir, "--format", "fairseq", "--input", g["input"]] + opts,
-        })
-    # fairseq-generate's --prefix-size: the first tokens of each reference target forced; tchseq
-    # takes the same pairs as JSONL lines with a `tgt`
-    jobs.append({
-        "name": "bundled/generate_prefix_size2_nbest2",
-        "kind": "generate",
-        "fairseq": ["fairseq-generate", f"{BUNDLED_SR}/data-bin", "--path", f"{BUNDLED}/model.pt", "--cpu", "-s", "en",
-                    "-t", "de", "--gen-subset", "test", "--beam", "5", "--nbest", "2", "--prefix-size", "2",
-                    "--batch-size", "1"],
-        "pairs": (f"{BUNDLED_SR}/test.bpe.en", f"{BUNDLED_SR}/test.bpe.de"),
-        "tchseq": ["translate", "-m", BUNDLED, "--tokenizer", "none", "--bpe", "none", "--input-format", "jsonl",
-                   "--format", "fairseq", "--beam", "5", "--nbest", "2", "--prefix-size", "2", "--batch-size", "1"],
-    })
-    # transformer_lm scoring: fairseq-eval-lm's word probabilities beside tchseq score --lm, one
-    # sample per batch on both sides (batches differ in order and padding otherwise)
-    for model in ("lm-postnorm", "lm-gpt"):
-        d = f"tests/fixtures/lm/{model}"
-        bos = ["--add-bos-token"] if model == "lm-gpt" else []  # eval-lm reads it from its flags only
-        for tag, opts in [
-            ("eos", ["--sample-break-mode", "eos"]),
-            ("eos_remove_bpe", ["--sample-break-mode", "eos", "--remove-bpe", "@@ "]),
-            ("none_tps32", ["--sample-break-mode", "none", "--tokens-per-sample", "32"]),
-            ("none_tps32_cw16", ["--sample-break-mode", "none", "--tokens-per-sample", "32", "--context-window", "16"]),
-            ("complete_tps48", ["--sample-break-mode", "complete", "--tokens-per-sample", "48"]),
-        ]:
-            opts = opts + ["--batch-size", "1"]
-            jobs.append({
-                "name": f"lm/{model}/eval_lm_{tag}",
-                "kind": "eval_lm",
-                "fairseq": ["eval-lm-raw", d, "tests/fixtures/lm/input.en", f"{WORK}/bin/{model}.{tag}"] + opts + bos,
-                "tchseq": ["score", "--lm", "-m", d, "--input", "tests/fixtures/lm/input.en", "--format", "jsonl",
-                           "--per-token", "-q"] + opts,
-            })
+    jobs += parity_kinds.jobs(load)
     for bs in ("1", "16"):
         jobs.append({
             "name": f"bundled/score_reference.b{bs}",
@@ -487,57 +396,10 @@ def tchseq_score_lines(path):
     return out
 
 
-def eval_lm_lines(path):
-    """id -> fairseq-eval-lm's word-prob line."""
-    return {int(l.split(" ", 1)[0]): l for l in read_lines(path) if re.match(r"^\d+ ", l)}
-
-
-def tchseq_eval_lm_lines(path):
-    """tchseq score --lm's JSONL rendered as eval-lm prints it: `{id} {word} [{lp:2f}]` joined by
-    tabs, each log-probability the float32 value as a Python float."""
-    import numpy as np
-
-    out = {}
-    for l in read_lines(path):
-        r = json.loads(l)
-        if r["error"] is None:
-            words = "\t".join(f"{w} [{float(np.float32(p)):2f}]" for w, p in r["token_logprobs"])
-            out[r["id"]] = f"{r['id']} {words}"
-        else:
-            out[r["id"]] = f"{r['id']} error: {r['error']}"
-    return out
-
-
-def hypothesis_lines(path):
-    """id -> its H- and P- lines, in order (fairseq-generate prints sentences in batch order)."""
-    out = {}
-    for l in read_lines(path):
-        tag = l.split("\t", 1)[0]
-        if tag[:2] in ("H-", "P-") and tag[2:].isdigit():
-            out.setdefault(int(tag[2:]), []).append(l)
-    return out
-
-
 def compare(job):
     """Sets job['lines'] (fairseq's lines compared) and job['diffs'] ([(fairseq, tchseq)])."""
-    if job["kind"] == "generate":
-        want = hypothesis_lines(job["fairseq_out"])
-        path = os.path.join(ROOT, job["tchseq_out"])
-        got = hypothesis_lines(job["tchseq_out"]) if os.path.exists(path) else {}
-        diffs = []
-        for i in sorted(set(want) | set(got)):
-            w, g = want.get(i, []), got.get(i, [])
-            n = max(len(w), len(g))
-            diffs += [(a, b) for a, b in zip(w + ["<missing>"] * (n - len(w)), g + ["<missing>"] * (n - len(g)))
-                      if a != b]
-        job["lines"] = sum(len(v) for v in want.values())
-    elif job["kind"] == "eval_lm":
-        want = eval_lm_lines(job["fairseq_out"])
-        path = os.path.join(ROOT, job["tchseq_out"])
-        got = tchseq_eval_lm_lines(job["tchseq_out"]) if os.path.exists(path) else {}
-        diffs = [(want.get(i, "<missing>"), got.get(i, "<missing>")) for i in sorted(set(want) | set(got))
-                 if want.get(i) != got.get(i)]
-        job["lines"] = len(want)
+    if job["kind"] in parity_kinds.KINDS:
+        job["lines"], diffs = parity_kinds.compare(job)
     elif job["kind"] == "interactive":
         want = interactive_lines(job["fairseq_out"])
         got = interactive_lines(job["tchseq_out"]) if os.path.exists(os.path.join(ROOT, job["tchseq_out"])) else []
