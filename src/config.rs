@@ -8,8 +8,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod bart;
 mod lm;
+mod task;
+pub use bart::BART_ARCHS;
 pub use lm::LM_ARCHS;
+pub use task::{lang_tok, parse_lang_dict, parse_lang_pairs, LangTokStyle, LanguageTask, MultilingualTask, TaskOverrides, MULTILINGUAL_TASK, PRETRAINED_BART_TASK};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -18,7 +22,7 @@ pub enum ConfigError {
     Missing(String),
     #[error("checkpoint config: `{key}` = {value} is not a valid {expected}")]
     Invalid { key: String, value: String, expected: &'static str },
-    #[error("unsupported architecture `{0}` (supported: {list}, and transformer_lm with its variants)", list = SUPPORTED_ARCHS.join(", "))]
+    #[error("unsupported architecture `{0}` (supported: {list}, {bart}, and transformer_lm with its variants)", list = SUPPORTED_ARCHS.join(", "), bart = BART_ARCHS.join(", "))]
     UnsupportedArch(String),
     #[error("unsupported model options: {0}")]
     UnsupportedOptions(String),
@@ -77,6 +81,9 @@ pub struct TransformerConfig {
     pub tokens_per_sample: Option<i64>,
     // Task and text pipeline.
     pub task: Option<String>,
+    /// The language tokens of the multilingual tasks.
+    #[serde(default)]
+    pub language_task: LanguageTask,
     pub source_lang: Option<String>,
     pub target_lang: Option<String>,
     pub left_pad_source: bool,
@@ -85,6 +92,10 @@ pub struct TransformerConfig {
     pub tokenizer: Option<String>,
     /// `subword_nmt`, `fastbpe`, `sentencepiece`, ... (None: no subword step).
     pub bpe: Option<String>,
+    /// The BPE's file as training named it (`--sentencepiece-model`, `--bpe-codes`): a path on
+    /// the training machine, whose file name a model directory may hold.
+    #[serde(default)]
+    pub bpe_file: Option<String>,
     pub moses_source_lang: Option<String>,
     pub moses_target_lang: Option<String>,
     pub moses_no_dash_splits: bool,
@@ -273,7 +284,7 @@ impl TransformerConfig {
             }
             set_default(&mut m, "max_target_positions", 1024);
             copy_default(&mut m, "max_source_positions", "max_target_positions");
-        } else {
+        } else if !bart::apply_bart_arch_defaults(&arch, &mut m) {
             apply_arch_defaults(&arch, &mut m)?;
         }
         set_default(&mut m, "max_source_positions", 1024);
@@ -330,6 +341,8 @@ impl TransformerConfig {
             }
         };
         let share_all = flag("share_all_embeddings")?;
+        let task_name = as_opt_str("task", task.and_then(|t| t.get("_name")).or_else(|| m.get("task")))?;
+        let language_task = LanguageTask::from_namespace(task_name.as_deref(), |k| task_get(k).filter(|v| !v.is_null()))?;
         let cfg = TransformerConfig {
             arch: arch.clone(),
             encoder_embed_dim: int("encoder_embed_dim")?,
@@ -359,13 +372,24 @@ impl TransformerConfig {
             max_target_positions: int("max_target_positions")?,
             add_bos_token: task_flag("add_bos_token", false)?,
             tokens_per_sample,
-            task: as_opt_str("task", task.and_then(|t| t.get("_name")).or_else(|| m.get("task")))?,
+            task: task_name,
+            language_task,
             source_lang: as_opt_str("source_lang", task_get("source_lang"))?,
             target_lang: as_opt_str("target_lang", task_get("target_lang"))?,
             left_pad_source: task_flag("left_pad_source", true)?,
             left_pad_target: task_flag("left_pad_target", false)?,
             tokenizer: component_name("tokenizer", tokenizer_v)?,
             bpe: component_name("bpe", bpe_v)?,
+            bpe_file: {
+                let bpe_opt = |k: &str| match bpe_v {
+                    Some(Value::Object(b)) => b.get(k),
+                    _ => m.get(k),
+                };
+                match as_opt_str("sentencepiece_model", bpe_opt("sentencepiece_model"))? {
+                    Some(f) => Some(f),
+                    None => as_opt_str("bpe_codes", bpe_opt("bpe_codes"))?,
+                }
+            },
             moses_source_lang: as_opt_str("moses_source_lang", tok_opt("source_lang").filter(|_| tokenizer_v.is_some_and(|t| t.is_object())).or_else(|| m.get("moses_source_lang")))?,
             moses_target_lang: as_opt_str("moses_target_lang", tok_opt("target_lang").filter(|_| tokenizer_v.is_some_and(|t| t.is_object())).or_else(|| m.get("moses_target_lang")))?,
             moses_no_dash_splits: tok_opt("moses_no_dash_splits").map(|v| as_bool("moses_no_dash_splits", v)).transpose()?.unwrap_or(false),

@@ -90,6 +90,25 @@ pub fn model_spec(m: &ModelArgs) -> ModelSpec {
         data: m.data.clone(),
         source_lang: m.source_lang.clone(),
         target_lang: m.target_lang.clone(),
+        task: task_overrides(&m.task),
+    }
+}
+
+/// fairseq's task flags; `--lang-pairs` may name a file (fairseq's `FileContentsAction`).
+fn task_overrides(t: &super::args::TaskArgs) -> tchseq::config::TaskOverrides {
+    let lang_pairs = t.lang_pairs.as_ref().map(|p| match std::path::Path::new(p).is_file() {
+        true => std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_else(|_| p.clone()),
+        false => p.clone(),
+    });
+    tchseq::config::TaskOverrides {
+        task: t.task.clone(),
+        lang_pairs,
+        langs: t.langs.clone(),
+        lang_dict: t.lang_dict.clone(),
+        lang_tok_style: t.lang_tok_style.clone(),
+        encoder_langtok: t.encoder_langtok.clone(),
+        decoder_langtok: t.decoder_langtok,
+        fixed_dictionary: t.fixed_dictionary.clone(),
     }
 }
 

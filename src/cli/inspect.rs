@@ -38,6 +38,7 @@ pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
                 },
                 "bpe_codes": files.bpe_codes,
                 "sentencepiece_model": files.sentencepiece_model,
+                "languages": report.languages,
                 "parameters": parameters,
                 "tensors": tensors,
                 "unused_keys": loaded.unused_keys,
@@ -53,6 +54,14 @@ pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
         writeln!(out, "decoder        {} layers, dim {}, ffn {}, {} heads, {}{}", c.decoder_layers, c.decoder_embed_dim, c.decoder_ffn_embed_dim, c.decoder_attention_heads, if c.decoder_normalize_before { "pre-norm" } else { "post-norm" }, if c.decoder_learned_pos { ", learned positions" } else { "" })?;
         writeln!(out, "embeddings     share_all={} share_decoder_input_output={} activation={}", c.share_all_embeddings, c.share_decoder_input_output_embed, c.activation_fn)?;
         writeln!(out, "languages      {} -> {}", files.source_lang, files.target_lang)?;
+        if let Some(l) = &report.languages {
+            writeln!(out, "task           {} (languages {})", l.task, l.langs.join(", "))?;
+            if !l.lang_pairs.is_empty() {
+                writeln!(out, "language pairs {}", l.lang_pairs.join(", "))?;
+            }
+            let tokens: Vec<String> = l.tokens.iter().map(|(t, i)| format!("{t}={i}")).collect();
+            writeln!(out, "language tokens {}", tokens.join(" "))?;
+        }
         writeln!(out, "dictionaries   {} ({}), {} ({})", files.src_dict.display(), src_dict.len(), files.tgt_dict.display(), tgt_dict.len())?;
         writeln!(out, "text pipeline  tokenizer={} bpe={}", c.tokenizer.as_deref().unwrap_or("none"), c.bpe.as_deref().unwrap_or("none"))?;
         writeln!(out, "parameters     {parameters} numbers in {} tensors", ckpt.state_dict.len())?;

@@ -47,7 +47,7 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         if models.iter().any(|(n, _): &(String, Translator)| *n == name) {
             bail!("two models are named {name:?}; name them with --model NAME=DIR");
         }
-        let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang: None, target_lang: None };
+        let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang: None, target_lang: None, task: Default::default() };
         let bundle = common::load_bundle(&model_args, None, Weights::Load { device, kind: Kind::Float, replay_init: false })?;
         let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
         translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;

@@ -28,9 +28,16 @@ impl StepModel for EnsembleModel<'_> {
 
     fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
         self.state.clear();
+        let sentences = src_tokens.size().first().copied().unwrap_or(0).max(1);
+        let beam = new_order.size().first().copied().unwrap_or(0) / sentences;
         for model in self.models {
             let enc = model.encoder.forward(src_tokens, false)?;
-            self.state.push((enc.reorder(new_order), IncrementalState::new()));
+            if beam > 1 && model.beamable_encoder_attention() {
+                // BART's dummy reorder_encoder_out: one row per sentence, for good
+                self.state.push((enc, IncrementalState { beamable: beam, ..IncrementalState::new() }));
+            } else {
+                self.state.push((enc.reorder(new_order), IncrementalState::new()));
+            }
         }
         Ok(())
     }
@@ -39,6 +46,9 @@ impl StepModel for EnsembleModel<'_> {
         let rows = new_order.size().first().copied().unwrap_or(0);
         for (enc, inc) in self.state.iter_mut() {
             inc.reorder(new_order);
+            if inc.beamable > 1 {
+                continue;
+            }
             // Between shrinks `new_order` only moves rows among the beams of one sentence, and
             // those rows of the encoder output are identical copies: fairseq's per-step
             // reorder_encoder_out then changes nothing, so it is skipped.

@@ -191,7 +191,7 @@ impl LanguageModel {
 
     /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
     pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
-        HypothesisText::new(&self.dict, &self.pipeline, h)
+        HypothesisText::new(&self.dict, &self.pipeline, h, &[self.dict.eos()])
     }
 
     pub fn specials(&self) -> LmSpecials {

@@ -4,6 +4,7 @@
 //! [`ModelBundle::load`].
 
 mod language_model;
+mod languages;
 pub mod model_dir;
 mod options;
 mod pipeline;
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use tch::{Device, Kind};
 
 use crate::checkpoint::{load_checkpoint, read_summary, Checkpoint, CheckpointError, ConfigSource, ContainerFormat};
-use crate::config::TransformerConfig;
+use crate::config::{TaskOverrides, TransformerConfig};
 use crate::generate::rng_replay::replay_model_init;
 use crate::generate::GenerateError;
 use crate::model::{ModelError, TransformerModel};
@@ -23,6 +24,7 @@ use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
 pub use language_model::{language_model_checkpoint, LanguageModel, LmScored};
+pub use languages::{LanguageTokens, Languages};
 pub use model_dir::ModelFiles;
 pub use options::TranslateOptions;
 pub use pipeline::{build as build_pipeline, PipelineOverrides};
@@ -63,6 +65,8 @@ pub struct ModelSpec {
     pub data: Option<PathBuf>,
     pub source_lang: Option<String>,
     pub target_lang: Option<String>,
+    /// fairseq's task flags (`--lang-pairs`, `--encoder-langtok`, ...) over the checkpoint's.
+    pub task: TaskOverrides,
 }
 
 /// What to load besides the files.
@@ -97,8 +101,23 @@ pub struct LoadReport {
     pub target_dictionary: DictionaryReport,
     pub bpe_codes: Option<PathBuf>,
     pub sentencepiece_model: Option<PathBuf>,
+    /// A multilingual model's languages and language tokens (absent for a bilingual model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub languages: Option<LanguageReport>,
     /// Things that were guessed or that fairseq would have done differently, one line each.
     pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LanguageReport {
+    /// fairseq's task name.
+    pub task: String,
+    /// The languages, in the order that sets their token ids.
+    pub langs: Vec<String>,
+    /// `--lang-pairs` (multilingual models).
+    pub lang_pairs: Vec<String>,
+    /// Every language token (and `<mask>`) with its id in the source dictionary.
+    pub tokens: Vec<(String, i64)>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -129,6 +148,8 @@ pub struct ModelBundle {
     pub checkpoints: Vec<Checkpoint>,
     pub src_dict: Dictionary,
     pub tgt_dict: Dictionary,
+    /// The languages of a multilingual task (see [`Languages`]); the dictionaries hold their tokens.
+    pub languages: Languages,
     /// Tokenizer/BPE settings: defaults < checkpoint config < model directory < overrides.
     pub pipeline_options: PipelineOptions,
     pub report: LoadReport,
@@ -171,7 +192,7 @@ impl ModelBundle {
         let mut first: Option<Checkpoint> = None;
         let mut first_summary = None;
         let files = ModelFiles::resolve(spec, |path| {
-            let summary = if load_weights {
+            let mut summary = if load_weights {
                 let ckpt = load_checkpoint(path)?;
                 let summary = ckpt.summary();
                 first = Some(ckpt);
@@ -179,11 +200,22 @@ impl ModelBundle {
             } else {
                 read_summary(path)?
             };
+            let task = summary.config.language_task.with_overrides(summary.config.task.as_deref(), &spec.task);
+            summary.config.language_task = task.map_err(|e| HubError::ModelDir(format!("task flags: {e}")))?;
+            if let Some(ckpt) = &mut first {
+                ckpt.config.language_task = summary.config.language_task.clone();
+            }
             first_summary = Some(summary.clone());
             Ok(summary)
         })?;
-        let src_dict = load_dictionary(&files.src_dict)?;
-        let tgt_dict = load_dictionary(&files.tgt_dict)?;
+        let mut src_dict = load_dictionary(&files.src_dict)?;
+        let mut tgt_dict = load_dictionary(&files.tgt_dict)?;
+        let task = first_summary.as_ref().map(|s| s.config.language_task.clone()).unwrap_or_default();
+        let languages = Languages::new(&task, files.lang_dict.as_deref())?;
+        languages.augment(&mut src_dict);
+        languages.augment(&mut tgt_dict);
+        // the pair's tokens must exist before any model is built
+        languages.tokens(&files.source_lang, &files.target_lang, &src_dict, &tgt_dict)?;
 
         let mut checkpoints = Vec::new();
         let mut models = Vec::new();
@@ -236,6 +268,12 @@ impl ModelBundle {
             }
         };
         let pipeline_options = pipeline::options(spec, &options.pipeline, &files, &config);
+        let language_report = languages.is_multilingual().then(|| LanguageReport {
+            task: config.task.clone().unwrap_or_default(),
+            langs: languages.langs.clone(),
+            lang_pairs: languages.pairs(),
+            tokens: languages.token_names().into_iter().map(|t| (t.clone(), src_dict.index(&t))).collect(),
+        });
         let report = LoadReport {
             checkpoints: reports,
             source_lang: files.source_lang.clone(),
@@ -244,9 +282,10 @@ impl ModelBundle {
             target_dictionary: DictionaryReport { path: files.tgt_dict.clone(), size: tgt_dict.len() },
             bpe_codes: pipeline_options.bpe_codes.clone(),
             sentencepiece_model: pipeline_options.sentencepiece_model.clone(),
+            languages: language_report,
             warnings,
         };
-        Ok(Self { files, config, models, checkpoints, src_dict, tgt_dict, pipeline_options, report })
+        Ok(Self { files, config, models, checkpoints, src_dict, tgt_dict, languages, pipeline_options, report })
     }
 
     /// fairseq-interactive's limit on source length: the smallest of the models' and the task's.
@@ -264,6 +303,12 @@ impl ModelBundle {
     /// The pipeline of one side's text, tokenized and detokenized in that side's language.
     pub fn side_pipeline(&mut self, lang: &str) -> Result<TextPipeline, HubError> {
         let mut options = self.pipeline_options.clone();
+        // the target's own sentencepiece model, unless the caller named one
+        if lang == self.files.target_lang && options.sentencepiece_model == self.files.sentencepiece_model {
+            if let Some(own) = &self.files.target_sentencepiece_model {
+                options.sentencepiece_model = Some(own.clone());
+            }
+        }
         options.source_lang = lang.to_string();
         options.target_lang = lang.to_string();
         self.build_pipeline(&options)

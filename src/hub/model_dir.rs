@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{HubError, ModelSpec};
+use super::{HubError, Languages, ModelSpec};
 use crate::checkpoint::CheckpointSummary;
+use crate::config::LanguageTask;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFiles {
@@ -18,6 +19,38 @@ pub struct ModelFiles {
     pub tgt_dict: PathBuf,
     pub bpe_codes: Option<PathBuf>,
     pub sentencepiece_model: Option<PathBuf>,
+    /// The target language's own sentencepiece model (`sentencepiece.<tgt>.model`), if any.
+    pub target_sentencepiece_model: Option<PathBuf>,
+    /// A multilingual model's `--lang-dict` file.
+    pub lang_dict: Option<PathBuf>,
+}
+
+/// The file name of a path stored by training (`/data/m2m/model_dict.128k.txt` → `model_dict.128k.txt`).
+fn base_name(stored: &str) -> String {
+    Path::new(stored).file_name().map_or_else(|| stored.to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The dictionaries' possible file names, best first: `dict.<lang>.txt`, or what a multilingual
+/// task names (`--fixed-dictionary`, which M2M-100's directories call `model_dict*.txt`, else
+/// `--source-dict`/`--target-dict`).
+fn dict_names(task: &LanguageTask, dir: &Path, src: &str, tgt: &str) -> Vec<(String, String)> {
+    let own = (format!("dict.{src}.txt"), format!("dict.{tgt}.txt"));
+    let LanguageTask::Multilingual(m) = task else { return vec![own] };
+    let mut names = Vec::new();
+    if let Some(fixed) = &m.fixed_dictionary {
+        let mut model_dicts: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().filter(|n| n.starts_with("model_dict") && n.ends_with(".txt")).map(str::to_string))
+            .collect();
+        model_dicts.sort();
+        names.extend([base_name(fixed)].into_iter().chain(model_dicts).map(|n| (n.clone(), n)));
+    } else if m.source_dict.is_some() || m.target_dict.is_some() {
+        names.push((m.source_dict.as_deref().map_or(own.0.clone(), base_name), m.target_dict.as_deref().map_or(own.1.clone(), base_name)));
+    }
+    names.push(own);
+    names
 }
 
 fn err(msg: impl Into<String>) -> HubError {
@@ -55,7 +88,7 @@ impl ModelFiles {
     /// The files `spec` points at. `summary` reads the first checkpoint (once: the caller keeps
     /// what it parsed); its languages and embedding sizes settle languages the spec leaves open.
     pub fn resolve(spec: &ModelSpec, summary: impl FnOnce(&Path) -> Result<CheckpointSummary, HubError>) -> Result<Self, HubError> {
-        let ModelSpec { model, path, data, source_lang, target_lang } = spec;
+        let ModelSpec { model, path, data, source_lang, target_lang, .. } = spec;
         let (model, path, data) = (model.as_deref(), path.as_deref(), data.as_deref());
         let (source_lang, target_lang) = (source_lang.as_deref(), target_lang.as_deref());
         let model_dir = match model {
@@ -114,32 +147,64 @@ impl ModelFiles {
         }
         let summary = summary(&checkpoints[0])?;
         let cfg = &summary.config;
-        let (src, tgt) = match (source_lang.map(str::to_string).or_else(|| cfg.source_lang.clone()), target_lang.map(str::to_string).or_else(|| cfg.target_lang.clone())) {
-            (Some(s), Some(t)) => (s, t),
-            (s, t) => infer_langs(&dirs, s, t, &summary, model.unwrap_or(&checkpoints[0]))?,
+        let (source_lang, target_lang) = (source_lang.map(str::to_string).or_else(|| cfg.source_lang.clone()), target_lang.map(str::to_string).or_else(|| cfg.target_lang.clone()));
+        let (src, tgt) = match (source_lang, target_lang, &cfg.language_task) {
+            (Some(s), Some(t), _) => (s, t),
+            (s, t, LanguageTask::Multilingual(m)) => match m.lang_pairs.as_slice() {
+                [(ps, pt)] if s.as_ref().is_none_or(|s| s == ps) && t.as_ref().is_none_or(|t| t == pt) => (ps.clone(), pt.clone()),
+                pairs => {
+                    let pairs: Vec<String> = pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect();
+                    return Err(err(format!("a multilingual model (language pairs {}): give the source and target languages", pairs.join(","))));
+                }
+            },
+            (s, t, _) => infer_langs(&dirs, s, t, &summary, model.unwrap_or(&checkpoints[0]))?,
         };
-        let dict_dir = dirs
-            .iter()
-            .find(|d| d.join(format!("dict.{src}.txt")).is_file() && d.join(format!("dict.{tgt}.txt")).is_file())
-            .ok_or_else(|| {
-                let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-                err(format!("dictionaries dict.{src}.txt and dict.{tgt}.txt not found (searched {}); give the data directory", searched.join(", ")))
-            })?
-            .clone();
-        let find = |names: &[&str]| -> Option<PathBuf> {
-            let mut places = vec![dict_dir.clone()];
-            places.extend(model_dir.iter().cloned());
-            places.push(ckpt_dir.clone());
+        let find_in = |places: &[PathBuf], names: &[&str]| -> Option<PathBuf> {
             places.iter().flat_map(|d| names.iter().map(move |n| d.join(n))).find(|p| p.is_file())
         };
+        let mut everywhere = dirs.clone();
+        everywhere.extend(model_dir.iter().cloned());
+        everywhere.push(ckpt_dir.clone());
+        // the language list first: a language the model lacks is named as such, not as a missing file
+        let lang_dict = match &cfg.language_task {
+            LanguageTask::Multilingual(m) => m.lang_dict.as_deref().and_then(|stored| find_in(&everywhere, &[base_name(stored).as_str()]).or_else(|| Some(PathBuf::from(stored)).filter(|p| p.is_file()))),
+            _ => None,
+        };
+        let languages = Languages::new(&cfg.language_task, lang_dict.as_deref())?;
+        languages.check(&src)?;
+        languages.check(&tgt)?;
+        let (dict_dir, (src_name, tgt_name)) = dirs
+            .iter()
+            .flat_map(|d| dict_names(&cfg.language_task, d, &src, &tgt).into_iter().map(move |n| (d.clone(), n)))
+            .find(|(d, (s, t))| d.join(s).is_file() && d.join(t).is_file())
+            .ok_or_else(|| {
+                let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                let (s, t) = dict_names(&cfg.language_task, &dirs[0], &src, &tgt).remove(0);
+                let names = if s == t { s } else { format!("{s} and {t}") };
+                err(format!("dictionaries {names} not found (searched {}); give the data directory", searched.join(", ")))
+            })?;
+        let mut places = vec![dict_dir.clone()];
+        places.extend(model_dir.iter().cloned());
+        places.push(ckpt_dir.clone());
+        let find = |names: &[&str]| find_in(&places, names);
+        // the file the checkpoint names (M2M-100's `spm.128k.model`), else the hub name; a
+        // per-language model (`sentencepiece.<lang>.model`) first
+        let named = cfg.bpe_file.as_deref().map(base_name);
+        let spm = |lang: &str| {
+            let own = format!("sentencepiece.{lang}.model");
+            find(&[own.as_str()]).or_else(|| find(&[named.as_deref().unwrap_or("sentencepiece.bpe.model"), "sentencepiece.bpe.model"]))
+        };
+        let bpe_codes = find(&[named.as_deref().filter(|n| !n.ends_with(".model")).unwrap_or("bpecodes"), "bpecodes", "code"]);
         Ok(ModelFiles {
             checkpoints,
-            src_dict: dict_dir.join(format!("dict.{src}.txt")),
-            tgt_dict: dict_dir.join(format!("dict.{tgt}.txt")),
+            src_dict: dict_dir.join(&src_name),
+            tgt_dict: dict_dir.join(&tgt_name),
+            bpe_codes,
+            sentencepiece_model: spm(&src),
+            target_sentencepiece_model: spm(&tgt),
+            lang_dict,
             source_lang: src,
             target_lang: tgt,
-            bpe_codes: find(&["bpecodes", "code"]),
-            sentencepiece_model: find(&["sentencepiece.bpe.model"]),
         })
     }
 }

@@ -2,7 +2,7 @@
 //! (fairseq's `SequenceScorer`) over a loaded model. The `score` command and the server's
 //! `/v1/score` both score through [`Translator::score`] (CTranslate2's `score_batch`).
 
-use super::{ModelBundle, Translator};
+use super::{LanguageTokens, ModelBundle, Translator};
 use crate::generate::batching::batch_by_size;
 use crate::generate::scorer::{collate, ordered_indices, ScorerError, SequenceScorer};
 use crate::generate::workers::run_jobs;
@@ -60,12 +60,14 @@ pub(super) struct PairScoring {
 }
 
 impl PairScoring {
-    pub(super) fn new(bundle: &ModelBundle) -> Self {
+    pub(super) fn new(bundle: &ModelBundle, language_tokens: &LanguageTokens) -> Self {
         let (src_dict, tgt_dict) = (&bundle.src_dict, &bundle.tgt_dict);
+        // mBART fine-tuning's dataset moves its `[tgt]` EOS to the front of prev_output_tokens
+        let eos = language_tokens.eos.unwrap_or(tgt_dict.eos());
         let batch_scorer = BatchScorer {
-            scorer: SequenceScorer::new(tgt_dict.pad(), tgt_dict.eos()),
+            scorer: SequenceScorer::new(tgt_dict.pad(), eos),
             pad: src_dict.pad(),
-            eos: src_dict.eos(),
+            eos,
             left_pad_source: bundle.config.left_pad_source,
             left_pad_target: bundle.config.left_pad_target,
         };
@@ -80,8 +82,33 @@ impl PairScoring {
 impl Translator {
     /// The pair's token ids, or why it cannot be scored.
     pub fn encode_pair(&self, source: &str, target: &str) -> Result<Encoded, String> {
+        self.encode_pair_with(source, target, &self.language_tokens)
+    }
+
+    /// [`Translator::encode_pair`] in another language pair of a multilingual model (a row's
+    /// own languages); the model's dictionaries hold every language.
+    pub fn encode_pair_in(&self, source: &str, target: &str, source_lang: &str, target_lang: &str) -> Result<Encoded, String> {
+        if !self.languages.is_multilingual() {
+            return Err(format!("the model is not multilingual: it translates {} only", self.language_pair()));
+        }
+        let tokens = self.languages.tokens(source_lang, target_lang, &self.src_dict, &self.tgt_dict).map_err(|e| e.to_string())?;
+        if tokens.eos != self.language_tokens.eos {
+            return Err(format!("this model's target language is {}: score other target languages in a run of their own", self.report.target_lang));
+        }
+        self.encode_pair_with(source, target, &tokens)
+    }
+
+    /// `src-tgt` of the loaded pair.
+    pub fn language_pair(&self) -> String {
+        format!("{}-{}", self.report.source_lang, self.report.target_lang)
+    }
+
+    fn encode_pair_with(&self, source: &str, target: &str, tokens: &LanguageTokens) -> Result<Encoded, String> {
         let source_ids = self.src_dict.encode_line(&self.pipeline.encode(source), true);
         let target_ids = self.tgt_dict.encode_line(&self.target_pipeline.encode(target), true);
+        check_empty(&source_ids, "source")?;
+        check_empty(&target_ids, "target")?;
+        let (source_ids, target_ids) = tokens.pair(source_ids, target_ids, self.src_dict.bos());
         let limits = &self.scoring;
         check_len(&source_ids, "source", limits.max_source_positions, "max_source_positions")?;
         check_len(&target_ids, "target", limits.max_target_positions, "max_target_positions")?;
@@ -128,10 +155,14 @@ impl Translator {
     }
 }
 
-fn check_len(ids: &[i64], side: &str, max: usize, what: &str) -> Result<(), String> {
+fn check_empty(ids: &[i64], side: &str) -> Result<(), String> {
     if ids.len() <= 1 {
         return Err(format!("empty '{side}' after tokenization"));
     }
+    Ok(())
+}
+
+fn check_len(ids: &[i64], side: &str, max: usize, what: &str) -> Result<(), String> {
     if ids.len() > max {
         return Err(format!("'{side}' has {} tokens (with EOS), more than the model's {what} {max}", ids.len()));
     }

@@ -9,7 +9,7 @@ use tch::Device;
 
 use super::options::TranslateOptions;
 use super::scorer::PairScoring;
-use super::{HubError, LoadReport, ModelBundle};
+use super::{HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
 use crate::generate::batching::{batch_by_size, collate, ordered_indices};
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::sequence_generator::Specials;
@@ -108,8 +108,8 @@ pub struct HypothesisText {
 
 impl HypothesisText {
     /// `tgt_dict.string(tokens)` without EOS, and that detokenized (fairseq's `H-`/`D-` text).
-    pub(super) fn new(dict: &Dictionary, pipeline: &TextPipeline, h: &Hypothesis) -> Result<Self, PipelineError> {
-        let tokens = dict.string(&h.tokens, None, false, &[dict.eos()]);
+    pub(super) fn new(dict: &Dictionary, pipeline: &TextPipeline, h: &Hypothesis, strip: &[i64]) -> Result<Self, PipelineError> {
+        let tokens = dict.string(&h.tokens, None, false, strip);
         let text = pipeline.decode(&tokens)?;
         Ok(HypothesisText { tokens, text })
     }
@@ -147,6 +147,9 @@ pub struct Translator {
     pub report: LoadReport,
     /// The arithmetic of the linear layers (`exact` unless [`Translator::set_compute_type`]).
     pub compute_type: ComputeType,
+    /// The languages of a multilingual model, and the tokens of the loaded pair.
+    pub languages: Languages,
+    pub language_tokens: LanguageTokens,
     pub(super) scoring: PairScoring,
 }
 
@@ -164,10 +167,25 @@ impl Translator {
             }
         };
         let max_source_positions = bundle.max_source_positions();
-        let scoring = PairScoring::new(&bundle);
-        let ModelBundle { models, src_dict, tgt_dict, report, .. } = bundle;
+        let (src, tgt) = (&bundle.files.source_lang, &bundle.files.target_lang);
+        let language_tokens = bundle.languages.tokens(src, tgt, &bundle.src_dict, &bundle.tgt_dict)?;
+        let scoring = PairScoring::new(&bundle, &language_tokens);
+        let ModelBundle { models, src_dict, tgt_dict, report, languages, .. } = bundle;
         let compute_type = ComputeType::Exact;
-        Ok(Translator { pipeline, target_pipeline, src_dict, tgt_dict, models, device, max_source_positions, report, compute_type, scoring })
+        Ok(Translator {
+            pipeline,
+            target_pipeline,
+            src_dict,
+            tgt_dict,
+            models,
+            device,
+            max_source_positions,
+            report,
+            compute_type,
+            languages,
+            language_tokens,
+            scoring,
+        })
     }
 
     /// Switches every model to `compute_type` (CTranslate2's name, e.g. `int8`); once `exact`
@@ -191,10 +209,22 @@ impl Translator {
         Ok(())
     }
 
-    /// A generator for this model's target dictionary.
+    /// A generator for this model's target dictionary (and its task's EOS).
     pub fn generator(&self, cfg: GeneratorConfig) -> Result<SequenceGenerator, GenerateError> {
         let d = &self.tgt_dict;
-        SequenceGenerator::new(cfg, d.len(), Specials { pad: d.pad(), eos: d.eos(), unk: d.unk() })
+        SequenceGenerator::new(cfg, d.len(), Specials { pad: d.pad(), eos: self.generator_eos(), unk: d.unk() })
+    }
+
+    /// The EOS generation ends with: the dictionary's, or the task's (`[tgt]` of mBART fine-tuning).
+    pub fn generator_eos(&self) -> i64 {
+        self.language_tokens.eos.unwrap_or(self.tgt_dict.eos())
+    }
+
+    /// The symbols left out of hypothesis text: EOS, the generator's EOS and the task's language token.
+    fn output_strip(&self) -> Vec<i64> {
+        let mut strip = vec![self.tgt_dict.eos(), self.generator_eos()];
+        strip.extend(&self.language_tokens.strip);
+        strip
     }
 
     /// The generator for `options`, and the batching it runs with. A sampling search seeds
@@ -216,9 +246,9 @@ impl Translator {
         Ok((generator, Batching { inter_threads: 1, ..batching }))
     }
 
-    /// Source text → token ids (tokenizer, BPE, dictionary, EOS).
+    /// Source text → token ids (tokenizer, BPE, dictionary, EOS, and the task's language tokens).
     pub fn encode(&self, line: &str) -> Vec<i64> {
-        self.src_dict.encode_line(&self.pipeline.encode(line), true)
+        self.language_tokens.source(self.src_dict.encode_line(&self.pipeline.encode(line), true))
     }
 
     /// Translates one buffer as fairseq-interactive does: the whole buffer is ordered by length,
@@ -300,7 +330,9 @@ impl Translator {
             // an empty buffer must not draw from the generator
             return Ok(Vec::new());
         }
-        let sizes: Vec<usize> = tokens.iter().map(Vec::len).collect();
+        // build_dataset_for_inference keeps the lengths from before the language tokens
+        let added = self.language_tokens.source_added();
+        let sizes: Vec<usize> = tokens.iter().map(|t| t.len().saturating_sub(added)).collect();
         let mut results: Vec<Option<Translation>> = vec![None; tokens.len()];
         let max = self.max_source_positions;
         // fairseq orders the whole buffer first and filters afterwards
@@ -322,6 +354,20 @@ impl Translator {
         let (device, pad) = (self.device, self.src_dict.pad());
         let (tgt_pad, tgt_eos) = (self.tgt_dict.pad(), self.tgt_dict.eos());
         let tokens_ref = &tokens;
+        // the decoder language token is forced first (the task's inference_step), before any prefix
+        let language_guides: Vec<TargetGuide>;
+        let guides = match self.language_tokens.target_prefix {
+            None => guides,
+            Some(t) => {
+                language_guides = (0..tokens.len())
+                    .map(|i| {
+                        let g = guides.get(i).cloned().unwrap_or_default();
+                        TargetGuide { prefix: [t].into_iter().chain(g.prefix).collect(), constraints: g.constraints }
+                    })
+                    .collect();
+                &language_guides
+            }
+        };
         let translated = run_jobs(&self.models, batches, batching.inter_threads, |models, batch| {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
             let collated = collate(&samples, pad)?;
@@ -369,7 +415,7 @@ impl Translator {
 
     /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
     pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
-        HypothesisText::new(&self.tgt_dict, &self.pipeline, h)
+        HypothesisText::new(&self.tgt_dict, &self.pipeline, h, &self.output_strip())
     }
 
     /// The hypothesis' attention with the symbols of both sides, or `None` when the generator

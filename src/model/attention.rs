@@ -144,6 +144,22 @@ impl MultiheadAttention {
         let self_attention = !static_kv;
         // previous steps cached the static keys: do not recompute them
         let key = if static_kv && state.as_ref().is_some_and(|s| s.prev_key.is_some()) { None } else { key };
+        let beam_size = state.as_ref().map_or(1, |s| s.beam_size.max(1));
+        // BART's beamable attention reduces per-beam keys [T, B*beam, C] to [T, B, C]
+        let mut key_padding_mask = key_padding_mask.map(Tensor::shallow_clone);
+        let reduced;
+        let key = match key {
+            Some(k) if static_kv && beam_size > 1 && k.size()[1] == bsz => {
+                let s = k.size();
+                reduced = k.f_view([s[0], -1, beam_size, s[2]])?.f_select(2, 0)?;
+                if let Some(m) = &key_padding_mask {
+                    let src = m.size()[1];
+                    key_padding_mask = Some(m.f_view([-1, beam_size, src])?.f_select(1, 0)?);
+                }
+                Some(&reduced)
+            }
+            k => k,
+        };
         let mut q = self.q_proj.forward(query)?;
         let (k, v) = if self_attention {
             (Some(self.k_proj.forward(query)?), Some(self.v_proj.forward(query)?))
@@ -167,7 +183,6 @@ impl MultiheadAttention {
             Some(v) => Some(v.f_contiguous()?.f_view([-1, kv_bsz * h, d])?.f_transpose(0, 1)?),
             None => None,
         };
-        let mut key_padding_mask = key_padding_mask.map(Tensor::shallow_clone);
         if let Some(state) = state {
             if let Some(prev_key) = &state.prev_key {
                 kv_bsz = prev_key.size()[0];
@@ -202,12 +217,17 @@ impl MultiheadAttention {
             return Err(ModelError::Input("encoder attention called without keys".into()));
         };
         let src_len = k.size()[1];
-        if kv_bsz != bsz {
-            return Err(ModelError::Input(format!(
-                "attention over {kv_bsz} key rows for {bsz} query rows (fairseq's beamable path is not used by transformers)"
-            )));
+        let beamable = kv_bsz != bsz;
+        if beamable && (kv_bsz == 0 || bsz % kv_bsz != 0) {
+            return Err(ModelError::Input(format!("attention over {kv_bsz} key rows for {bsz} query rows")));
         }
-        let mut attn_weights = q.f_bmm(&k.f_transpose(1, 2)?)?;
+        let mut attn_weights = if beamable {
+            let q5 = q.f_view([kv_bsz, -1, h, tgt_len, d])?;
+            let k4 = k.f_view([kv_bsz, h, -1, d])?;
+            Tensor::f_einsum("bxhtd,bhsd->bxhts", &[q5, k4], None::<&[i64]>)?.f_reshape([-1, tgt_len, src_len])?
+        } else {
+            q.f_bmm(&k.f_transpose(1, 2)?)?
+        };
         if let Some(m) = attn_mask {
             let _ = attn_weights.f_add_(&m.f_unsqueeze(0)?)?;
         }
@@ -221,7 +241,13 @@ impl MultiheadAttention {
         }
         let attn_weights_float = attn_weights.f_softmax(-1, Kind::Float)?;
         let attn_probs = attn_weights_float.f_to_kind(attn_weights.kind())?;
-        let attn = attn_probs.f_bmm(&v)?;
+        let attn = if beamable {
+            let p5 = attn_probs.f_view([kv_bsz, -1, h, tgt_len, src_len])?;
+            let v4 = v.f_view([kv_bsz, h, -1, d])?;
+            Tensor::f_einsum("bxhts,bhsd->bxhtd", &[p5, v4], None::<&[i64]>)?.f_reshape([-1, tgt_len, d])?
+        } else {
+            attn_probs.f_bmm(&v)?
+        };
         let attn = attn.f_transpose(0, 1)?.f_contiguous()?.f_view([tgt_len, bsz, embed_dim])?;
         let attn = self.out_proj.forward(&attn)?;
         let weights = if need_weights || need_head_weights {

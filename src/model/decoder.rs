@@ -106,7 +106,10 @@ impl TransformerDecoder {
         let bsz = prev_output_tokens.size()[0];
         if let Some(encoder_out) = encoder_out {
             let (src_len, enc_bsz, _) = encoder_out.encoder_out.size3()?;
-            if enc_bsz != bsz || encoder_out.encoder_padding_mask.size() != [bsz, src_len] {
+            // BART's beamable attention keeps one encoder row per sentence for all its beams
+            // (and does not shrink with the batch: only the cached keys do)
+            let beamable = incremental_state.as_ref().is_some_and(|s| s.beamable > 1);
+            if (enc_bsz != bsz && !beamable) || encoder_out.encoder_padding_mask.size() != [enc_bsz, src_len] {
                 return Err(ModelError::Input(format!(
                     "{bsz} target rows for an encoder output of {enc_bsz} rows (mask {:?})",
                     encoder_out.encoder_padding_mask.size()

@@ -12,6 +12,9 @@ pub struct AttentionState {
     pub prev_key_padding_mask: Option<Tensor>,
     /// The fused path's additive padding mask of an encoder attention, `[B, 1, 1, S]`.
     pub attn_bias: Option<Tensor>,
+    /// BART's beamable encoder attention (`set_beam_size`): keys and values are kept once per
+    /// sentence, not once per beam. 1 = off.
+    pub beam_size: i64,
 }
 
 impl AttentionState {
@@ -42,6 +45,8 @@ pub struct LayerState {
 #[derive(Debug, Default)]
 pub struct IncrementalState {
     pub layers: Vec<LayerState>,
+    /// The beam size of BART's beamable encoder attention (0 or 1: off).
+    pub beamable: i64,
 }
 
 impl IncrementalState {
@@ -51,7 +56,8 @@ impl IncrementalState {
 
     pub(crate) fn layer_mut(&mut self, idx: usize) -> &mut LayerState {
         if self.layers.len() <= idx {
-            self.layers.resize_with(idx + 1, LayerState::default);
+            let beam_size = self.beamable.max(1);
+            self.layers.resize_with(idx + 1, || LayerState { encoder_attn: AttentionState { beam_size, ..Default::default() }, ..Default::default() });
         }
         &mut self.layers[idx]
     }
@@ -64,9 +70,17 @@ impl IncrementalState {
     /// `new_order` must be an int64 tensor of valid row indices on the model device.
     pub fn reorder(&mut self, new_order: &Tensor) {
         let rows = new_order.size().first().copied().unwrap_or(0);
+        let beam = self.beamable;
         for layer in &mut self.layers {
             layer.self_attn.index_select(new_order);
-            if layer.encoder_attn.rows() != Some(rows) {
+            if beam > 1 {
+                // one row per sentence: fairseq keeps them unless the batch shrinks, then takes
+                // each sentence's first new row divided by the beam size
+                if layer.encoder_attn.rows().is_some_and(|r| r * beam != rows) {
+                    let sentences = new_order.reshape([-1, beam]).select(1, 0).floor_divide_scalar(beam);
+                    layer.encoder_attn.index_select(&sentences);
+                }
+            } else if layer.encoder_attn.rows() != Some(rows) {
                 layer.encoder_attn.index_select(new_order);
             }
         }

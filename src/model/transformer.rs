@@ -25,6 +25,14 @@ pub struct TransformerModel {
 }
 
 impl TransformerModel {
+    /// BART's `set_beam_size` (called by fairseq's `SequenceGenerator` for beams above 1): the
+    /// encoder output is kept once per sentence and the encoder attention runs `einsum` over the
+    /// beams. Only the exact compute type follows it.
+    pub fn beamable_encoder_attention(&self) -> bool {
+        crate::config::BART_ARCHS.contains(&self.cfg.arch.as_str())
+            && self.decoder.layers.iter().all(|l| l.encoder_attn.as_ref().is_none_or(|a| a.fused.is_none()))
+    }
+
     /// Builds every module from the state dict (constructor tree = key tree); a missing key is
     /// an error, unused keys are reported. Weights are cast to `kind` on `device`.
     pub fn from_state_dict(

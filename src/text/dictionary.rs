@@ -54,12 +54,17 @@ impl Dictionary {
     pub fn new() -> Self {
         let mut d = Dictionary { symbols: Vec::new(), counts: Vec::new(), indices: HashMap::new() };
         for w in [BOS_WORD, PAD_WORD, EOS_WORD, UNK_WORD] {
-            d.add_symbol(w, 1, false);
+            d.insert(w, 1, false);
         }
         d
     }
 
-    fn add_symbol(&mut self, word: &str, n: i64, overwrite: bool) -> i64 {
+    /// `Dictionary.add_symbol(word)`: the index of `word`, added at the end if absent.
+    pub fn add_symbol(&mut self, word: &str) -> i64 {
+        self.insert(word, 1, false)
+    }
+
+    fn insert(&mut self, word: &str, n: i64, overwrite: bool) -> i64 {
         if !overwrite {
             if let Some(&idx) = self.indices.get(word) {
                 self.counts[idx as usize] += n;
@@ -98,7 +103,7 @@ impl Dictionary {
             if !overwrite && d.indices.contains_key(word) {
                 return Err(DictionaryError::Duplicate { line: line_no, word: word.to_string() });
             }
-            d.add_symbol(word, count, overwrite);
+            d.insert(word, count, overwrite);
         }
         Ok(d)
     }

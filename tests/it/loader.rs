@@ -16,6 +16,7 @@ fn resolve(model: Option<&Path>, path: Option<&str>, data: Option<&Path>, src: O
         data: data.map(Path::to_path_buf),
         source_lang: src.map(str::to_string),
         target_lang: tgt.map(str::to_string),
+        ..Default::default()
     };
     ModelFiles::resolve(&spec, |p| Ok(checkpoint::read_summary(p)?))
 }

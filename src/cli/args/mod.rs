@@ -151,6 +151,37 @@ pub struct ModelArgs {
     /// Target language (default: from the checkpoint config).
     #[arg(short = 't', long = "target-lang", value_name = "LANG")]
     pub target_lang: Option<String>,
+    #[command(flatten)]
+    pub task: TaskArgs,
+}
+
+/// fairseq's multilingual task flags; the checkpoint's own settings apply where none is given.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TaskArgs {
+    /// fairseq task (translation, translation_multi_simple_epoch, translation_from_pretrained_bart).
+    #[arg(long, value_name = "TASK", hide_short_help = true)]
+    pub task: Option<String>,
+    /// Language pairs of a multilingual model, comma-separated (en-de,de-en) or a file holding them.
+    #[arg(long = "lang-pairs", value_name = "PAIRS", hide_short_help = true)]
+    pub lang_pairs: Option<String>,
+    /// The model's languages, comma-separated, in token-id order.
+    #[arg(long, value_name = "LANGS", hide_short_help = true)]
+    pub langs: Option<String>,
+    /// A file with the model's languages, one per line, in token-id order.
+    #[arg(long = "lang-dict", value_name = "FILE", hide_short_help = true)]
+    pub lang_dict: Option<String>,
+    /// Language-token style: multilingual (__en__) or mbart ([en_XX]).
+    #[arg(long = "lang-tok-style", value_name = "STYLE", hide_short_help = true)]
+    pub lang_tok_style: Option<String>,
+    /// Put the src (or tgt) language token before the source.
+    #[arg(long = "encoder-langtok", value_name = "SRCTGT", hide_short_help = true)]
+    pub encoder_langtok: Option<String>,
+    /// Force the target language token as the decoder's first token.
+    #[arg(long = "decoder-langtok", hide_short_help = true)]
+    pub decoder_langtok: bool,
+    /// One dictionary for every language.
+    #[arg(long = "fixed-dictionary", value_name = "FILE", hide_short_help = true)]
+    pub fixed_dictionary: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -357,6 +388,12 @@ pub struct ScoreArgs {
     pub source_column: String,
     #[arg(long = "target-column", default_value = "target")]
     pub target_column: String,
+    /// Column with each row's source language (multilingual models; default: --source-lang).
+    #[arg(long = "source-lang-column", value_name = "NAME")]
+    pub source_lang_column: Option<String>,
+    /// Column with each row's target language (multilingual models; default: --target-lang).
+    #[arg(long = "target-lang-column", value_name = "NAME")]
+    pub target_lang_column: Option<String>,
     /// Field delimiter (use '\t' for TSV).
     #[arg(long, default_value = ",")]
     pub delimiter: String,

@@ -32,6 +32,14 @@ impl Backend for ModelBackend {
         self.scorer.encode_pair(source, target)
     }
 
+    fn encode_in(&self, source: &str, target: &str, langs: (Option<&str>, Option<&str>)) -> std::result::Result<Encoded, String> {
+        let report = &self.scorer.report;
+        match langs {
+            (None, None) => self.scorer.encode_pair(source, target),
+            (s, t) => self.scorer.encode_pair_in(source, target, s.unwrap_or(&report.source_lang), t.unwrap_or(&report.target_lang)),
+        }
+    }
+
     fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>> {
         Ok(self.scorer.score(batch)?)
     }

@@ -52,6 +52,9 @@ pub struct Columns {
     pub names: Vec<String>,
     pub source: usize,
     pub target: usize,
+    /// Columns naming each row's source and target language (multilingual models).
+    pub source_lang: Option<usize>,
+    pub target_lang: Option<usize>,
 }
 
 impl Columns {
@@ -77,7 +80,23 @@ impl Columns {
         if let Some(taken) = added.iter().find(|a| names.iter().any(|h| h == *a)) {
             return Err(HeaderError::Taken(taken.to_string()));
         }
-        Ok(Self { names, source, target })
+        Ok(Self { names, source, target, source_lang: None, target_lang: None })
+    }
+
+    /// Adds the columns of each row's languages (`--source-lang-column`/`--target-lang-column`).
+    pub fn with_languages(mut self, source_lang: Option<&str>, target_lang: Option<&str>) -> Result<Self, HeaderError> {
+        let find = |name: &str, flag: &'static str| {
+            self.names.iter().position(|h| h == name).ok_or_else(|| HeaderError::Missing { flag, name: name.to_string(), columns: self.names.clone() })
+        };
+        self.source_lang = source_lang.map(|n| find(n, "--source-lang-column")).transpose()?;
+        self.target_lang = target_lang.map(|n| find(n, "--target-lang-column")).transpose()?;
+        Ok(self)
+    }
+
+    /// A row's languages from the language columns (None where no column names it).
+    pub fn languages<'r>(&self, rec: &'r ByteRecord) -> Result<(Option<&'r str>, Option<&'r str>), String> {
+        let get = |idx: Option<usize>, name: &str| idx.map(|i| field(rec, i, name).map(str::trim)).transpose();
+        Ok((get(self.source_lang, "source language")?, get(self.target_lang, "target language")?))
     }
 
     /// A row's source and target text, or why this row (and only it) cannot be scored.

@@ -69,6 +69,13 @@ pub use tchseq::hub::{Encoded, Scored};
 pub trait Backend {
     /// Text of the source and target fields to token ids, or why the row cannot be scored.
     fn encode(&self, source: &str, target: &str) -> std::result::Result<Encoded, String>;
+    /// [`Backend::encode`] in the row's own languages (None: the model's).
+    fn encode_in(&self, source: &str, target: &str, langs: (Option<&str>, Option<&str>)) -> std::result::Result<Encoded, String> {
+        match langs {
+            (None, None) => self.encode(source, target),
+            _ => Err("this backend has no languages to choose from".to_string()),
+        }
+    }
     /// Scores one batch; one result per item, in the order given.
     fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>>;
     /// Scores several batches, possibly at the same time; one result per batch, in order.

@@ -141,7 +141,8 @@ pub(super) fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backe
         let prepared = input
             .columns
             .fields(rec, &opts.source_column, &opts.target_column)
-            .and_then(|(source, target)| backend.encode(source, target));
+            .and_then(|(source, target)| Ok((source, target, input.columns.languages(rec)?)))
+            .and_then(|(source, target, langs)| backend.encode_in(source, target, langs));
         match prepared {
             Ok(e) => encoded.push((row, e)),
             Err(reason) => results[row] = Some(Err(reason)),

@@ -24,6 +24,7 @@ impl Input {
             .clone();
         let columns =
             Columns::resolve(&header, &opts.source_column, &opts.target_column, &output_columns(opts.per_token))
+                .and_then(|c| c.with_languages(opts.source_lang_column.as_deref(), opts.target_lang_column.as_deref()))
                 .map_err(|e| anyhow::anyhow!(e.message(&opts.input.display().to_string())))?;
         Ok(Self { reader, header, columns })
     }
