@@ -44,6 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import parity_kinds  # noqa: E402  (reference/, this script's directory)
+import parity_multilingual  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF = os.path.join(ROOT, "reference")
@@ -288,6 +289,7 @@ def build_jobs():
                        constrained_input] + opts,
         })
     jobs += parity_kinds.jobs(load)
+    jobs += parity_multilingual.jobs()
     for bs in ("1", "16"):
         jobs.append({
             "name": f"bundled/score_reference.b{bs}",

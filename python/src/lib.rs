@@ -205,8 +205,10 @@ fn translate_all(
 impl Translator {
     /// Loads a model directory (model.pt, dict.*.txt, bpecodes) or a checkpoint file.
     #[new]
-    #[pyo3(signature = (model_dir, device = "cpu", compute_type = "exact", threads = 0, inter_threads = 1, tokenized = false))]
-    fn new(py: Python<'_>, model_dir: std::path::PathBuf, device: &str, compute_type: &str, threads: i32, inter_threads: usize, tokenized: bool) -> PyResult<Self> {
+    /// A multilingual model translates `source_lang` into `target_lang`.
+    #[pyo3(signature = (model_dir, device = "cpu", compute_type = "exact", threads = 0, inter_threads = 1, tokenized = false, source_lang = None, target_lang = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(py: Python<'_>, model_dir: std::path::PathBuf, device: &str, compute_type: &str, threads: i32, inter_threads: usize, tokenized: bool, source_lang: Option<String>, target_lang: Option<String>) -> PyResult<Self> {
         if threads < 0 || inter_threads == 0 {
             return Err(value_error("threads must be at least 0 (0: libtorch's default) and inter_threads at least 1"));
         }
@@ -217,7 +219,7 @@ impl Translator {
             other => return Err(value_error(format!("device {other:?}: use \"cpu\" or \"cuda\""))),
         };
         tchseq::libtorch::mute_nested_tensor_warning();
-        let spec = ModelSpec { model: Some(model_dir), ..Default::default() };
+        let spec = ModelSpec { model: Some(model_dir), source_lang, target_lang, ..Default::default() };
         let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
         let translator = py
             .detach(|| {

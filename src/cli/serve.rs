@@ -36,6 +36,12 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
     let mut models = Vec::new();
     let mut max_positions = usize::MAX;
     for spec in &a.models {
+        // DIR@SRC-TGT: one language pair of a multilingual model
+        let (spec, pair) = match spec.rsplit_once('@') {
+            Some((s, p)) if p.contains('-') => (s.to_string(), p.split_once('-').map(|(s, t)| (s.to_string(), t.to_string()))),
+            _ => (spec.clone(), None),
+        };
+        let spec = &spec;
         let (name, dir) = match spec.split_once('=') {
             Some((name, dir)) if !name.is_empty() => (name.to_string(), PathBuf::from(dir)),
             _ => {
@@ -47,7 +53,8 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         if models.iter().any(|(n, _): &(String, Translator)| *n == name) {
             bail!("two models are named {name:?}; name them with --model NAME=DIR");
         }
-        let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang: None, target_lang: None, task: Default::default() };
+        let (source_lang, target_lang) = pair.clone().unzip();
+        let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang, target_lang, task: Default::default() };
         let bundle = common::load_bundle(&model_args, None, Weights::Load { device, kind: Kind::Float, replay_init: false })?;
         let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
         translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;

@@ -599,7 +599,8 @@ mod tests {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// A model directory or checkpoint to serve, as DIR or NAME=DIR; repeat for several models
+    /// A model directory or checkpoint to serve, as DIR or NAME=DIR; repeat for several models.
+    /// A multilingual model serves one language pair per entry: NAME=DIR@SRC-TGT
     /// (the first is the default). The name defaults to the directory's name.
     #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
     pub models: Vec<String>,
