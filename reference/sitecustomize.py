@@ -14,6 +14,15 @@ Loaded automatically when reference/ is on PYTHONPATH (see reference/env.sh).
    `np.int` (data/data_utils.py:488). Restore them only where missing: a `numpy.compat` module
    object with `long = int` (what numpy 1.x's numpy.compat.long was), and `numpy.int/float/
    complex/object/str` = the Python builtins (what those aliases were before numpy 1.24).
+5. tasks/translation_from_pretrained_bart.py (the mBART fine-tuning task) reads `self.args`
+   (load_dataset, build_generator, build_dataset_for_inference), but its base TranslationTask
+   (dataclass-based, fairseq_task.py:82) only sets `self.cfg`, so fairseq-train/-generate/
+   -interactive fail with "AttributeError: ... has no attribute 'args'". When that module is
+   imported, give TranslationFromPretrainedBARTTask an `args` property returning `self.cfg` (the
+   same object the legacy task stored as args), only if the class has no `args` of its own. An
+   assignment to `args` (none in 0.12.2) would be stored and returned instead. Done with a
+   post-import hook (a sys.meta_path finder that wraps that one module's exec_module), so fairseq
+   is not imported by every Python start.
 """
 import dataclasses
 
@@ -84,3 +93,55 @@ try:
     _patch_torch()
 except Exception:  # torch missing: nothing to patch
     pass
+
+
+def _fix_bart_task(module):
+    cls = getattr(module, "TranslationFromPretrainedBARTTask", None)
+    if cls is None or hasattr(cls, "args"):
+        return
+
+    def get_args(self):
+        return self.__dict__.get("_args_fix5", self.cfg)
+
+    def set_args(self, value):
+        self.__dict__["_args_fix5"] = value
+
+    cls.args = property(get_args, set_args)
+
+
+_POST_IMPORT = {"fairseq.tasks.translation_from_pretrained_bart": _fix_bart_task}
+
+
+def _install_post_import_hooks():
+    import importlib.abc
+    import sys
+
+    class PostImportFinder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            hook = _POST_IMPORT.get(name)
+            if hook is None:
+                return None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            loader = spec.loader
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            orig_exec = loader.exec_module
+
+            def exec_module(module):
+                orig_exec(module)
+                hook(module)
+
+            loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, PostImportFinder())
+
+
+_install_post_import_hooks()

@@ -18,6 +18,7 @@ mod loader;
 mod look_inside;
 mod malformed;
 mod model;
+mod multilingual;
 mod reproducible;
 mod score;
 mod serve;

@@ -1,0 +1,285 @@
+//! Multilingual models and the BART family (`tests/fixtures/multilingual`, trained by fairseq
+//! with reference/family_goldens.sh): `translate -m DIR -s SRC -t TGT` against
+//! fairseq-interactive given every task flag, `score` against `fairseq-generate
+//! --score-reference`, `verify` against fairseq's activations, and the errors and listings the
+//! CLI adds.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use serde_json::Value;
+
+use crate::fairseq_out::{compare, parse_fairseq};
+use crate::util::{fixture, repo, tchseq};
+
+const MODELS: [&str; 4] = ["m2m", "mbart50", "bart", "mbart-ft"];
+
+/// `(golden file, its entry)` of every golden in the manifest.
+fn goldens() -> Vec<(String, Value)> {
+    let m: Value = serde_json::from_str(&fs::read_to_string(fixture("multilingual/manifest.json")).unwrap()).unwrap();
+    let goldens = &m["goldens"];
+    let mut out: Vec<(String, Value)> = match goldens {
+        Value::Object(map) => map.iter().map(|(k, v)| (v["golden"].as_str().unwrap_or(k).to_string(), v.clone())).collect(),
+        Value::Array(list) => list.iter().map(|v| (v["golden"].as_str().unwrap().to_string(), v.clone())).collect(),
+        other => panic!("manifest goldens: {other}"),
+    };
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The golden's path from the repository root (the manifest may name it from there or from
+/// `tests/fixtures/multilingual`).
+fn golden_path(name: &str) -> std::path::PathBuf {
+    if name.starts_with("tests/") {
+        repo(name)
+    } else {
+        fixture(&format!("multilingual/{name}"))
+    }
+}
+
+/// A fairseq command line's model dir, checkpoint, languages and the options tchseq shares with
+/// it (everything but the task, BPE and data flags, which tchseq reads from the checkpoint).
+struct Run {
+    dir: String,
+    path: String,
+    src: String,
+    tgt: String,
+    opts: Vec<String>,
+}
+
+fn parse_argv(argv: &[String]) -> Run {
+    let with_value = [
+        "--task", "--lang-pairs", "--lang-dict", "--langs", "--fixed-dictionary", "--encoder-langtok", "--lang-tok-style", "--bpe",
+        "--sentencepiece-model", "--gen-subset", "--remove-bpe", "--post-process",
+    ];
+    let (mut path, mut src, mut tgt, mut opts) = (String::new(), String::new(), String::new(), Vec::new());
+    let mut i = 2;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        match a {
+            "--path" => path = argv[i + 1].clone(),
+            "-s" | "--source-lang" => src = argv[i + 1].clone(),
+            "-t" | "--target-lang" => tgt = argv[i + 1].clone(),
+            _ if with_value.contains(&a) => {}
+            "--cpu" | "--decoder-langtok" | "--score-reference" | "--quiet" => {
+                i += 1;
+                continue;
+            }
+            _ => {
+                opts.push(argv[i].clone());
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    let dir = std::path::Path::new(&path).parent().unwrap().to_string_lossy().into_owned();
+    Run { dir, path, src, tgt, opts }
+}
+
+fn argv_of(entry: &Value) -> Vec<String> {
+    entry["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+}
+
+/// fairseq-interactive's output for each model, pair and option set: the same hypotheses in the
+/// same order, scores within 1e-4, with nothing but the model directory and the pair given.
+#[test]
+fn translate_matches_fairseq_interactive_with_the_task_read_from_the_checkpoint() {
+    let mut runs = 0;
+    for (name, entry) in goldens() {
+        let argv = argv_of(&entry);
+        if argv[0] != "fairseq-interactive" || entry["exit_code"].as_i64().unwrap_or(0) != 0 {
+            continue;
+        }
+        let r = parse_argv(&argv);
+        let input = entry["input"].as_str().unwrap();
+        let out = tchseq()
+            .args(["translate", "--format", "fairseq", "-m"])
+            .arg(repo(&r.dir))
+            .arg("--path")
+            .arg(repo(&r.path))
+            .args(["-s", &r.src, "-t", &r.tgt, "--input"])
+            .arg(repo(input))
+            .args(&r.opts)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let want = parse_fairseq(&fs::read_to_string(golden_path(&name)).unwrap());
+        let got = parse_fairseq(&String::from_utf8(out.stdout).unwrap());
+        assert_eq!(want.len(), 60, "{name}: the golden holds 60 sentences");
+        let c = compare(&want, &got);
+        assert!(c.ok(), "{name}: {:?}", c.failures());
+        eprintln!("{name}: {} of {} lines bit-identical", c.identical_lines, c.total_lines);
+        runs += 1;
+    }
+    assert!(runs >= 8, "only {runs} interactive goldens");
+}
+
+/// `score` on the raw test pairs, against `fairseq-generate --score-reference` on the same pairs
+/// binarized: every sentence score within 1e-4 and the same token count (language tokens and
+/// EOS included).
+#[test]
+fn score_matches_fairseq_score_reference_with_language_tokens() {
+    let mut runs = 0;
+    for (name, entry) in goldens() {
+        let argv = argv_of(&entry);
+        if argv[0] != "fairseq-generate" || !argv.iter().any(|a| a == "--score-reference") {
+            continue;
+        }
+        let r = parse_argv(&argv);
+        let bs = r.opts.iter().position(|o| o == "--batch-size").map_or("8".to_string(), |i| r.opts[i + 1].clone());
+        let src = fs::read_to_string(fixture(&format!("multilingual/input.{}", &r.src[..2]))).unwrap();
+        let tgt = fs::read_to_string(fixture(&format!("multilingual/input.{}", &r.tgt[..2]))).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let csv_path = dir.path().join("pairs.csv");
+        let mut w = csv::Writer::from_path(&csv_path).unwrap();
+        w.write_record(["source", "target"]).unwrap();
+        for (s, t) in src.lines().zip(tgt.lines()) {
+            w.write_record([s, t]).unwrap();
+        }
+        w.flush().unwrap();
+        let out = tchseq()
+            .args(["score", "-q", "-m"])
+            .arg(repo(&r.dir))
+            .args(["-s", &r.src, "-t", &r.tgt, "--batch-size", &bs, "--input"])
+            .arg(&csv_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let golden = fs::read_to_string(golden_path(&name)).unwrap();
+        let want: BTreeMap<usize, (f64, usize)> = golden
+            .lines()
+            .filter_map(|l| l.strip_prefix("H-"))
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[0].parse().unwrap(), (f[1].parse().unwrap(), f[2].split(' ').count()))
+            })
+            .collect();
+        assert_eq!(want.len(), 60, "{name}");
+        let mut rdr = csv::Reader::from_reader(out.stdout.as_slice());
+        let rows: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 60, "{name}");
+        let mut worst = 0f64;
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(&row[6], "", "{name} row {i}");
+            let (score, symbols) = want[&i];
+            let avg: f64 = row[4].parse().unwrap();
+            let diff = (avg / std::f64::consts::LN_2 - score).abs();
+            assert!(diff <= 1e-4, "{name} row {i}: ours {avg} (base e), fairseq {score} (base 2)");
+            // fairseq's H- line shows every target symbol but EOS (and a generator EOS of its own)
+            let tokens: usize = row[3].parse().unwrap();
+            assert!(tokens == symbols + 1 || tokens == symbols + 2, "{name} row {i}: {tokens} tokens, fairseq shows {symbols}");
+            worst = worst.max(diff);
+        }
+        eprintln!("{name}: 60 rows, max |diff| {worst:.1e} (base 2)");
+        runs += 1;
+    }
+    assert_eq!(runs, 4, "one score-reference golden per model");
+}
+
+/// fairseq's activations (encoder states, decoder states, attention, logits, log-probs) of a
+/// batch whose tokens carry the language tokens as each task adds them.
+#[test]
+fn verify_matches_fairseq_activations() {
+    for model in MODELS {
+        let dir = fixture(&format!("multilingual/{model}"));
+        let langs: &[&str] = match model {
+            "m2m" => &["-s", "en", "-t", "de"],
+            "mbart50" => &["-s", "en_XX", "-t", "de_DE"],
+            _ => &[],
+        };
+        let out = tchseq().args(["verify", "-m"]).arg(&dir).args(langs).arg("--reference").arg(dir.join("verify.pt")).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{model}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(" 0 failed"), "{model}: {stdout}");
+    }
+}
+
+/// The languages a model has, listed; one it lacks, or none given, is a one-line error.
+#[test]
+fn languages_are_listed_and_checked() {
+    let m2m = fixture("multilingual/m2m");
+    let out = tchseq().args(["inspect", "--json", "-m"]).arg(&m2m).args(["-s", "fr", "-t", "de"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = if v.is_array() { v[0].clone() } else { v };
+    let langs = &v["languages"];
+    assert_eq!(langs["langs"], serde_json::json!(["fr", "en", "de"]), "lang_list.txt order");
+    assert_eq!(langs["tokens"], serde_json::json!([["__fr__", 3968], ["__en__", 3969], ["__de__", 3970]]));
+    assert_eq!(langs["lang_pairs"].as_array().unwrap().len(), 6);
+    let out = tchseq().args(["inspect", "--json", "-m"]).arg(fixture("multilingual/mbart50")).args(["-s", "en_XX", "-t", "fr_XX"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = if v.is_array() { v[0].clone() } else { v };
+    assert_eq!(v["languages"]["tokens"], serde_json::json!([["[en_XX]", 3968], ["[de_DE]", 3969], ["[fr_XX]", 3970], ["<mask>", 3971]]));
+
+    for (args, want) in [
+        (&["-s", "en", "-t", "cs"][..], "language `cs` is not one of the model's languages (fr, en, de)"),
+        (&[][..], "a multilingual model (language pairs en-de,de-en,en-fr,fr-en,de-fr,fr-de): give the source and target languages"),
+    ] {
+        let out = tchseq().args(["translate", "-m"]).arg(&m2m).args(args).arg("A dog runs.").output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(want), "{stderr}");
+    }
+    // fairseq's flags override the checkpoint's: mbart-style tokens do not exist in this model
+    let out = tchseq().args(["translate", "-m"]).arg(&m2m).args(["-s", "en", "-t", "de", "--lang-tok-style", "mbart", "A dog runs."]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("embed_tokens") || stderr.contains("symbols"), "{stderr}");
+}
+
+/// A CSV whose rows name their own languages: each row scores as it does alone in its pair, and
+/// a row in a language the model lacks gets its own error.
+#[test]
+fn score_takes_the_pair_of_each_row() {
+    let m2m = fixture("multilingual/m2m");
+    let en: Vec<String> = fs::read_to_string(fixture("multilingual/input.en")).unwrap().lines().take(6).map(String::from).collect();
+    let de: Vec<String> = fs::read_to_string(fixture("multilingual/input.de")).unwrap().lines().take(6).map(String::from).collect();
+    let fr: Vec<String> = fs::read_to_string(fixture("multilingual/input.fr")).unwrap().lines().take(6).map(String::from).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, rows: &[(&str, &str, &str, &str)]| {
+        let path = dir.path().join(name);
+        let mut w = csv::Writer::from_path(&path).unwrap();
+        w.write_record(["source", "target", "sl", "tl"]).unwrap();
+        for r in rows {
+            w.write_record([r.0, r.1, r.2, r.3]).unwrap();
+        }
+        w.flush().unwrap();
+        path
+    };
+    let mut mixed = Vec::new();
+    for i in 0..6 {
+        mixed.push(if i % 2 == 0 { (en[i].as_str(), de[i].as_str(), "en", "de") } else { (fr[i].as_str(), en[i].as_str(), "fr", "en") });
+    }
+    mixed.push((en[0].as_str(), de[0].as_str(), "en", "cs"));
+    let score = |path: &std::path::Path, pair: &[&str], columns: bool| -> Vec<csv::StringRecord> {
+        let mut cmd = tchseq();
+        cmd.args(["score", "-q", "--batch-size", "1", "-m"]).arg(&m2m).args(pair).arg("--input").arg(path);
+        if columns {
+            cmd.args(["--source-lang-column", "sl", "--target-lang-column", "tl"]);
+        }
+        let out = cmd.output().unwrap();
+        csv::Reader::from_reader(out.stdout.as_slice()).records().map(Result::unwrap).collect()
+    };
+    let rows = score(&write("mixed.csv", &mixed), &["-s", "en", "-t", "de"], true);
+    assert_eq!(rows.len(), 7);
+    let en_de = score(&write("en_de.csv", &mixed[..6]), &["-s", "en", "-t", "de"], false);
+    let fr_en = score(&write("fr_en.csv", &mixed[..6]), &["-s", "fr", "-t", "en"], false);
+    for i in 0..6 {
+        let alone = if i % 2 == 0 { &en_de[i] } else { &fr_en[i] };
+        assert_eq!(&rows[i][8], "", "row {i}");
+        assert_eq!((&rows[i][4], &rows[i][6]), (&alone[4], &alone[6]), "row {i} scores as its own pair does");
+    }
+    assert!(rows[6][8].contains("language `cs` is not one of the model's languages"), "{:?}", rows[6]);
+    // a bilingual model has no languages to choose from
+    let bundled = tchseq()
+        .args(["score", "-q", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .args(["--source-lang-column", "sl", "--target-lang-column", "tl", "--input"])
+        .arg(write("bilingual.csv", &mixed[..1]))
+        .output()
+        .unwrap();
+    let rows: Vec<csv::StringRecord> = csv::Reader::from_reader(bundled.stdout.as_slice()).records().map(Result::unwrap).collect();
+    assert!(rows[0][8].contains("not multilingual"), "{:?}", rows[0]);
+}
