@@ -167,7 +167,7 @@ impl ModelFiles {
         everywhere.push(ckpt_dir.clone());
         // the language list first: a language the model lacks is named as such, not as a missing file
         let lang_dict = match &cfg.language_task {
-            LanguageTask::Multilingual(m) => m.lang_dict.as_deref().and_then(|stored| find_in(&everywhere, &[base_name(stored).as_str()]).or_else(|| Some(PathBuf::from(stored)).filter(|p| p.is_file()))),
+            LanguageTask::Multilingual(m) => m.lang_dict.as_deref().and_then(|stored| find_in(&everywhere, &[base_name(stored).as_str()]).or_else(|| Some(PathBuf::from(stored)).filter(|p| p.is_absolute() && p.is_file()))),
             _ => None,
         };
         let languages = Languages::new(&cfg.language_task, lang_dict.as_deref())?;

@@ -249,3 +249,29 @@ fn safetensors_and_torch_dicts_load_as_tensor_maps() {
     assert_eq!(Vec::<f32>::try_from(m["x"].flatten(0, -1)).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     assert_eq!(m["y"].int64_value(&[0]), 7);
 }
+
+/// A multilingual directory laid out as fairseq's downloads are: the fixed dictionary as
+/// M2M-100 names it (`model_dict.128k.txt`), the sentencepiece model under the name the
+/// checkpoint stores (`spm.model`), and a target language's own model beside it.
+#[test]
+fn multilingual_dirs_find_the_files_their_checkpoint_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = crate::util::fixture("multilingual/m2m");
+    for (from, to) in [("model.pt", "model.pt"), ("model_dict.txt", "model_dict.128k.txt"), ("lang_list.txt", "lang_list.txt"), ("sentencepiece.bpe.model", "spm.model")] {
+        copy(&src.join(from), &tmp.path().join(to));
+    }
+    let files = resolve(Some(tmp.path()), None, None, Some("en"), Some("de")).unwrap();
+    assert_eq!(files.src_dict, tmp.path().join("model_dict.128k.txt"));
+    assert_eq!(files.tgt_dict, files.src_dict);
+    assert_eq!(files.lang_dict.as_deref(), Some(tmp.path().join("lang_list.txt").as_path()));
+    assert_eq!(files.sentencepiece_model.as_deref(), Some(tmp.path().join("spm.model").as_path()));
+    assert_eq!(files.target_sentencepiece_model, files.sentencepiece_model);
+    copy(&src.join("sentencepiece.bpe.model"), &tmp.path().join("sentencepiece.de.model"));
+    let files = resolve(Some(tmp.path()), None, None, Some("en"), Some("de")).unwrap();
+    assert_eq!(files.sentencepiece_model.as_deref(), Some(tmp.path().join("spm.model").as_path()));
+    assert_eq!(files.target_sentencepiece_model.as_deref(), Some(tmp.path().join("sentencepiece.de.model").as_path()));
+    // without the --lang-dict file the languages are unknown: say which file is missing
+    std::fs::remove_file(tmp.path().join("lang_list.txt")).unwrap();
+    let e = resolve(Some(tmp.path()), None, None, Some("en"), Some("de")).unwrap_err().to_string();
+    assert!(e.contains("lang_list.txt") && e.contains("not in the model directory"), "{e}");
+}
