@@ -10,10 +10,10 @@ MBART_PAIRS = ",".join(f"{a}-{b}" for a, b in
                         ("de_DE", "fr_XX"), ("fr_XX", "de_DE")])
 
 
-def task_flags(model):
+def task_flags(model, encoder_langtok="src"):
     """What fairseq-interactive must be told; tchseq finds it in the checkpoint."""
     d = f"{FIX}/{model}"
-    multi = ["--task", "translation_multi_simple_epoch", "--encoder-langtok", "src", "--decoder-langtok"]
+    multi = ["--task", "translation_multi_simple_epoch", "--encoder-langtok", encoder_langtok, "--decoder-langtok"]
     return {
         "m2m": multi + ["--lang-pairs", PAIRS, "--lang-dict", f"{d}/lang_list.txt",
                         "--fixed-dictionary", f"{d}/model_dict.txt"],
@@ -38,6 +38,8 @@ RUNS = [
     ("mbart-ft", "en_XX", "de_DE", "model.pt", "beam5_nbest2_batch16"),
     ("mbart-ft", "en_XX", "de_DE", "model.pt", "beam5_batch1"),
     ("mbart-ft", "en_XX", "de_DE", "model_init.pt", "beam4_lenpen0.6_batch7"),
+    # fairseq's flag over the checkpoint's: the target language's token before the source
+    ("m2m", "en", "fr", "model.pt", "beam5_nbest2_batch16", "tgt"),
 ]
 
 OPTIONS = {
@@ -49,16 +51,17 @@ OPTIONS = {
 
 def jobs():
     out = []
-    for model, src, tgt, ckpt, opts_name in RUNS:
+    for model, src, tgt, ckpt, opts_name, *enc in RUNS:
         d = f"{FIX}/{model}"
         text = f"{FIX}/input.{src[:2]}"
         opts = OPTIONS[opts_name]
         spm = ["--bpe", "sentencepiece", "--sentencepiece-model", f"{d}/sentencepiece.bpe.model"]
-        fairseq = (["fairseq-interactive", d, "--path", f"{d}/{ckpt}", "--cpu"] + task_flags(model)
+        enc_flag = ["--encoder-langtok", enc[0]] if enc else []
+        fairseq = (["fairseq-interactive", d, "--path", f"{d}/{ckpt}", "--cpu"] + task_flags(model, *enc)
                    + ["-s", src, "-t", tgt] + spm + ["--input", text] + opts)
         tchseq = ["translate", "-m", d, "--path", f"{d}/{ckpt}", "-s", src, "-t", tgt, "--format", "fairseq",
-                  "--input", text] + opts
-        tag = "" if ckpt == "model.pt" else ".init"
+                  "--input", text] + opts + enc_flag
+        tag = ("" if ckpt == "model.pt" else ".init") + (f".encoder_langtok_{enc[0]}" if enc else "")
         out.append({"name": f"multilingual/{model}/{src}-{tgt}{tag}.{opts_name}", "kind": "interactive",
                     "fairseq": fairseq, "tchseq": tchseq})
     return out

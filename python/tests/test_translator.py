@@ -151,3 +151,13 @@ def test_a_compute_type_is_the_cli_s(compute_type):
     for r, c in zip(results, map(json.loads, cli)):
         assert r.texts[0] == c["hypotheses"][0]["text"]
         assert r.scores[0] == pytest.approx(c["hypotheses"][0]["score"], abs=0, rel=1e-7)
+
+
+def test_a_multilingual_model_translates_the_pair_it_is_loaded_with():
+    m2m = ROOT / "tests" / "fixtures" / "multilingual" / "m2m"
+    t = tchseq.Translator(m2m, threads=1, source_lang="en", target_lang="fr")
+    cli = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(m2m), "-s", "en", "-t", "fr", *SENTENCES],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    assert t.translate(SENTENCES) == cli
+    with pytest.raises(ValueError, match="give the source and target languages"):
+        tchseq.Translator(m2m, threads=1)

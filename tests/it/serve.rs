@@ -454,3 +454,28 @@ fn an_int8_server_answers_int8_requests_and_refuses_exact_ones() {
     s.post("/v1/translate", &json!({ "text": "a", "options": { "compute_type": "exact" } }))
         .assert_error(400, "compute_type \"exact\": this model runs in \"int8\"");
 }
+
+/// `NAME=DIR@SRC-TGT` serves one pair of a multilingual model; LibreTranslate's source and target
+/// pick the entry, and the text is the CLI's.
+#[test]
+fn a_multilingual_model_serves_the_pairs_it_is_given() {
+    let dir = repo("tests/fixtures/multilingual/m2m");
+    let en_fr = format!("m2m-en-fr={}@en-fr", dir.display());
+    let fr_en = format!("m2m-fr-en={}@fr-en", dir.display());
+    let s = Server::start(&["--model", &en_fr, "--model", &fr_en]);
+    let cli = |src: &str, tgt: &str, text: &str| -> String {
+        let out = crate::util::tchseq().args(["translate", "--batch-size", "1", "-m"]).arg(&dir).args(["-s", src, "-t", tgt, text]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim_end().to_string()
+    };
+    let fr = "Deux chiens jouent dans la neige.";
+    for (src, tgt, text) in [("en", "fr", SENTENCES[0]), ("fr", "en", fr)] {
+        let r = s.post("/translate", &json!({ "q": text, "source": src, "target": tgt }));
+        assert_eq!(r.json(), json!({ "translatedText": cli(src, tgt, text) }), "{src}-{tgt}");
+    }
+    let r = s.post("/v1/translate", &json!({ "model": "m2m-en-fr", "text": [SENTENCES[1]] }));
+    assert_eq!(r.json()["translations"][0]["hypotheses"][0]["text"], json!(cli("en", "fr", SENTENCES[1])));
+    let langs = s.get("/languages").json();
+    let en = langs.as_array().unwrap().iter().find(|l| l["code"] == "en").unwrap();
+    assert_eq!(en["targets"], json!(["de", "fr"]));
+}

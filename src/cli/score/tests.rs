@@ -64,6 +64,8 @@ fn options(dir: &Path, input: &str, output: Option<&str>) -> Options {
         output: output.map(|o| dir.join(o)),
         source_column: "source".into(),
         target_column: "target".into(),
+        source_lang_column: None,
+        target_lang_column: None,
         delimiter: b',',
         format: ScoreFormat::Csv,
         per_token: false,
