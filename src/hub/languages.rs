@@ -67,6 +67,9 @@ impl LanguageTokens {
     }
 }
 
+/// More language tokens than any released model has (NLLB-200: 202 languages).
+const MAX_LANGUAGE_TOKENS: usize = 100_000;
+
 fn unknown_language(lang: &str, langs: &[String]) -> HubError {
     HubError::ModelDir(format!("language `{lang}` is not one of the model's languages ({})", langs.join(", ")))
 }
@@ -91,6 +94,14 @@ impl Languages {
                 _ => m.langs_from_pairs(),
             },
         };
+        let specs = match task {
+            LanguageTask::Multilingual(m) => m.langtoks_specs.len().max(1),
+            _ => 1,
+        };
+        // a checkpoint is untrusted: its lists must not blow the dictionary up
+        if langs.len().saturating_mul(specs) > MAX_LANGUAGE_TOKENS {
+            return Err(HubError::ModelDir(format!("{} languages × {specs} language-token sets: more than {MAX_LANGUAGE_TOKENS} tokens", langs.len())));
+        }
         Ok(Languages { task: task.clone(), langs })
     }
 
