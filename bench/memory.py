@@ -2,6 +2,7 @@
 Multi30k train, repeated): the bounded-memory check of issue 21. Writes bench/memory-results.md.
 
     python bench/memory.py [--score-rows 10000,100000,1000000] [--translate-lines 10000,100000] [--threads 2]
+                           [--beam 5] [--out bench/memory-results.md]
 
 Each size is one process, start to exit; peak RSS is the child's ru_maxrss (wait4). Default
 batching: score as fairseq-generate (--max-tokens 12000), translate as a file (--max-tokens 512,
@@ -51,6 +52,7 @@ def main():
     p.add_argument("--score-rows", default="10000,100000,1000000")
     p.add_argument("--translate-lines", default="10000,100000")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--beam", type=int, default=5, help="translate's beam (1: greedy, for a quicker 1M-line run)")
     p.add_argument("--out", default=str(ROOT / "bench" / "memory-results.md"))
     args = p.parse_args()
     data = Path(os.environ.get("DATA", ROOT.parent / "shared" / "data" / "multi30k"))
@@ -73,7 +75,8 @@ def main():
                 path = work / f"lines{n}.en"
                 if not path.exists():
                     path.write_text("".join(en[i % len(en)] + "\n" for i in range(n)), encoding="utf-8")
-                argv = [TCHSEQ, "--threads", str(args.threads), "translate", "-m", MODEL, "--input", str(path)]
+                argv = [TCHSEQ, "--threads", str(args.threads), "translate", "-m", MODEL, "--beam", str(args.beam),
+                        "--input", str(path)]
             seconds, rss = run(argv)
             rows.append((kind, n, seconds, n / seconds, rss))
             print(f"{kind} {n}: {seconds:.1f} s, {n / seconds:.0f}/s, peak RSS {rss:.0f} MB", flush=True)
@@ -82,7 +85,7 @@ def main():
         "",
         f"Written by `python bench/memory.py` on {datetime.date.today().isoformat()}: {os.cpu_count()} cores "
         f"({cpu_model()}), `--threads {args.threads}`, the bundled model, Multi30k train rows repeated. "
-        "score: fairseq-generate's default batching (`--max-tokens 12000`); translate: beam 5, the file default "
+        f"score: fairseq-generate's default batching (`--max-tokens 12000`); translate: beam {args.beam}, the file default "
         "(`--max-tokens 512` over 2,048-line buffers). One process per size, start to exit.",
         "",
         "| command | rows / lines | seconds | per second | peak RSS (MB) |",

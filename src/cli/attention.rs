@@ -10,6 +10,7 @@ use super::common;
 use super::Outcome;
 use tchseq::generate::sequence_generator::Specials;
 use tchseq::generate::{EnsembleModel, SequenceGenerator};
+use tchseq::hub::LanguageTokens;
 use tchseq::model::TransformerModel;
 use tchseq::plot::capture::{capture_attention, select};
 use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
@@ -32,6 +33,9 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     let target_text = bundle.side_pipeline(&target_lang).map_err(common::hub_error)?;
     common::print_warnings(&bundle.report);
     let (model, src_dict, tgt_dict) = (&bundle.models[0], &bundle.src_dict, &bundle.tgt_dict);
+    // the language tokens of a multilingual task, as translate and score put them
+    let (source_lang, target_lang) = (&bundle.files.source_lang, &bundle.files.target_lang);
+    let langs = bundle.languages.tokens(source_lang, target_lang, src_dict, tgt_dict).map_err(common::hub_error)?;
     let kind = match a.kind {
         AttentionKindArg::Cross => AttentionKind::Cross,
         AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
@@ -59,18 +63,21 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         }
     }
     let sentence = a.sentence.trim_matches(is_py_space);
-    let src = src_dict.encode_line(&source_text.encode(sentence), true);
+    let src = langs.source(src_dict.encode_line(&source_text.encode(sentence), true));
     let max_src = model.max_source_positions();
     if src.len() > max_src {
         bail!("the sentence is {} tokens long (EOS included) but the model accepts at most {max_src}", src.len());
     }
     let src_tokens = Tensor::from_slice(&src).f_view([1, -1])?.f_to_device(model.device)?;
+    let eos = langs.eos.unwrap_or(tgt_dict.eos());
     let target: Vec<i64> = match &a.target {
-        Some(t) => tgt_dict.encode_line(&target_text.encode(t.trim_matches(is_py_space)), true),
-        None => translate(model, tgt_dict, &src_tokens, a)?,
+        Some(t) => {
+            let tokens = tgt_dict.encode_line(&target_text.encode(t.trim_matches(is_py_space)), true);
+            langs.target_prefix.into_iter().chain(tokens).chain(langs.target_suffix).collect()
+        }
+        None => translate(model, tgt_dict, &src_tokens, &langs, a)?,
     };
-    let eos = tgt_dict.eos();
-    // the decoder input: EOS first, the target shifted right
+    // the decoder input: the generator's EOS first, the target shifted right
     let prev: Vec<i64> = std::iter::once(eos).chain(target[..target.len() - 1].iter().copied()).collect();
     let prev_output_tokens = Tensor::from_slice(&prev).f_view([1, -1])?.f_to_device(model.device)?;
     let maps = capture_attention(model, &src_tokens, &prev_output_tokens)?;
@@ -112,7 +119,8 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     };
     let (w, h) = render(&figure, &a.output, format, a.font.as_deref())?;
     let mut out = io::stdout().lock();
-    writeln!(out, "{}", tgt_dict.string(&target, None, false, &[eos]))?;
+    let strip: Vec<i64> = [tgt_dict.eos(), eos].into_iter().chain(langs.strip.iter().copied()).collect();
+    writeln!(out, "{}", tgt_dict.string(&target, None, false, &strip))?;
     writeln!(out, "wrote {} ({w}x{h} px)", a.output.display())?;
     Ok(Outcome::Ok)
 }
@@ -125,14 +133,16 @@ fn side_name(kind: AttentionKind) -> &'static str {
 }
 
 /// The best beam-search hypothesis (final EOS included), as `translate` finds it.
-fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, a: &AttentionArgs) -> Result<Vec<i64>> {
+fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, langs: &LanguageTokens, a: &AttentionArgs) -> Result<Vec<i64>> {
     common::refuse_unsupported(&a.search)?;
     let cfg = common::generator_config(&common::translate_options(&a.search))?;
-    let specials = Specials { pad: tgt_dict.pad(), eos: tgt_dict.eos(), unk: tgt_dict.unk() };
+    let eos = langs.eos.unwrap_or(tgt_dict.eos());
+    let specials = Specials { pad: tgt_dict.pad(), eos, unk: tgt_dict.unk() };
     let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
     let models = std::slice::from_ref(model);
     let mut ensemble = EnsembleModel::new(models)?;
-    let hypos = generator.generate(&mut ensemble, src_tokens)?;
+    let prefix = langs.target_prefix.map(|t| Tensor::from_slice(&[t]).view([1, 1]).to_device(model.device));
+    let hypos = generator.generate_guided(&mut ensemble, src_tokens, prefix.as_ref(), None, None)?;
     let best = hypos.into_iter().next().and_then(|h| h.into_iter().next());
     match best {
         Some(h) if !h.tokens.is_empty() => Ok(h.tokens),
