@@ -38,6 +38,11 @@ RUNS = [
     ("mbart-ft", "en_XX", "de_DE", "model.pt", "beam5_nbest2_batch16"),
     ("mbart-ft", "en_XX", "de_DE", "model.pt", "beam5_batch1"),
     ("mbart-ft", "en_XX", "de_DE", "model_init.pt", "beam4_lenpen0.6_batch7"),
+    # --print-alignment (translation_from_pretrained_bart's plain generator prints empty A- lines)
+    ("m2m", "fr", "de", "model.pt", "beam5_align_batch16"),
+    ("mbart50", "en_XX", "fr_XX", "model.pt", "beam5_align_batch16"),
+    ("bart", "en", "de", "model.pt", "beam5_align_batch16"),
+    ("mbart-ft", "en_XX", "de_DE", "model.pt", "beam5_align_batch16"),
     # fairseq's flag over the checkpoint's: the target language's token before the source
     ("m2m", "en", "fr", "model.pt", "beam5_nbest2_batch16", "tgt"),
 ]
@@ -46,6 +51,7 @@ OPTIONS = {
     "beam5_nbest2_batch16": ["--beam", "5", "--nbest", "2", "--buffer-size", "1024", "--batch-size", "16"],
     "beam5_batch1": ["--beam", "5", "--batch-size", "1"],
     "beam4_lenpen0.6_batch7": ["--beam", "4", "--lenpen", "0.6", "--buffer-size", "1024", "--batch-size", "7"],
+    "beam5_align_batch16": ["--beam", "5", "--print-alignment", "--buffer-size", "1024", "--batch-size", "16"],
 }
 
 

@@ -10,6 +10,7 @@ use tch::Device;
 use super::options::TranslateOptions;
 use super::scorer::PairScoring;
 use super::{HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
+use crate::config::LanguageTask;
 use crate::generate::batching::{batch_by_size, collate, ordered_indices};
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::sequence_generator::Specials;
@@ -352,8 +353,10 @@ impl Translator {
         // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
         replay_dataloader_iter()?;
         let (device, pad) = (self.device, self.src_dict.pad());
-        let (tgt_pad, tgt_eos) = (self.tgt_dict.pad(), self.tgt_dict.eos());
+        // fairseq's SequenceGeneratorWithAlignment aligns with the generator's EOS (`[tgt]` for mBART fine-tuning)
+        let (tgt_pad, tgt_eos) = (self.tgt_dict.pad(), self.generator_eos());
         let tokens_ref = &tokens;
+        let aligned = !matches!(self.languages.task, LanguageTask::FromPretrainedBart { .. });
         // the decoder language token is forced first (the task's inference_step), before any prefix
         let language_guides: Vec<TargetGuide>;
         let guides = match self.language_tokens.target_prefix {
@@ -388,7 +391,9 @@ impl Translator {
                 for (row, hs) in hypos.iter_mut().enumerate() {
                     let src_row = Vec::<i64>::try_from(collated.src_tokens.f_select(0, row as i64)?)?;
                     for h in hs.iter_mut() {
-                        h.alignment = Some(hard_alignment(h, &src_row, tgt_pad, tgt_eos));
+                        // translation_from_pretrained_bart builds a plain SequenceGenerator: fairseq
+                        // prints its A- lines empty
+                        h.alignment = Some(if aligned { hard_alignment(h, &src_row, tgt_pad, tgt_eos) } else { Vec::new() });
                     }
                 }
             }

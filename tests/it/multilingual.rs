@@ -283,3 +283,19 @@ fn score_takes_the_pair_of_each_row() {
     let rows: Vec<csv::StringRecord> = csv::Reader::from_reader(bundled.stdout.as_slice()).records().map(Result::unwrap).collect();
     assert!(rows[0][8].contains("not multilingual"), "{:?}", rows[0]);
 }
+
+/// `attention` translates with the task's language tokens, as `translate` does.
+#[test]
+fn attention_translates_as_translate_does() {
+    for (model, langs) in [("mbart-ft", &[][..]), ("m2m", &["-s", "en", "-t", "fr"][..])] {
+        let dir = fixture(&format!("multilingual/{model}"));
+        let sentence = "Two dogs are playing in the snow.";
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tchseq().args(["attention", "-m"]).arg(&dir).args(langs).arg(sentence).arg("--output").arg(tmp.path().join("a.svg")).output().unwrap();
+        assert!(out.status.success(), "{model}: {}", String::from_utf8_lossy(&out.stderr));
+        let tokens = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().to_string();
+        let out = tchseq().args(["translate", "--batch-size", "1", "--format", "fairseq", "-m"]).arg(&dir).args(langs).arg(sentence).output().unwrap();
+        let got = parse_fairseq(&String::from_utf8(out.stdout).unwrap());
+        assert_eq!(tokens, got[&0].hyps[0].h_str, "{model}");
+    }
+}
