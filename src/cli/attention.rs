@@ -69,12 +69,9 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         bail!("the sentence is {} tokens long (EOS included) but the model accepts at most {max_src}", src.len());
     }
     let src_tokens = Tensor::from_slice(&src).f_view([1, -1])?.f_to_device(model.device)?;
-    let eos = langs.eos.unwrap_or(tgt_dict.eos());
+    let eos = langs.generator_eos(tgt_dict.eos());
     let target: Vec<i64> = match &a.target {
-        Some(t) => {
-            let tokens = tgt_dict.encode_line(&target_text.encode(t.trim_matches(is_py_space)), true);
-            langs.target_prefix.into_iter().chain(tokens).chain(langs.target_suffix).collect()
-        }
+        Some(t) => langs.target(tgt_dict.encode_line(&target_text.encode(t.trim_matches(is_py_space)), true)),
         None => translate(model, tgt_dict, &src_tokens, &langs, a)?,
     };
     // the decoder input: the generator's EOS first, the target shifted right
@@ -119,8 +116,7 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     };
     let (w, h) = render(&figure, &a.output, format, a.font.as_deref())?;
     let mut out = io::stdout().lock();
-    let strip: Vec<i64> = [tgt_dict.eos(), eos].into_iter().chain(langs.strip.iter().copied()).collect();
-    writeln!(out, "{}", tgt_dict.string(&target, None, false, &strip))?;
+    writeln!(out, "{}", tgt_dict.string(&target, None, false, &langs.output_strip(tgt_dict.eos())))?;
     writeln!(out, "wrote {} ({w}x{h} px)", a.output.display())?;
     Ok(Outcome::Ok)
 }
@@ -136,8 +132,7 @@ fn side_name(kind: AttentionKind) -> &'static str {
 fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, langs: &LanguageTokens, a: &AttentionArgs) -> Result<Vec<i64>> {
     common::refuse_unsupported(&a.search)?;
     let cfg = common::generator_config(&common::translate_options(&a.search))?;
-    let eos = langs.eos.unwrap_or(tgt_dict.eos());
-    let specials = Specials { pad: tgt_dict.pad(), eos, unk: tgt_dict.unk() };
+    let specials = Specials { pad: tgt_dict.pad(), eos: langs.generator_eos(tgt_dict.eos()), unk: tgt_dict.unk() };
     let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
     let models = std::slice::from_ref(model);
     let mut ensemble = EnsembleModel::new(models)?;

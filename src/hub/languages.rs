@@ -52,13 +52,31 @@ impl LanguageTokens {
         usize::from(self.source_prefix.is_some()) + usize::from(self.source_suffix.is_some())
     }
 
-    /// A (source, target) pair as the task's training dataset holds it (both end with EOS).
-    pub fn pair(&self, source: Vec<i64>, mut target: Vec<i64>, bos: i64) -> (Vec<i64>, Vec<i64>) {
-        let mut source = self.source(source);
+    /// The target ids the decoder predicts (`ids` ends with EOS): the forced language token
+    /// first, the task's EOS last.
+    pub fn target(&self, mut ids: Vec<i64>) -> Vec<i64> {
         if let Some(t) = self.target_prefix {
-            target.insert(0, t);
+            ids.insert(0, t);
         }
-        target.extend(self.target_suffix);
+        ids.extend(self.target_suffix);
+        ids
+    }
+
+    /// The EOS generation ends with: the task's (`[tgt]` of mBART fine-tuning), else `dict_eos`.
+    pub fn generator_eos(&self, dict_eos: i64) -> i64 {
+        self.eos.unwrap_or(dict_eos)
+    }
+
+    /// The symbols left out of hypothesis text: the dictionary's EOS, the generator's and the
+    /// decoder language token.
+    pub fn output_strip(&self, dict_eos: i64) -> Vec<i64> {
+        [dict_eos, self.generator_eos(dict_eos)].into_iter().chain(self.strip.iter().copied()).collect()
+    }
+
+    /// A (source, target) pair as the task's training dataset holds it (both end with EOS).
+    pub fn pair(&self, source: Vec<i64>, target: Vec<i64>, bos: i64) -> (Vec<i64>, Vec<i64>) {
+        let mut source = self.source(source);
+        let mut target = self.target(target);
         if self.prepend_bos {
             source.insert(0, bos);
             target.insert(0, bos);

@@ -63,7 +63,7 @@ impl PairScoring {
     pub(super) fn new(bundle: &ModelBundle, language_tokens: &LanguageTokens) -> Self {
         let (src_dict, tgt_dict) = (&bundle.src_dict, &bundle.tgt_dict);
         // mBART fine-tuning's dataset moves its `[tgt]` EOS to the front of prev_output_tokens
-        let eos = language_tokens.eos.unwrap_or(tgt_dict.eos());
+        let eos = language_tokens.generator_eos(tgt_dict.eos());
         let batch_scorer = BatchScorer {
             scorer: SequenceScorer::new(tgt_dict.pad(), eos),
             pad: src_dict.pad(),

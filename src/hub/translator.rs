@@ -218,14 +218,7 @@ impl Translator {
 
     /// The EOS generation ends with: the dictionary's, or the task's (`[tgt]` of mBART fine-tuning).
     pub fn generator_eos(&self) -> i64 {
-        self.language_tokens.eos.unwrap_or(self.tgt_dict.eos())
-    }
-
-    /// The symbols left out of hypothesis text: EOS, the generator's EOS and the task's language token.
-    fn output_strip(&self) -> Vec<i64> {
-        let mut strip = vec![self.tgt_dict.eos(), self.generator_eos()];
-        strip.extend(&self.language_tokens.strip);
-        strip
+        self.language_tokens.generator_eos(self.tgt_dict.eos())
     }
 
     /// The generator for `options`, and the batching it runs with. A sampling search seeds
@@ -420,7 +413,7 @@ impl Translator {
 
     /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
     pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
-        HypothesisText::new(&self.tgt_dict, &self.pipeline, h, &self.output_strip())
+        HypothesisText::new(&self.tgt_dict, &self.pipeline, h, &self.language_tokens.output_strip(self.tgt_dict.eos()))
     }
 
     /// The hypothesis' attention with the symbols of both sides, or `None` when the generator
