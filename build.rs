@@ -51,7 +51,7 @@ fn main() {
 }
 
 /// csrc/ (what tch does not bind: fbgemm's quantized linear for `--compute-type int8`,
-/// c10::InferenceMode), compiled as torch-sys compiles its own C++ against the same headers.
+/// c10::InferenceMode, the operator profile), compiled as torch-sys compiles its own C++ against the same headers.
 fn compile_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -68,5 +68,6 @@ fn compile_shim(lib: &std::path::Path) {
         .file("csrc/inference_mode.cpp")
         .file("csrc/cuda_registered.cpp")
         .file("csrc/onednn_linear.cpp")
+        .file("csrc/op_profile.cpp")
         .compile("tchseq_shim");
 }

@@ -94,7 +94,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     if !matches!(cli.command, Command::Doctor(_)) {
         tchseq::libtorch::mute_nested_tensor_warning();
     }
-    match cli.command {
+    let profile = tchseq::libtorch::OpProfile::from_env();
+    let outcome = match cli.command {
         Command::Attention(a) => attention::run(&cli.global, &a),
         Command::Positions(a) => positions::run(&cli.global, &a),
         Command::Doctor(a) => doctor::run(&cli.global, &a),
@@ -106,5 +107,9 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(a) => encode::run(&cli.global, &a),
         Command::Decode(a) => decode::run(&cli.global, &a),
+    };
+    if let Some(profile) = profile {
+        anyhow::Context::with_context(profile.write(), || format!("cannot write {}", tchseq::libtorch::OpProfile::ENV))?;
     }
+    outcome
 }

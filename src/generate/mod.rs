@@ -8,6 +8,7 @@
 //! the [`StepModel`] trait; [`ensemble::EnsembleModel`] implements it for real checkpoints.
 
 pub mod batching;
+mod beam_topk;
 mod constrained_search;
 pub mod constraints;
 mod diverse;

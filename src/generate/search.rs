@@ -86,6 +86,18 @@ pub(super) fn size3(t: &Tensor) -> Result<(i64, i64, i64), GenerateError> {
 
 pub(super) fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
     let (bsz, beam_size, vocab_size) = size3(lprobs)?;
+    let width = if step == 0 { vocab_size } else { beam_size * vocab_size };
+    let k = (beam_size * 2).min(width - 1);
+    if lprobs.device() == tch::Device::Cpu && lprobs.kind() == Kind::Float && scores.kind() == Kind::Float {
+        let prev = match step {
+            0 => None,
+            _ => Some(Vec::<f32>::try_from(scores.f_select(2, step - 1)?.f_contiguous()?.f_view([-1])?)?),
+        };
+        if let Some(top) = super::beam_topk::beam_topk(lprobs, prev.as_deref(), k as usize) {
+            let (scores, indices, beams) = super::beam_topk::candidates(top, bsz, k, vocab_size)?;
+            return Ok(Candidates { scores, indices, beams });
+        }
+    }
     let lprobs = if step == 0 {
         // at the first step all hypotheses are equally likely, so use only the first beam
         lprobs.f_slice(1, 0, None, beam_size)?.f_contiguous()?
@@ -94,8 +106,6 @@ pub(super) fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<C
         lprobs.f_add(&prev)?
     };
     let flat = lprobs.f_view([bsz, -1])?;
-    let width = flat.size()[1];
-    let k = (beam_size * 2).min(width - 1);
     let (scores_buf, indices_buf) = flat.f_topk(k, -1, true, true)?;
     let beams_buf = indices_buf.f_div_scalar_mode(vocab_size, "trunc")?;
     let indices_buf = indices_buf.f_fmod(vocab_size)?;

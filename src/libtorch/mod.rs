@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 mod cuda;
+mod op_profile;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
+pub use op_profile::OpProfile;
 pub use version_py::parse_version_py;
 
 /// The libtorch lib directory the crate was linked against (the test binaries' rpath; the

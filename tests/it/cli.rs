@@ -116,3 +116,31 @@ fn a_repeated_flag_takes_its_last_value_as_in_fairseq() {
     assert!(text.starts_with("S-0\t"), "{text}");
     assert_eq!(text.lines().filter(|l| l.starts_with("H-")).count(), 1);
 }
+
+#[test]
+fn op_profile_counts_every_libtorch_op_of_a_translation() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("ops.tsv");
+    let out = tchseq()
+        .env("TCHSEQ_OP_PROFILE", &report)
+        .args(["translate", "-m"])
+        .arg(crate::util::repo("weights/multi30k.en-de"))
+        .args(["--beam", "2", "--batch-size", "1"])
+        .write_stdin("a man is sleeping .\n")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&report).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("op\tcalls\ttop_level_calls\ttotal_ns\tself_ns"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();
+    let calls = |op: &str| -> u64 { rows.iter().find(|r| r[0] == op).map_or(0, |r| r[1].parse().unwrap()) };
+    // one log-softmax per decoder step, at least two steps (a word and EOS), and matrix products
+    assert!(calls("aten::log_softmax") >= 2, "{text}");
+    assert!(calls("aten::addmm") + calls("aten::mm") > calls("aten::log_softmax"), "{text}");
+    for r in &rows {
+        let (total, own): (u64, u64) = (r[3].parse().unwrap(), r[4].parse().unwrap());
+        assert!(own <= total && r[2].parse::<u64>().unwrap() <= r[1].parse::<u64>().unwrap(), "{r:?}");
+    }
+    assert!(!dir.path().join("ops.tsv.partial").exists());
+}

@@ -1,0 +1,202 @@
+//! `BeamSearch.step`'s `torch.topk(lprobs + scores[:, :, step - 1], k)` over each sentence's
+//! `beam × V` row, computed on the host in one pass without materialising the sum.
+//!
+//! When the `k + 1` largest values are all distinct, the sorted top `k` (values and indices) is
+//! unique, so it equals libtorch's bit for bit: the sums are the same IEEE single-precision
+//! additions. When two of them are equal, libtorch's order depends on its partial sort, so
+//! [`beam_topk`] returns `None` and the caller asks libtorch.
+
+use tch::{Device, Kind, Tensor};
+
+/// Values and flat `beam · V + token` indices, `[bsz, k]` each, best first.
+pub struct TopK {
+    pub values: Vec<f32>,
+    pub indices: Vec<i64>,
+}
+
+/// Elements scanned per threshold check.
+const CHUNK: usize = 32;
+
+/// `lprobs` `[bsz, beam, V]` (only beam 0 at step 0, when `prev` is `None`), `prev` the
+/// cumulative score of each of the `bsz · beam` hypotheses. `None` when the tensor is not a
+/// contiguous f32 CPU tensor, when it holds NaN, or when the answer has ties.
+pub fn beam_topk(lprobs: &Tensor, prev: Option<&[f32]>, k: usize) -> Option<TopK> {
+    if lprobs.device() != Device::Cpu || lprobs.kind() != Kind::Float || !lprobs.is_contiguous() {
+        return None;
+    }
+    let &[bsz, beam, vocab] = lprobs.size().as_slice() else { return None };
+    let (bsz, beam, vocab) = (usize::try_from(bsz).ok()?, usize::try_from(beam).ok()?, usize::try_from(vocab).ok()?);
+    let rows_used = if prev.is_some() { beam } else { 1 };
+    if prev.is_some_and(|p| p.len() != bsz * beam) || k == 0 || k >= rows_used * vocab {
+        return None;
+    }
+    let numel = bsz * beam * vocab;
+    // SAFETY: a contiguous f32 CPU tensor of `numel` elements, alive and unchanged for this
+    // call (the generator holds it; nothing else writes it meanwhile).
+    let data = unsafe { std::slice::from_raw_parts(lprobs.data_ptr() as *const f32, numel) };
+    let mut out = TopK { values: Vec::with_capacity(bsz * k), indices: Vec::with_capacity(bsz * k) };
+    let mut best = Best::new(k + 1);
+    for s in 0..bsz {
+        best.clear();
+        for b in 0..rows_used {
+            let row = &data[(s * beam + b) * vocab..][..vocab];
+            let offset = (b * vocab) as i64;
+            match prev {
+                Some(p) => best.scan(row, offset, Some(p[s * beam + b]))?,
+                None => best.scan(row, offset, None)?,
+            }
+        }
+        if best.values.windows(2).any(|w| !(w[0] > w[1])) {
+            return None;
+        }
+        out.values.extend_from_slice(&best.values[..k]);
+        out.indices.extend_from_slice(&best.indices[..k]);
+    }
+    Some(out)
+}
+
+/// The largest values seen so far, in descending order, at most `cap` of them.
+struct Best {
+    cap: usize,
+    values: Vec<f32>,
+    indices: Vec<i64>,
+}
+
+impl Best {
+    fn new(cap: usize) -> Self {
+        Self { cap, values: Vec::with_capacity(cap + 1), indices: Vec::with_capacity(cap + 1) }
+    }
+
+    fn clear(&mut self) {
+        self.values.clear();
+        self.indices.clear();
+    }
+
+    /// Offers `row[i] (+ add)` at flat index `offset + i` for every `i`. `None` on NaN.
+    fn scan(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
+        let value = |x: f32| match add {
+            Some(p) => x + p,
+            None => x,
+        };
+        let mut start = 0;
+        while self.values.len() < self.cap && start < row.len() {
+            self.offer(value(row[start]), offset + start as i64)?;
+            start += 1;
+        }
+        let mut chunks = row[start..].chunks_exact(CHUNK);
+        let mut base = start;
+        for chunk in &mut chunks {
+            let threshold = self.values[self.cap - 1];
+            // a branch-free pass the compiler vectorizes; most chunks end here
+            let any = match add {
+                Some(p) => chunk.iter().fold(false, |any, &x| any | (x + p > threshold) | x.is_nan()),
+                None => chunk.iter().fold(false, |any, &x| any | (x > threshold) | x.is_nan()),
+            };
+            if any {
+                for (i, &x) in chunk.iter().enumerate() {
+                    self.offer(value(x), offset + (base + i) as i64)?;
+                }
+            }
+            base += CHUNK;
+        }
+        for (i, &x) in chunks.remainder().iter().enumerate() {
+            self.offer(value(x), offset + (base + i) as i64)?;
+        }
+        Some(())
+    }
+
+    /// Inserts `v` if it belongs to the largest `cap` (equal values keep the earlier index first).
+    #[inline]
+    fn offer(&mut self, v: f32, index: i64) -> Option<()> {
+        if v.is_nan() {
+            return None;
+        }
+        let full = self.values.len() == self.cap;
+        if full && !(v > self.values[self.cap - 1]) {
+            return Some(());
+        }
+        let at = self.values.iter().position(|&w| v > w).unwrap_or(self.values.len());
+        self.values.insert(at, v);
+        self.indices.insert(at, index);
+        if self.values.len() > self.cap {
+            self.values.pop();
+            self.indices.pop();
+        }
+        Some(())
+    }
+}
+
+/// Tensors `[bsz, k]` of a [`TopK`]: the candidates' scores, tokens and beams.
+pub fn candidates(top: TopK, bsz: i64, k: i64, vocab: i64) -> Result<(Tensor, Tensor, Tensor), tch::TchError> {
+    let tokens: Vec<i64> = top.indices.iter().map(|i| i % vocab).collect();
+    let beams: Vec<i64> = top.indices.iter().map(|i| i / vocab).collect();
+    Ok((
+        Tensor::f_from_slice(&top.values)?.f_view([bsz, k])?,
+        Tensor::f_from_slice(&tokens)?.f_view([bsz, k])?,
+        Tensor::f_from_slice(&beams)?.f_view([bsz, k])?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn torch_topk(l: &Tensor, prev: Option<&Tensor>, k: i64) -> (Vec<f32>, Vec<i64>) {
+        let (bsz, beam, _) = l.size3().unwrap();
+        let sums = match prev {
+            Some(p) => l + p.view([bsz, beam, 1]),
+            None => l.slice(1, 0, None, beam).contiguous(),
+        };
+        let (v, i) = sums.view([bsz, -1]).topk(k, -1, true, true);
+        (Vec::<f32>::try_from(v.view([-1])).unwrap(), Vec::<i64>::try_from(i.view([-1])).unwrap())
+    }
+
+    #[test]
+    fn equals_libtorch_topk_on_random_log_probabilities() {
+        tch::manual_seed(3);
+        for &(bsz, beam, vocab) in &[(1i64, 5i64, 7944i64), (32, 5, 1000), (3, 1, 40), (4, 2, 33)] {
+            let l = Tensor::randn([bsz, beam, vocab], (Kind::Float, Device::Cpu)).log_softmax(-1, Kind::Float);
+            let p = Tensor::randn([bsz, beam], (Kind::Float, Device::Cpu)) * 3.0;
+            let prev = Vec::<f32>::try_from(p.view([-1])).unwrap();
+            let k = (2 * beam).min(beam * vocab - 1);
+            let host = beam_topk(&l, Some(&prev), k as usize).expect("no ties in random data");
+            assert_eq!((host.values, host.indices), torch_topk(&l, Some(&p), k));
+            let k0 = (2 * beam).min(vocab - 1);
+            let host = beam_topk(&l, None, k0 as usize).expect("no ties in random data");
+            assert_eq!((host.values, host.indices), torch_topk(&l, None, k0));
+        }
+    }
+
+    #[test]
+    fn negative_infinity_and_large_values_rank_as_libtorch_ranks_them() {
+        let mut row = vec![f32::NEG_INFINITY; 100];
+        row[7] = -0.5;
+        row[70] = f32::INFINITY;
+        row[99] = -1.0;
+        let l = Tensor::from_slice(&row).view([1, 1, 100]);
+        let host = beam_topk(&l, None, 3).expect("three distinct values");
+        assert_eq!(host.values, [f32::INFINITY, -0.5, -1.0]);
+        assert_eq!(host.indices, [70, 7, 99]);
+        // a fourth candidate would be one of many -inf: a tie at the boundary
+        assert!(beam_topk(&l, None, 4).is_none());
+    }
+
+    #[test]
+    fn ties_and_nan_are_left_to_libtorch() {
+        let mut row: Vec<f32> = (0..64).map(|i| -(i as f32)).collect();
+        row[40] = -1.0; // equals row[1]: a tie inside the top 3
+        let l = Tensor::from_slice(&row).view([1, 1, 64]);
+        assert!(beam_topk(&l, None, 3).is_none());
+        // beyond the top k + 1, a tie does not matter
+        assert!(beam_topk(&l, None, 1).is_some());
+        row[40] = f32::NAN;
+        let l = Tensor::from_slice(&row).view([1, 1, 64]);
+        assert!(beam_topk(&l, None, 3).is_none());
+    }
+
+    #[test]
+    fn a_strided_tensor_is_left_to_libtorch() {
+        let l = Tensor::randn([2, 3, 50], (Kind::Float, Device::Cpu)).transpose(0, 1);
+        assert!(beam_topk(&l, Some(&[0.0; 6]), 4).is_none());
+    }
+}
