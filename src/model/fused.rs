@@ -10,6 +10,7 @@ use tch::{Kind, Tensor};
 use super::attention::MultiheadAttention;
 use super::incremental::AttentionState;
 use super::nn::Linear;
+use super::one_query;
 use super::ModelError;
 
 /// The fused projections of one `MultiheadAttention`.
@@ -73,7 +74,8 @@ pub fn self_attention_step(a: &MultiheadAttention, query: &Tensor, state: &mut A
     let Some(FusedProjections::SelfAttention { qkv }) = &a.fused else {
         return Err(ModelError::Input("self-attention without fused projections".into()));
     };
-    let parts = split_heads(&qkv.forward(query)?, 3, a.num_heads, a.head_dim)?;
+    let projected = qkv.forward(query)?;
+    let parts = split_heads(&projected, 3, a.num_heads, a.head_dim)?;
     let (q, k, v) = (&parts[0], &parts[1], &parts[2]);
     let grow = |prev: &Option<Tensor>, new: &Tensor| match prev {
         Some(p) => Tensor::f_cat(&[p, new], 2),
@@ -81,10 +83,16 @@ pub fn self_attention_step(a: &MultiheadAttention, query: &Tensor, state: &mut A
     };
     let k = grow(&state.prev_key, k)?;
     let v = grow(&state.prev_value, v)?;
-    let out = Tensor::f_scaled_dot_product_attention(q, &k, &v, None::<&Tensor>, 0.0, false, Some(1.0), false)?;
+    let out = match one_query::attend(&projected, &k, &v, None)? {
+        Some(out) => a.out_proj.forward(&out)?,
+        None => {
+            let out = Tensor::f_scaled_dot_product_attention(q, &k, &v, None::<&Tensor>, 0.0, false, Some(1.0), false)?;
+            merge_heads(a, &out)?
+        }
+    };
     state.prev_key = Some(k);
     state.prev_value = Some(v);
-    merge_heads(a, &out)
+    Ok(out)
 }
 
 /// An encoder attention in incremental decoding: keys, values and the additive padding mask are
@@ -115,7 +123,11 @@ pub fn encoder_attention_step(
     let (Some(k), Some(v)) = (&state.prev_key, &state.prev_value) else {
         return Err(ModelError::Input("encoder attention has no cached keys".into()));
     };
-    let q = split_heads(&q.forward(query)?, 1, a.num_heads, a.head_dim)?.remove(0);
+    let projected = q.forward(query)?;
+    if let Some(out) = one_query::attend(&projected, k, v, state.attn_bias.as_ref())? {
+        return a.out_proj.forward(&out);
+    }
+    let q = split_heads(&projected, 1, a.num_heads, a.head_dim)?.remove(0);
     let out = Tensor::f_scaled_dot_product_attention(&q, k, v, state.attn_bias.as_ref(), 0.0, false, Some(1.0), false)?;
     merge_heads(a, &out)
 }

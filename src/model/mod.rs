@@ -21,6 +21,7 @@ mod int8;
 mod language_model;
 mod layer;
 mod nn;
+mod one_query;
 mod onednn;
 mod options;
 mod transformer;

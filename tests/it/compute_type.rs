@@ -119,7 +119,7 @@ fn float32_gives_fairseq_s_hypotheses_and_scores_within_1e_4_on_the_bundled_mode
     assert!(c.ok(), "{:?}", c.failures());
 }
 
-fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, lines: &[&str], compute_type: &str) -> Vec<Hypothesis> {
+fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&str], compute_type: &str) -> Vec<Hypothesis> {
     set_test_threads();
     let spec = ModelSpec {
         model: Some(repo(model)),
@@ -128,7 +128,6 @@ fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, lines: &[&str], compu
         ..Default::default()
     };
     let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
-    let text = if lang.is_some() { TextMode::Tokenized } else { TextMode::Raw };
     let mut translator = Translator::new(bundle, tch::Device::Cpu, text).unwrap();
     translator.set_compute_type(compute_type).unwrap();
     let options = TranslateOptions { nbest: 5, ..Default::default() };
@@ -149,20 +148,26 @@ fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, lines: &[&str], compu
 #[test]
 fn float32_moves_scores_by_less_than_1e_4_and_keeps_every_hypothesis() {
     let bundled = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow.", "A little girl is eating an ice cream."];
-    let mut runs: Vec<(String, Option<(&str, &str)>, Vec<String>)> =
-        vec![("weights/multi30k.en-de".into(), None, bundled.iter().map(|s| s.to_string()).collect())];
+    let mut runs: Vec<(String, Option<(&str, &str)>, TextMode, Vec<String>)> =
+        vec![("weights/multi30k.en-de".into(), None, TextMode::Raw, bundled.iter().map(|s| s.to_string()).collect())];
     let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("models/manifest.json")).unwrap()).unwrap();
     let inputs = std::fs::read_to_string(repo(manifest["inputs"]["src"].as_str().unwrap())).unwrap();
     let lines: Vec<String> = inputs.lines().take(12).map(str::to_string).collect();
     assert_eq!(lines.len(), 12);
     for f in manifest["fixtures"].as_array().unwrap() {
-        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), lines.clone()));
+        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized, lines.clone()));
+    }
+    // the BART family (beamable encoder attention) and the multilingual tasks, on raw text
+    let multilingual: Vec<String> =
+        std::fs::read_to_string(fixture("multilingual/input.en")).unwrap().lines().take(8).map(str::to_string).collect();
+    for (dir, pair) in [("bart", ("en", "de")), ("mbart-ft", ("en_XX", "de_DE")), ("m2m", ("en", "de")), ("mbart50", ("en_XX", "de_DE"))] {
+        runs.push((format!("tests/fixtures/multilingual/{dir}"), Some(pair), TextMode::Raw, multilingual.clone()));
     }
     let (mut moved, mut near_ties) = (0, 0);
-    for (model, lang, lines) in &runs {
+    for (model, lang, text, lines) in &runs {
         let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-        let exact = hub_hypotheses(model, *lang, &lines, "exact");
-        let float32 = hub_hypotheses(model, *lang, &lines, "float32");
+        let exact = hub_hypotheses(model, *lang, *text, &lines, "exact");
+        let float32 = hub_hypotheses(model, *lang, *text, &lines, "float32");
         assert_eq!(exact.len(), float32.len(), "{model}");
         for (e, f) in exact.iter().zip(&float32) {
             assert!((e.score - f.score).abs() <= 1e-4, "{model}: score {} against {}", e.score, f.score);
