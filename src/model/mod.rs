@@ -15,6 +15,7 @@ mod compute_type;
 mod decoder;
 mod embedding;
 mod encoder;
+mod few_rows;
 mod fused;
 mod incremental;
 mod int8;

@@ -2,30 +2,33 @@
 
 use tch::{Kind, Tensor};
 
+use super::few_rows::FewRowsWeight;
 use super::int8::Int8Weight;
 use super::onednn::{OneDnnWeight, MIN_ELEMENTS};
 use super::weights::Weights;
 use super::ModelError;
 
 /// `nn.Linear`: `F.linear(x, weight, bias)` with `weight` `[out, in]`; in int8 when
-/// [`Linear::quantize_int8`] was called, through oneDNN when [`Linear::reorder_for_onednn`] was.
+/// [`Linear::quantize_int8`] was called, through oneDNN when [`Linear::reorder_for_onednn`] was,
+/// and on the host for a few rows when [`Linear::pack_for_few_rows`] was.
 #[derive(Debug)]
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     int8: Option<Int8Weight>,
     onednn: Option<OneDnnWeight>,
+    few_rows: Option<FewRowsWeight>,
 }
 
 impl Linear {
     pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
-        Ok(Self { weight, bias, int8: None, onednn: None })
+        Ok(Self { weight, bias, int8: None, onednn: None, few_rows: None })
     }
 
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias, int8: None, onednn: None }
+        Self { weight, bias, int8: None, onednn: None, few_rows: None }
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
@@ -34,6 +37,9 @@ impl Linear {
 
     /// `F.linear(x, weight, bias)` with a bias from elsewhere (fairseq's concatenated in_proj bias).
     pub fn forward_with_bias(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        if let Some(y) = self.few_rows_linear(x, bias, false)? {
+            return Ok(y);
+        }
         match (&self.int8, &self.onednn) {
             // the bias was packed with the weight; the only other bias handed in is the
             // in_proj slice of the same layer's own bias
@@ -45,6 +51,9 @@ impl Linear {
 
     /// `relu(F.linear(x, weight, bias))`, in one oneDNN call when the weight was reordered.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        if let Some(y) = self.few_rows_linear(x, self.bias.as_ref(), true)? {
+            return Ok(y);
+        }
         match (&self.int8, &self.onednn) {
             (None, Some(w)) => w.linear(x, self.bias.as_ref(), true),
             _ => Ok(self.forward(x)?.f_relu()?),
@@ -60,6 +69,29 @@ impl Linear {
         }
         self.onednn = Some(OneDnnWeight::reorder(&self.weight)?);
         Ok(true)
+    }
+
+    /// The host path, for inputs of at most `few_rows::MAX_ROWS` rows and this layer's own bias.
+    fn few_rows_linear(&self, x: &Tensor, bias: Option<&Tensor>, relu: bool) -> Result<Option<Tensor>, ModelError> {
+        let own_bias = match (bias, &self.bias) {
+            (Some(a), Some(b)) => std::ptr::eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        match &self.few_rows {
+            Some(w) if own_bias => w.linear(x, relu),
+            _ => Ok(None),
+        }
+    }
+
+    /// Computes inputs of a few rows on the host from now on (`few_rows.rs`), where the CPU
+    /// allows; returns whether it does.
+    pub fn pack_for_few_rows(&mut self) -> Result<bool, ModelError> {
+        if self.int8.is_some() {
+            return Ok(false);
+        }
+        self.few_rows = FewRowsWeight::pack(&self.weight, self.bias.as_ref())?;
+        Ok(self.few_rows.is_some())
     }
 
     pub fn quantize_int8(&mut self) -> Result<(), ModelError> {

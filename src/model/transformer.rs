@@ -70,8 +70,9 @@ impl TransformerModel {
 
     /// Switches the model to `compute_type`. `float32` and `int8` fuse the decoder's attention
     /// projections (`fused.rs`); `float32` computes the decoder's large linear layers through
-    /// oneDNN (`onednn.rs`); `int8` quantizes every linear layer but the output projection,
-    /// which goes through oneDNN in fp32 (embeddings, norms and attention stay fp32 too), and
+    /// oneDNN (`onednn.rs`) and all of them on the host for a few rows (`few_rows.rs`); `int8`
+    /// quantizes every linear layer but the output projection, which goes through oneDNN (or
+    /// the host, for a few rows) in fp32 (embeddings, norms and attention stay fp32 too), and
     /// turns the encoder's fast path off, as that kernel takes the fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
@@ -97,6 +98,7 @@ impl TransformerModel {
             }
             for linear in linears {
                 linear.reorder_for_onednn()?;
+                linear.pack_for_few_rows()?;
             }
             return Ok(());
         }
@@ -120,6 +122,7 @@ impl TransformerModel {
             linear.quantize_int8()?;
         }
         self.decoder.output_projection.reorder_for_onednn()?;
+        self.decoder.output_projection.pack_for_few_rows()?;
         Ok(())
     }
 
