@@ -46,7 +46,7 @@ pub fn beam_topk(lprobs: &Tensor, prev: Option<&[f32]>, k: usize) -> Option<TopK
                 None => best.scan(row, offset, None)?,
             }
         }
-        if best.values.windows(2).any(|w| !(w[0] > w[1])) {
+        if best.values.windows(2).any(|w| w[0] <= w[1]) {
             return None;
         }
         out.values.extend_from_slice(&best.values[..k]);
@@ -112,7 +112,7 @@ impl Best {
             return None;
         }
         let full = self.values.len() == self.cap;
-        if full && !(v > self.values[self.cap - 1]) {
+        if full && v <= self.values[self.cap - 1] {
             return Some(());
         }
         let at = self.values.iter().position(|&w| v > w).unwrap_or(self.values.len());
