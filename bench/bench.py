@@ -297,15 +297,14 @@ def length_note(r):
 
 def markdown(results, args):
     versions = subprocess.run([TCHSEQ, "--version"], capture_output=True, text=True).stdout.strip()
-    import ctranslate2
-    import fairseq
-    import torch
+    # package metadata: importing fairseq needs reference/'s fixes, which this process goes without
+    from importlib.metadata import version
     out = [
         "# Benchmarks: tchseq vs fairseq 0.12.2 vs CTranslate2",
         "",
         f"Written by `{shlex.join(['bench/run.sh'] + sys.argv[1:])}` (`make bench` runs `bench/run.sh`) on "
         f"{datetime.date.today().isoformat()}: {os.cpu_count()} cores ({cpu_model()}), Linux, CPU only. "
-        f"{versions}, fairseq {fairseq.__version__} on torch {torch.__version__}, CTranslate2 {ctranslate2.__version__}. "
+        f"{versions}, fairseq {version('fairseq')} on torch {version('torch')}, CTranslate2 {version('ctranslate2')}. "
         f"Every number is the median of {args.reps} runs; every run is one process, start to exit. "
         "Ratios are to fairseq (higher is better); absolute times on a shared machine are noisy.",
         "",
