@@ -225,6 +225,21 @@ mod tests {
     }
 
     #[test]
+    fn tied_candidates_come_from_libtorch_s_topk() {
+        // every hypothesis has the same score and the same log-probabilities: the host top-k
+        // declines, and libtorch's order among equal values is what fairseq gets
+        let l = Tensor::full([2, 3, 40], -2.0f64, (Kind::Float, Device::Cpu)).log_softmax(-1, Kind::Float);
+        let s = Tensor::full([2, 3, 1], -0.5f64, (Kind::Float, Device::Cpu));
+        let c = SearchStrategy::Beam.step(1, &l, &s, None, 2).unwrap();
+        let (want_scores, want_indices) = (&l + s.view([2, 3, 1])).view([2, -1]).topk(6, -1, true, true);
+        assert_eq!(Vec::<f32>::try_from(c.scores.view([-1])).unwrap(), Vec::<f32>::try_from(want_scores.view([-1])).unwrap());
+        let want_tokens = Vec::<i64>::try_from(want_indices.fmod(40).view([-1])).unwrap();
+        assert_eq!(Vec::<i64>::try_from(c.indices.view([-1])).unwrap(), want_tokens);
+        let want_beams = Vec::<i64>::try_from(want_indices.divide_scalar_mode(40, "trunc").view([-1])).unwrap();
+        assert_eq!(Vec::<i64>::try_from(c.beams.view([-1])).unwrap(), want_beams);
+    }
+
+    #[test]
     fn topp_keeps_smallest_set_reaching_p() {
         let probs = [0.5f32, 0.3, 0.15, 0.05];
         let logs: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
