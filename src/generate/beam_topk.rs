@@ -6,7 +6,9 @@
 //! additions. When two of them are equal, libtorch's order depends on its partial sort, so
 //! [`beam_topk`] returns `None` and the caller asks libtorch.
 
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
+
+use crate::libtorch::host::f32_view;
 
 /// Values and flat `beam · V + token` indices, `[bsz, k]` each, best first.
 pub struct TopK {
@@ -21,19 +23,14 @@ const CHUNK: usize = 32;
 /// cumulative score of each of the `bsz · beam` hypotheses. `None` when the tensor is not a
 /// contiguous f32 CPU tensor, when it holds NaN, or when the answer has ties.
 pub fn beam_topk(lprobs: &Tensor, prev: Option<&[f32]>, k: usize) -> Option<TopK> {
-    if lprobs.device() != Device::Cpu || lprobs.kind() != Kind::Float || !lprobs.is_contiguous() {
-        return None;
-    }
+    // SAFETY: the generator holds `lprobs` and nothing writes it during the call.
+    let data = unsafe { f32_view(lprobs) }?;
     let &[bsz, beam, vocab] = lprobs.size().as_slice() else { return None };
     let (bsz, beam, vocab) = (usize::try_from(bsz).ok()?, usize::try_from(beam).ok()?, usize::try_from(vocab).ok()?);
     let rows_used = if prev.is_some() { beam } else { 1 };
     if prev.is_some_and(|p| p.len() != bsz * beam) || k == 0 || k >= rows_used * vocab {
         return None;
     }
-    let numel = bsz * beam * vocab;
-    // SAFETY: a contiguous f32 CPU tensor of `numel` elements, alive and unchanged for this
-    // call (the generator holds it; nothing else writes it meanwhile).
-    let data = unsafe { std::slice::from_raw_parts(lprobs.data_ptr() as *const f32, numel) };
     let mut out = TopK { values: Vec::with_capacity(bsz * k), indices: Vec::with_capacity(bsz * k) };
     let mut best = Best::new(k + 1);
     for s in 0..bsz {
@@ -140,6 +137,7 @@ pub fn candidates(top: TopK, bsz: i64, k: i64, vocab: i64) -> Result<(Tensor, Te
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tch::{Device, Kind};
 
     fn torch_topk(l: &Tensor, prev: Option<&Tensor>, k: i64) -> (Vec<f32>, Vec<i64>) {
         let (bsz, beam, _) = l.size3().unwrap();

@@ -4,6 +4,7 @@
 use tch::{Kind, Tensor};
 
 use super::GenerateError;
+use crate::libtorch::host::f32_view;
 
 /// Which `Search` subclass `build_generator` picks.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,6 +85,16 @@ pub(super) fn size3(t: &Tensor) -> Result<(i64, i64, i64), GenerateError> {
     }
 }
 
+/// `scores[:, :, column]`, flattened; read on the host when `scores` is a contiguous f32 tensor.
+fn score_column(scores: &Tensor, column: i64) -> Result<Vec<f32>, GenerateError> {
+    let (_, _, len) = size3(scores)?;
+    // SAFETY: nothing writes `scores` during the call.
+    if let (Some(data), true) = (unsafe { f32_view(scores) }, (0..len).contains(&column)) {
+        return Ok(data.iter().skip(column as usize).step_by(len as usize).copied().collect());
+    }
+    Ok(Vec::<f32>::try_from(scores.f_select(2, column)?.f_contiguous()?.f_view([-1])?)?)
+}
+
 pub(super) fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
     let (bsz, beam_size, vocab_size) = size3(lprobs)?;
     let width = if step == 0 { vocab_size } else { beam_size * vocab_size };
@@ -91,7 +102,7 @@ pub(super) fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<C
     if lprobs.device() == tch::Device::Cpu && lprobs.kind() == Kind::Float && scores.kind() == Kind::Float {
         let prev = match step {
             0 => None,
-            _ => Some(Vec::<f32>::try_from(scores.f_select(2, step - 1)?.f_contiguous()?.f_view([-1])?)?),
+            _ => Some(score_column(scores, step - 1)?),
         };
         if let Some(top) = super::beam_topk::beam_topk(lprobs, prev.as_deref(), k as usize) {
             let (scores, indices, beams) = super::beam_topk::candidates(top, bsz, k, vocab_size)?;
@@ -185,6 +196,18 @@ fn sampling_step(
 mod tests {
     use super::*;
     use tch::Device;
+
+    #[test]
+    fn score_column_reads_the_host_copy_as_libtorch_selects_it() {
+        let scores = Tensor::randn([3, 4, 6], (Kind::Float, Device::Cpu));
+        for column in 0..6 {
+            let want = Vec::<f32>::try_from(scores.select(2, column).contiguous().view([-1])).unwrap();
+            assert_eq!(score_column(&scores, column).unwrap(), want);
+            let strided = scores.transpose(0, 1).contiguous().transpose(0, 1);
+            assert_eq!(score_column(&strided, column).unwrap(), want);
+        }
+        assert!(score_column(&scores, 6).is_err());
+    }
 
     #[test]
     fn match_source_len_allows_eos_only_at_the_source_length() {

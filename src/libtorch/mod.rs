@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 mod cuda;
+pub mod host;
 mod op_profile;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};

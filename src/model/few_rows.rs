@@ -7,6 +7,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::ModelError;
+use crate::libtorch::host::{f32_view, f32_view_mut};
 
 /// Output columns per panel: two AVX registers.
 const PANEL: usize = 16;
@@ -55,7 +56,11 @@ impl FewRowsWeight {
     /// [`MAX_ROWS`] rows; `None` otherwise.
     pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, ModelError> {
         let size = x.size();
-        if x.device() != Device::Cpu || x.kind() != Kind::Float || !x.is_contiguous() || size.last() != Some(&(self.in_features as i64)) {
+        // SAFETY: nothing writes `x` during the call.
+        let Some(x) = (unsafe { f32_view(x) }) else {
+            return Ok(None);
+        };
+        if size.last() != Some(&(self.in_features as i64)) {
             return Ok(None);
         }
         let rows = size[..size.len() - 1].iter().product::<i64>();
@@ -68,18 +73,17 @@ impl FewRowsWeight {
         }
         let mut y = Tensor::f_empty(out_size.as_slice(), (Kind::Float, Device::Cpu))?;
         let rows = rows as usize;
-        // SAFETY: `x` is a contiguous f32 tensor of rows × in elements; `y` is new, rows × out.
-        unsafe {
-            let x = std::slice::from_raw_parts(x.data_ptr() as *const f32, rows * self.in_features);
-            let y = std::slice::from_raw_parts_mut(y.data_ptr() as *mut f32, rows * self.out_features);
-            for start in (0..rows).step_by(ROWS_PER_PASS) {
-                let n = ROWS_PER_PASS.min(rows - start);
-                let x = &x[start * self.in_features..][..n * self.in_features];
-                let y = &mut y[start * self.out_features..][..n * self.out_features];
-                self.pass(n, x, y, relu);
-            }
+        // SAFETY: `y` is new and not shared.
+        let Some(y_data) = (unsafe { f32_view_mut(&mut y) }) else {
+            return Ok(None);
+        };
+        for start in (0..rows).step_by(ROWS_PER_PASS) {
+            let n = ROWS_PER_PASS.min(rows - start);
+            let x = &x[start * self.in_features..][..n * self.in_features];
+            let y = &mut y_data[start * self.out_features..][..n * self.out_features];
+            // SAFETY: `pack` made this weight only where `cpu_supported`.
+            unsafe { self.pass(n, x, y, relu) };
         }
-        let _ = &mut y;
         Ok(Some(y))
     }
 

@@ -54,11 +54,10 @@ impl FusedProjections {
     }
 }
 
-/// `[L, B, n·C]` → n tensors `[B, H, L, D]` (views).
-fn split_heads(x: &Tensor, n: i64, h: i64, d: i64) -> Result<Vec<Tensor>, ModelError> {
+/// `[L, B, n·C]` → `[n, B, H, L, D]` (a view); `.select(0, i)` is the i-th projection's heads.
+fn split_heads(x: &Tensor, n: i64, h: i64, d: i64) -> Result<Tensor, ModelError> {
     let (len, bsz, _) = x.size3()?;
-    let x = x.f_view([len, bsz, n, h, d])?.f_permute([2, 1, 3, 0, 4])?;
-    Ok((0..n).map(|i| x.f_select(0, i)).collect::<Result<Vec<_>, _>>()?)
+    Ok(x.f_view([len, bsz, n, h, d])?.f_permute([2, 1, 3, 0, 4])?)
 }
 
 /// `[B, H, L, D]` → `[L, B, C]`, through the output projection.
@@ -75,18 +74,18 @@ pub fn self_attention_step(a: &MultiheadAttention, query: &Tensor, state: &mut A
         return Err(ModelError::Input("self-attention without fused projections".into()));
     };
     let projected = qkv.forward(query)?;
-    let parts = split_heads(&projected, 3, a.num_heads, a.head_dim)?;
-    let (q, k, v) = (&parts[0], &parts[1], &parts[2]);
-    let grow = |prev: &Option<Tensor>, new: &Tensor| match prev {
-        Some(p) => Tensor::f_cat(&[p, new], 2),
+    let heads = split_heads(&projected, 3, a.num_heads, a.head_dim)?;
+    let grow = |prev: &Option<Tensor>, new: Tensor| match prev {
+        Some(p) => Tensor::f_cat(&[p, &new], 2),
         None => new.f_contiguous(),
     };
-    let k = grow(&state.prev_key, k)?;
-    let v = grow(&state.prev_value, v)?;
+    let k = grow(&state.prev_key, heads.f_select(0, 1)?)?;
+    let v = grow(&state.prev_value, heads.f_select(0, 2)?)?;
     let out = match one_query::attend(&projected, &k, &v, None)? {
         Some(out) => a.out_proj.forward(&out)?,
         None => {
-            let out = Tensor::f_scaled_dot_product_attention(q, &k, &v, None::<&Tensor>, 0.0, false, Some(1.0), false)?;
+            let q = heads.f_select(0, 0)?;
+            let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<&Tensor>, 0.0, false, Some(1.0), false)?;
             merge_heads(a, &out)?
         }
     };
@@ -108,9 +107,9 @@ pub fn encoder_attention_step(
         return Err(ModelError::Input("encoder attention without fused projections".into()));
     };
     if state.prev_key.is_none() {
-        let parts = split_heads(&kv.forward(encoder_out)?, 2, a.num_heads, a.head_dim)?;
-        state.prev_key = Some(parts[0].f_contiguous()?);
-        state.prev_value = Some(parts[1].f_contiguous()?);
+        let heads = split_heads(&kv.forward(encoder_out)?, 2, a.num_heads, a.head_dim)?;
+        state.prev_key = Some(heads.f_select(0, 0)?.f_contiguous()?);
+        state.prev_value = Some(heads.f_select(0, 1)?.f_contiguous()?);
         state.attn_bias = match encoder_padding_mask {
             Some(m) if m.f_any()?.f_int64_value(&[])? != 0 => {
                 let (bsz, src_len) = m.size2()?;
@@ -127,7 +126,7 @@ pub fn encoder_attention_step(
     if let Some(out) = one_query::attend(&projected, k, v, state.attn_bias.as_ref())? {
         return a.out_proj.forward(&out);
     }
-    let q = split_heads(&projected, 1, a.num_heads, a.head_dim)?.remove(0);
+    let q = split_heads(&projected, 1, a.num_heads, a.head_dim)?.f_select(0, 0)?;
     let out = Tensor::f_scaled_dot_product_attention(&q, k, v, state.attn_bias.as_ref(), 0.0, false, Some(1.0), false)?;
     merge_heads(a, &out)
 }

@@ -9,6 +9,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::ModelError;
+use crate::libtorch::host::{f32_view, f32_view_mut};
 
 /// The shapes of one call: `rows` queries (`heads × head_dim` each, `q_stride` floats apart),
 /// keys and values `[kv_rows, heads, len, head_dim]` contiguous, query row `b` reading key row
@@ -26,10 +27,14 @@ struct Shape {
 /// `heads × head_dim` columns are the query; scaling already applied), `bias` `[kv_rows, len]`
 /// additive (−∞ for padding). Returns `[1, rows, heads × head_dim]`.
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>, ModelError> {
-    let f32_cpu = |t: &Tensor| t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous();
-    if !(f32_cpu(q) && f32_cpu(k) && f32_cpu(v) && bias.is_none_or(f32_cpu)) {
+    // SAFETY: nothing writes these tensors during the call.
+    let (Some(q_data), Some(k_data), Some(v_data)) = (unsafe { (f32_view(q), f32_view(k), f32_view(v)) }) else {
         return Ok(None);
-    }
+    };
+    let bias_data = match bias.map(|b| unsafe { f32_view(b) }) {
+        Some(None) => return Ok(None),
+        viewed => viewed.flatten(),
+    };
     let (one, rows, q_stride) = q.size3()?;
     let (kv_rows, heads, len, head_dim) = k.size4()?;
     if one != 1 || v.size() != k.size() || kv_rows == 0 || rows % kv_rows != 0 || heads * head_dim > q_stride || len == 0 {
@@ -47,14 +52,11 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
         q_stride: q_stride as usize,
     };
     let mut out = Tensor::f_empty([1, rows, heads * head_dim], (Kind::Float, Device::Cpu))?;
-    // SAFETY: contiguous f32 CPU tensors of the checked sizes; `out` is new and not shared.
-    unsafe {
-        let view = |t: &Tensor| std::slice::from_raw_parts(t.data_ptr() as *const f32, t.numel());
-        let out_data = std::slice::from_raw_parts_mut(out.data_ptr() as *mut f32, out.numel());
-        let bias = bias.map(view);
-        run(&shape, view(q), view(k), view(v), bias, out_data);
-    }
-    let _ = &mut out;
+    // SAFETY: `out` is new and not shared.
+    let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else {
+        return Ok(None);
+    };
+    run(&shape, q_data, k_data, v_data, bias_data, out_data);
     Ok(Some(out))
 }
 
