@@ -2,7 +2,7 @@
 Multi30k train, repeated): the bounded-memory check of issue 21. Writes bench/memory-results.md.
 
     python bench/memory.py [--score-rows 10000,100000,1000000] [--translate-lines 10000,100000] [--threads 2]
-                           [--beam 5] [--out bench/memory-results.md]
+                           [--beam 5] [--trace] [--out bench/memory-results.md]
 
 Each size is one process, start to exit; peak RSS is the child's ru_maxrss (wait4). Default
 batching: score as fairseq-generate (--max-tokens 12000), translate as a file (--max-tokens 512,
@@ -15,6 +15,7 @@ import gzip
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +41,36 @@ def run(argv):
     return seconds, usage.ru_maxrss / 1024
 
 
+def run_traced(argv, milestones):
+    """(seconds, peak RSS in MB, {line: resident MB}) of one `translate` process: its resident
+    size is read from /proc every half second and noted when its output first reaches each of
+    `milestones` lines, so growth within one run shows apart from start-up."""
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    count = [0]
+
+    def read_lines():
+        for chunk in iter(lambda: proc.stdout.read(1 << 16), b""):
+            count[0] += chunk.count(b"\n")
+
+    reader = threading.Thread(target=read_lines, daemon=True)
+    reader.start()
+    at, pending = {}, sorted(milestones)
+    while reader.is_alive():
+        reader.join(0.5)
+        try:
+            rss = next(int(l.split()[1]) for l in open(f"/proc/{proc.pid}/status") if l.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            break
+        while pending and count[0] >= pending[0]:
+            at[pending.pop(0)] = rss / 1024
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"bench/memory: {' '.join(argv)} failed: {proc.stderr.read().decode(errors='replace')}")
+    return seconds, usage.ru_maxrss / 1024, at
+
+
 def cpu_model():
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
@@ -53,13 +84,15 @@ def main():
     p.add_argument("--translate-lines", default="10000,100000")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--beam", type=int, default=5, help="translate's beam (1: greedy, for a quicker 1M-line run)")
+    p.add_argument("--trace", action="store_true",
+                   help="also note translate's resident size at 10k, 100k and 1M lines within its largest run")
     p.add_argument("--out", default=str(ROOT / "bench" / "memory-results.md"))
     args = p.parse_args()
     data = Path(os.environ.get("DATA", ROOT.parent / "shared" / "data" / "multi30k"))
     work = ROOT / "bench" / "work" / "memory"
     work.mkdir(parents=True, exist_ok=True)
     en, de = lines(data, "en"), lines(data, "de")
-    rows = []
+    rows, traced = [], []
     for kind, sizes in (("score", args.score_rows), ("translate", args.translate_lines)):
         for n in [int(x) for x in sizes.split(",") if x]:
             if kind == "score":
@@ -77,7 +110,12 @@ def main():
                     path.write_text("".join(en[i % len(en)] + "\n" for i in range(n)), encoding="utf-8")
                 argv = [TCHSEQ, "--threads", str(args.threads), "translate", "-m", MODEL, "--beam", str(args.beam),
                         "--input", str(path)]
-            seconds, rss = run(argv)
+            if kind == "translate" and args.trace and n == max(int(x) for x in sizes.split(",") if x):
+                milestones = [m for m in (10_000, 100_000, 1_000_000) if m <= n]
+                seconds, rss, resident = run_traced(argv, milestones)
+                traced.append((n, resident))
+            else:
+                seconds, rss = run(argv)
             rows.append((kind, n, seconds, n / seconds, rss))
             print(f"{kind} {n}: {seconds:.1f} s, {n / seconds:.0f}/s, peak RSS {rss:.0f} MB", flush=True)
     out = [
@@ -92,6 +130,10 @@ def main():
         "|---|---:|---:|---:|---:|",
     ]
     out += [f"| {k} | {n:,} | {s:.1f} | {r:.0f} | {m:.0f} |" for k, n, s, r, m in rows]
+    for n, resident in traced:
+        out += ["", f"Resident size within the {n:,}-line translate, when its output first reached each line count:", "",
+                "| lines | resident MB |", "|---:|---:|"]
+        out += [f"| {line:,} | {mb:.1f} |" for line, mb in sorted(resident.items())]
     Path(args.out).write_text("\n".join(out) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 
