@@ -64,6 +64,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::excessive_precision)] // a 17-digit literal, as Python's repr reads it
     fn repr_matches_python() {
         // values and their Python 3.11 repr()
         let cases: &[(f64, &str)] = &[

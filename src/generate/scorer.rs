@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn normalizing_a_slice_of_rows_at_a_time_changes_no_bit() {
-        let _seed = tch::manual_seed(7);
+        tch::manual_seed(7);
         for (b, t, v) in [(600, 23, 7944), (3, 5, 11), (1, 1, 4)] {
             let logits = Tensor::randn([b, t, v], (Kind::Float, tch::Device::Cpu)) * 6.0;
             let index = Tensor::randint(v, [b, t, 1], (Kind::Int64, tch::Device::Cpu));

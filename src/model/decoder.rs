@@ -181,6 +181,6 @@ impl TransformerDecoder {
         if let Some(proj) = &self.project_out_dim {
             x = proj.forward(&x)?;
         }
-        Ok(self.output_projection.forward(&x)?)
+        self.output_projection.forward(&x)
     }
 }

@@ -174,7 +174,7 @@ mod tests {
             let q = Tensor::randn([1, rows, stride], opts);
             let k = Tensor::randn([kv_rows, heads, len, d], opts);
             let v = Tensor::randn([kv_rows, heads, len, d], opts);
-            let mut bias = Tensor::zeros([kv_rows, len], opts);
+            let bias = Tensor::zeros([kv_rows, len], opts);
             if len > 1 {
                 let _ = bias.select(1, 0).fill_(f64::NEG_INFINITY);
             }

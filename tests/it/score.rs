@@ -99,7 +99,7 @@ fn score(model: &[String], csv_path: &Path, extra: &[&str]) -> Scored {
     assert!(out_path.exists(), "tchseq score wrote no output: {stderr}");
     let output = read_output(&out_path);
     // exit 0 when every row was scored, else 2 with a count, the output complete all the same
-    let failed = output.iter().filter(|r| !r["error"].as_str().is_empty()).count();
+    let failed = output.iter().filter(|r| !r["error"].is_empty()).count();
     if failed == 0 {
         assert!(out.status.success(), "tchseq score failed: {stderr}");
     } else {

@@ -35,12 +35,14 @@ impl Server {
                 }
             }
         });
+        // from here on the child is in `Server`, whose drop kills and reaps it if a check fails
+        let mut server = Server { child, port: 0, stderr: rx };
         loop {
-            let line = rx.recv_timeout(Duration::from_secs(120)).expect("tchseq serve did not say where it listens");
+            let line = server.stderr.recv_timeout(Duration::from_secs(120)).expect("tchseq serve did not say where it listens");
             if let Some(addr) = line.strip_prefix("tchseq serve: listening on http://") {
-                let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+                server.port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
                 assert!(addr.starts_with("127.0.0.1:"), "binds to loopback by default: {addr}");
-                return Server { child, port, stderr: rx };
+                return server;
             }
         }
     }
