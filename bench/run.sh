@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: tchseq vs fairseq 0.12.2 vs CTranslate2 (translate, latency, score, start-up),
 # at the bundled model's size and at transformer-base size; writes bench/results.md. Then
-# bench/memory.py (peak RSS and throughput of score and translate at 10k/100k/1M rows, about an
-# hour more; BENCH_MEMORY=0 skips it) writes bench/memory-results.md.
+# bench/memory.py (peak RSS and throughput of score at 10k/100k/1M rows and translate at 10k/100k
+# lines, about an hour more) writes bench/memory-results.md, and a greedy translate of 10k/100k/1M
+# lines with its resident size at each (about 50 minutes more) bench/memory-results-greedy.md;
+# BENCH_MEMORY=0 skips both.
 #   bash bench/run.sh [--threads 2] [--reps 3] [--sizes bundled,base] [--base-lines 200]
 # Needs the reference venv (`make reference-venv`) and a release build (`make build`); `make
 # bench` provides both. Scratch files (converted models, the base model) go to bench/work/.
@@ -15,4 +17,6 @@ source reference/env.sh
 env -u PYTHONPATH python bench/bench.py "$@"
 if [ "${BENCH_MEMORY:-1}" != 0 ]; then
     env -u PYTHONPATH python bench/memory.py
+    env -u PYTHONPATH python bench/memory.py --score-rows '' --translate-lines 10000,100000,1000000 --beam 1 --trace \
+        --out bench/memory-results-greedy.md
 fi
