@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # fairseq 0.12.2 goldens under tchseq's reproducible mode (tests/fixtures/reproducible): the same
 # runs as the other goldens, with MKL_CBWR=AVX2,STRICT ATEN_CPU_CAPABILITY=avx2 set before torch
-# starts. Those bits do not depend on the thread count, but they do on the CPU (an Intel Xeon and an
-# AMD Zen differ), so tests compare them as the other goldens: tokens exactly, scores within 1e-4.
-#   bash reference/reproducible_goldens.sh
+# starts. Those bits do not depend on the thread count, but they do on the CPU vendor (an Intel Xeon
+# and an AMD Zen differ; Zen 1, 4 and 5 agree), so each vendor has its own set,
+# tests/fixtures/reproducible/<vendor>/, made on a CPU of that vendor; tests/it/reproducible.rs
+# compares tchseq --reproducible bit for bit with the set of the CPU it runs on.
+#   bash reference/reproducible_goldens.sh      (writes the set of this machine's vendor)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh
 export MKL_CBWR=AVX2,STRICT ATEN_CPU_CAPABILITY=avx2
 
-OUT=tests/fixtures/reproducible
+case "$(grep -m1 '^vendor_id' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')" in
+  GenuineIntel) VENDOR=intel ;;
+  AuthenticAMD) VENDOR=amd ;;
+  *) echo "error: pinned goldens are kept for Intel and AMD CPUs only" >&2; exit 2 ;;
+esac
+OUT=tests/fixtures/reproducible/$VENDOR
 FIX=tests/fixtures/models
 M=weights/multi30k.en-de
 SR=tests/fixtures/bundled/score_reference
@@ -55,7 +62,10 @@ with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
 subprocess.run([sys.executable, "reference/run_cli.py", f.name], check=True)
 os.unlink(f.name)
 env = {k: os.environ[k] for k in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+info = dict(l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)
+info = {k.strip(): v.strip() for k, v in info.items()}
+cpu = {"vendor_id": info.get("vendor_id"), "model_name": info.get("model name"), "cpu_family": info.get("cpu family"),
+       "model": info.get("model"), "avx512": sorted(f for f in info.get("flags", "").split() if f.startswith("avx512"))}
 json.dump({"environment": env, "cpu": cpu, "fixtures": made}, open(f"{out}/manifest.json", "w"), indent=1)
 PY
 echo "wrote $OUT"

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 
+use crate::util::tolerance::TOKEN_LOGPROB;
 use crate::util::{fixture, tchseq};
 
 /// fairseq-eval-lm's word-prob lines: sample id → (symbol, natural-log probability), and the
@@ -74,11 +75,10 @@ fn score_lm_matches_fairseq_eval_lm_word_probs() {
                 assert_eq!(got.len(), theirs.len(), "{model}/{golden} sample {id}");
                 for (g, (sym, p)) in got.iter().zip(theirs) {
                     assert_eq!(g[0].as_str().unwrap(), sym, "{model}/{golden} sample {id}");
+                    TOKEN_LOGPROB.assert(g[1].as_f64().unwrap(), *p, &format!("{model}/{golden} sample {id} {sym:?}"));
                     worst = worst.max((g[1].as_f64().unwrap() - p).abs());
                 }
             }
-            // eval-lm prints 6 decimals
-            assert!(worst <= 1e-4, "{model}/{golden}: a token log-probability differs by {worst}");
             let summary = format!("Loss (base 2): {loss:.4},");
             assert!(stderr.contains(&summary), "{model}/{golden}: {stderr} lacks {summary}");
             eprintln!("{model}/{golden}: {samples} samples, largest difference {worst:.1e}");
@@ -100,7 +100,7 @@ fn a_sentence_longer_than_the_model_is_its_own_error_record() {
     for i in [0usize, 2] {
         let got = records[i]["token_logprobs"].as_array().unwrap();
         assert_eq!(got.len(), want[&i].len());
-        assert!(got.iter().zip(&want[&i]).all(|(g, (_, p))| (g[1].as_f64().unwrap() - p).abs() <= 1e-4));
+        assert!(got.iter().zip(&want[&i]).all(|(g, (_, p))| TOKEN_LOGPROB.holds((g[1].as_f64().unwrap() - p).abs())));
     }
     assert_eq!(stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{stderr}");
 
@@ -156,13 +156,14 @@ fn score_lm_refuses_what_it_cannot_do_in_one_line() {
 }
 
 /// `translate -m LM_DIR` continues each line as fairseq-interactive `--task language_modeling`
-/// does (the line is every hypothesis' forced prefix): the same hypotheses, scores within 1e-4;
-/// top-k sampling too (fairseq's random draws replayed: the model's initialisation, each
+/// does (the line is every hypothesis' forced prefix): the same hypotheses, scores within the
+/// cross-CPU tolerance, and no near-ties (`score` does not force-decode a continuation with its
+/// prompt's scores, so none can be proven); top-k sampling too (fairseq's random draws replayed: the model's initialisation, each
 /// buffer's DataLoader).
 /// fairseq 0.12.2 on CPU blocks no n-gram, hence `--fairseq-compat-ngram` beside it.
 #[test]
 fn translate_with_a_language_model_matches_fairseq_interactive() {
-    use crate::fairseq_out::{compare, parse_fairseq};
+    use crate::util::fairseq_out::{compare_settled, parse_fairseq, Rule};
     let runs: [(&str, &[&str], usize); 5] = [
         (
             "interactive_sampling_topk10",
@@ -192,8 +193,8 @@ fn translate_with_a_language_model_matches_fairseq_interactive() {
             let want = parse_fairseq(&fs::read_to_string(fixture(&format!("lm/{model}/goldens/{golden}.txt"))).unwrap());
             assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{model}/{golden}");
             let got = parse_fairseq(&String::from_utf8(out.stdout).unwrap());
-            let c = compare(&want, &got);
-            assert!(c.ok(), "{model}/{golden}: {:?}", c.failures());
+            let c = compare_settled(&want, &got, &[], &Rule::exact_tokens());
+            c.assert_ok(&format!("{model}/{golden}"));
             // every hypothesis begins with its prompt
             for e in got.values() {
                 let src = e.src.as_deref().unwrap();

@@ -8,7 +8,6 @@ mod cli;
 mod compute_type;
 mod constraints;
 mod decoding;
-mod fairseq_out;
 mod faults;
 mod fuzz_corpus;
 mod hub;

@@ -1,0 +1,100 @@
+//! Shared helpers for the integration tests: the binary, fixture paths, manifests, pair CSVs,
+//! output without timings, one-line errors; fairseq's printed output and its comparison
+//! ([`fairseq_out`]); the tolerances with the drift they come from ([`tolerance`]).
+#![allow(dead_code)]
+
+pub mod fairseq_out;
+pub mod tolerance;
+
+use std::path::{Path, PathBuf};
+
+/// The built `tchseq` binary with `--threads` set to [`test_threads`].
+pub fn tchseq() -> assert_cmd::Command {
+    let mut cmd = tchseq_bare();
+    cmd.arg("--threads").arg(test_threads().to_string());
+    cmd
+}
+
+/// The built `tchseq` binary, run with no environment tweaks (it must find libtorch on its own;
+/// cargo's `[env]` would hand it `LIBTORCH`) and no `--threads`.
+pub fn tchseq_bare() -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::new(env!("CARGO_BIN_EXE_tchseq"));
+    cmd.env_remove("LD_LIBRARY_PATH").env_remove("LIBTORCH").env_remove("VIRTUAL_ENV");
+    cmd
+}
+
+/// The intra-op thread count the tests run with: `TCHSEQ_TEST_THREADS`, else 1 (the goldens'
+/// own). Every comparison with a golden holds at any thread count.
+pub fn test_threads() -> usize {
+    match std::env::var("TCHSEQ_TEST_THREADS") {
+        Ok(v) => v.trim().parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| panic!("TCHSEQ_TEST_THREADS={v:?} is not a thread count")),
+        Err(_) => 1,
+    }
+}
+
+/// Sets libtorch's intra-op threads of this test process to [`test_threads`].
+pub fn set_test_threads() {
+    tch::set_num_threads(test_threads() as i32);
+}
+
+/// `tests/fixtures/...`
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+/// A path relative to the repository root.
+pub fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A JSON file (a golden manifest) under the repository.
+pub fn json(rel: &str) -> serde_json::Value {
+    let path = repo(rel);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A JSON array of strings (an argv or option list of a manifest).
+pub fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().unwrap_or_else(|| panic!("not an array: {v}")).iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+/// Runs `cmd`, asserts success, returns its stdout.
+#[track_caller]
+pub fn run_ok(cmd: &mut assert_cmd::Command) -> String {
+    stdout_ok(&cmd.output().unwrap())
+}
+
+/// The stdout of a run that must have succeeded.
+#[track_caller]
+pub fn stdout_ok(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "tchseq failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// The lines of fairseq-format output that carry results: all but the `W-` timings.
+pub fn result_lines(text: &str) -> Vec<String> {
+    text.lines().filter(|l| !l.starts_with("W-")).map(str::to_string).collect()
+}
+
+/// Writes a `source,target` CSV of pairs.
+pub fn write_pairs_csv<'a>(path: &Path, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    let mut w = csv::Writer::from_path(path).unwrap();
+    w.write_record(["source", "target"]).unwrap();
+    for (s, t) in pairs {
+        w.write_record([s, t]).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// Exit 2 and exactly one `error: ` line on stderr (warnings aside) that contains `contains`;
+/// returns that line.
+#[track_caller]
+pub fn one_line_error(out: &std::process::Output, contains: &str) -> String {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with("error: ") && lines[0].contains(contains), "{err}");
+    lines[0].to_string()
+}

@@ -1,0 +1,61 @@
+//! Every numeric tolerance a test holds tchseq to against a golden made on another CPU, with the
+//! drift it was derived from. The goldens carry the bits of the CPU that made them; ATen and MKL
+//! pick other kernels on other CPUs (AVX2 / AVX-512, Intel / AMD), and the last bits move.
+//!
+//! The drift was measured by `tests/drift.sh`: the golden tests under nine kernel settings on an
+//! AMD Zen 4 (ATen's default, AVX2 and AVX-512 kernels, MKL's COMPATIBLE, AVX, AVX2 and AVX-512
+//! code paths, both pinned, and two threads) against goldens made on a Zen 1 and an Intel Xeon.
+//! Each limit is about twice the largest drift seen (docs/testing.md has the table). Where the
+//! bits are pinned (reproducible mode against the pinned goldens of the same CPU vendor, a
+//! comparison on one machine), tests compare bits, not within these.
+//!
+//! `TCHSEQ_DRIFT_LOG=FILE` appends each difference checked here to FILE (`name<TAB>difference`),
+//! which is how `tests/drift.sh` measures.
+
+use std::io::Write;
+
+/// A named limit on |ours - golden|.
+#[derive(Debug, Clone, Copy)]
+pub struct Tolerance {
+    pub name: &'static str,
+    pub limit: f64,
+}
+
+/// A sentence score as beam search prints it (`H-`/`D-`, base 2, fairseq's f32 printed in full):
+/// largest drift 1.41e-5 (the `untied` fixture, beam 4 + lenpen 0.6, ATen's default kernels).
+/// The same limit proves a near-tie (fairseq's score for its hypothesis against ours,
+/// force-decoded).
+pub const SENTENCE_SCORE: Tolerance = Tolerance { name: "sentence score (base 2)", limit: 3e-5 };
+
+/// A positional score (`P-`), printed with 4 decimals: any drift can flip the last digit, so the
+/// limit is one unit of it. A moved score still shows in the full-precision `H-` score.
+pub const POSITIONAL_SCORE: Tolerance = Tolerance { name: "positional score (4 decimals)", limit: 1e-4 + 1e-9 };
+
+/// A sentence's average log-probability from `score` (base e) against `--score-reference`'s:
+/// largest drift 8.7e-6.
+pub const SCORED_SENTENCE: Tolerance = Tolerance { name: "scored sentence (base e)", limit: 2e-5 };
+
+/// One token's log-probability of a language model (eval-lm, base e): largest drift 4.8e-6.
+pub const TOKEN_LOGPROB: Tolerance = Tolerance { name: "token log-probability (base e)", limit: 1e-5 };
+
+impl Tolerance {
+    /// Whether `diff` (an absolute difference) is within the limit; records it for
+    /// `TCHSEQ_DRIFT_LOG`. A NaN difference is never within.
+    pub fn holds(&self, diff: f64) -> bool {
+        record(self.name, diff);
+        diff <= self.limit
+    }
+
+    /// Asserts [`Self::holds`] for |ours - theirs|, naming `what`.
+    pub fn assert(&self, ours: f64, theirs: f64, what: &str) {
+        let diff = (ours - theirs).abs();
+        assert!(self.holds(diff), "{what}: ours {ours}, golden {theirs}: |diff| {diff:e} over the {} limit {:e}", self.name, self.limit);
+    }
+}
+
+fn record(name: &str, diff: f64) {
+    let Ok(path) = std::env::var("TCHSEQ_DRIFT_LOG") else { return };
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap_or_else(|e| panic!("TCHSEQ_DRIFT_LOG {path}: {e}"));
+    // one write per line, so that parallel tests do not interleave
+    f.write_all(format!("{name}\t{diff:e}\n").as_bytes()).unwrap();
+}
