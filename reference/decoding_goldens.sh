@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fairseq 0.12.2 goldens for its other searches (DiverseBeamSearch, DiverseSiblingsSearch,
+# fairseq 0.12.2 goldens for --unkpen and for its other searches (DiverseBeamSearch, DiverseSiblingsSearch,
 # LengthConstrainedBeamSearch, LexicallyConstrainedBeamSearch) and --prefix-size, on the bundled
 # model and its 40 raw-text inputs (with constraints after tabs in constraints.en): writes tests/fixtures/decoding/.
 #   bash reference/decoding_goldens.sh
@@ -20,6 +20,9 @@ interactive --beam 4 --diverse-beam-groups 2 --diverse-beam-strength 0.3 --nbest
 interactive --beam 5 --diversity-rate 0.3 --nbest 2 > "$G/diversity_rate0.3_nbest2.txt"
 interactive --beam 5 --prefix-size 2 > "$G/prefix_size2.txt"
 interactive --beam 5 --match-source-len --nbest 2 > "$G/match_source_len_nbest2.txt"
+# a reward for <unk> large enough that it competes: --unkpen changes hypotheses here (on the
+# fixtures' option set beam5_minlen3_maxlen_unkpen2, <unk> never competes)
+interactive --beam 5 --nbest 2 --unkpen -9 > "$G/unkpen-9_nbest2.txt"
 export INPUT=$G/constraints.en
 interactive --beam 5 --nbest 2 --constraints > "$G/constraints_ordered_nbest2.txt"
 interactive --beam 5 --nbest 2 --constraints unordered > "$G/constraints_unordered_nbest2.txt"

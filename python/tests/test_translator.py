@@ -40,7 +40,7 @@ def test_translate_equals_the_cli(translator):
 def test_translate_batch_has_the_cli_hypotheses_and_bits(translator):
     cli = cli_jsonl("--nbest", "3", "--print-alignment")
     results = translator.translate_batch(SENTENCES, beam_size=5, num_hypotheses=3, return_alignment=True)
-    assert len(results) == 3
+    assert len(results) == len(cli) == 3
     for r, c in zip(results, cli):
         assert r.texts == [h["text"] for h in c["hypotheses"]]
         assert r.hypotheses == [h["tokens"] for h in c["hypotheses"]]
@@ -53,6 +53,7 @@ def test_translate_batch_has_the_cli_hypotheses_and_bits(translator):
 def test_batch_size_1_batches_as_fairseq_interactive_does(translator):
     cli = cli_jsonl("--batch-size", "1", "--nbest", "2")
     results = translator.translate_batch(SENTENCES, batch_size=1, num_hypotheses=2)
+    assert len(results) == len(cli) == len(SENTENCES)
     for r, c in zip(results, cli):
         assert r.hypotheses == [h["tokens"] for h in c["hypotheses"]]
         assert r.scores == pytest.approx([h["score"] for h in c["hypotheses"]], abs=0, rel=1e-7)
@@ -67,6 +68,7 @@ def test_token_lists_are_taken_as_they_are(translator):
 def test_score_batch_matches_forced_decoding(translator):
     best = translator.translate_batch(SENTENCES)
     scored = translator.score_batch(SENTENCES, [r.texts[0] for r in best])
+    assert len(scored) == len(best) == len(SENTENCES)
     for s, r in zip(scored, best):
         assert s.tokens[-1] == "</s>"
         assert len(s.log_probs) == len(s.tokens)
@@ -117,6 +119,7 @@ def test_target_prefix_matches_fairseqs_prefix_tokens(translator):
     # fairseq's hub generate(..., inference_step_args={"prefix_tokens": ...}), one sentence per
     # call (reference/prefix_goldens.py)
     cases = json.loads((ROOT / "tests" / "fixtures" / "decoding" / "prefix.json").read_text())
+    assert cases
     for c in cases:
         prefix = c["prefix"] or None
         r = translator.translate_batch([c["source"]], target_prefix=[prefix], beam_size=5, num_hypotheses=2)[0]
@@ -124,6 +127,7 @@ def test_target_prefix_matches_fairseqs_prefix_tokens(translator):
         assert [" ".join(h) for h in r.hypotheses] == [h["tokens"] for h in want], c["source"]
         assert r.texts == [h["text"] for h in want]
         assert r.scores == pytest.approx([h["score"] for h in want], abs=1e-4)
+        assert len(r.token_scores) == len(want)
         for ours, theirs in zip(r.token_scores, want):
             assert ours == pytest.approx(theirs["positional_scores"], abs=1e-4)
         if prefix:
@@ -148,6 +152,7 @@ def test_a_compute_type_is_the_cli_s(compute_type):
                           "--format", "jsonl", "-m", str(MODEL), *SENTENCES],
                          check=True, capture_output=True, text=True).stdout.splitlines()
     results = fast.translate_batch(SENTENCES)
+    assert len(results) == len(cli) == len(SENTENCES)
     for r, c in zip(results, map(json.loads, cli)):
         assert r.texts[0] == c["hypotheses"][0]["text"]
         assert r.scores[0] == pytest.approx(c["hypotheses"][0]["score"], abs=0, rel=1e-7)

@@ -184,6 +184,8 @@ fn the_web_page_translates_as_you_type_and_draws_the_heatmap() {
     let shot = b.call("Page.captureScreenshot", json!({ "format": "png", "clip": clip, "captureBeyondViewport": true }), Some(s));
     let png = base64_decode(shot["data"].as_str().unwrap());
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
-    let path = std::env::var_os("TCHSEQ_SCREENSHOT").map_or_else(|| std::env::temp_dir().join("tchseq-serve.png"), PathBuf::from);
+    // kept only where TCHSEQ_SCREENSHOT asks (docs/serve.png); else in a temporary directory
+    let scratch = tempfile::tempdir().unwrap();
+    let path = std::env::var_os("TCHSEQ_SCREENSHOT").map_or_else(|| scratch.path().join("serve.png"), PathBuf::from);
     std::fs::write(&path, png).unwrap();
 }

@@ -18,6 +18,7 @@ mod look_inside;
 mod malformed;
 mod model;
 mod multilingual;
+mod option_sets;
 mod reproducible;
 mod score;
 mod serve;

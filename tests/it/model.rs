@@ -72,6 +72,37 @@ fn incremental_decoding_matches_full_sequence_logits() {
     }
 }
 
+/// End to end, from the golden's tokens alone: our encoder and decoder's logits and
+/// log-probabilities against fairseq's own (verify's `logits` / `lprobs`), at every real target
+/// position, within the drift of fp32 rounding compounded over the layers.
+#[test]
+fn end_to_end_logits_match_fairseq_s() {
+    use crate::util::tolerance::END_TO_END_LOGIT;
+    crate::util::set_test_threads();
+    let mut compared = 0;
+    for f in fixtures() {
+        let model = load(&f, Kind::Float);
+        for side in ["left", "right"] {
+            let g = golden(&f, side);
+            let prev = &g["prev_output_tokens"];
+            let keep = prev.ne(1).unsqueeze(-1);
+            let enc = model.encoder.forward(&g["src_tokens"], false).unwrap();
+            let logits = model.decoder.forward(prev, Some(&enc), None, false, false).unwrap().logits;
+            let lprobs = tchseq::model::get_normalized_probs(&logits, true);
+            for (name, ours) in [("logits", &logits), ("lprobs", &lprobs)] {
+                let theirs = &g[name];
+                assert_eq!(ours.size(), theirs.size(), "{} {side} {name}", f.name);
+                let (a, b) = (ours.multiply(&keep).to_kind(Kind::Double), theirs.multiply(&keep).to_kind(Kind::Double));
+                let beyond = ((&a - &b).abs() - b.abs() * 1e-5).max().double_value(&[]).max(0.0);
+                assert!(END_TO_END_LOGIT.holds(beyond), "{} {side} {name}: {beyond:e} beyond 1e-5 relative", f.name);
+                compared += 1;
+            }
+        }
+    }
+    // 6 fixtures + 3 wild checkpoints, 2 sides, logits and lprobs
+    assert_eq!(compared, 9 * 2 * 2);
+}
+
 /// Beam search's access pattern: encoder_out expanded to 2 rows per sentence (with different
 /// prefixes), a reorder inside each sentence, then a batch that shrinks. Every row must get
 /// the logits the same row gets when decoded without any reordering.

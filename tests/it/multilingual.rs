@@ -188,10 +188,14 @@ fn verify_matches_fairseq_activations() {
             "mbart50" => &["-s", "en_XX", "-t", "de_DE"],
             _ => &[],
         };
-        let out = tchseq().args(["verify", "-m"]).arg(&dir).args(langs).arg("--reference").arg(dir.join("verify.pt")).output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{model}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains(" 0 failed"), "{model}: {stdout}");
+        let out = tchseq().args(["verify", "--json", "-m"]).arg(&dir).args(langs).arg("--reference").arg(dir.join("verify.pt")).output().unwrap();
+        assert!(out.status.success(), "{model}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let tensors = report["tensors"].as_array().unwrap();
+        // tokens, encoder_out and encoder states, decoder states, attn, logits, lprobs
+        assert_eq!(tensors.len(), 12, "{model}: {report}");
+        assert!(tensors.iter().all(|t| t["status"] == "ok"), "{model}: {report}");
+        assert_eq!((report["failed"].as_u64(), report["skipped"].as_u64()), (Some(0), Some(0)), "{model}: {report}");
     }
 }
 
