@@ -25,7 +25,7 @@ SLIM_INSTALL := --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda
 FULL_STAMP := $(VENV)/.full-torch-ok
 CARGO ?= cargo
 
-.PHONY: all build full-venv test demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc
+.PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc
 
 all: build
 
@@ -51,9 +51,10 @@ build: $(VENV_STAMP)
 # Every test: the Rust suites (portable: goldens within tolerance, bits in reproducible mode),
 # then fairseq 0.12.2 live beside tchseq on this machine (make parity), in the default mode at one
 # thread and in the reproducible mode at two.
-test: $(FULL_STAMP) browser
+test: $(FULL_STAMP) browser fonts
 	$(CARGO) build --release
-	$(CARGO) test --release
+	set -o pipefail; $(CARGO) test --release 2>&1 | tee target/cargo-test.log
+	@awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($$i ~ /^ignored/) n += $$(i-1) } END { printf "cargo test: %d ignored\n", n }' target/cargo-test.log
 	$(MAKE) python-test
 	$(MAKE) parity
 	$(MAKE) parity PARITY_ARGS="--reproducible --threads 2 --only '$(REPRODUCIBLE_PARITY)'"
@@ -69,6 +70,23 @@ browser:
 		|| { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
 			&& { apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; }; } \
 		|| { echo "error: the browser test needs Chromium: install Debian's chromium (apt install chromium) or set TCHSEQ_CHROMIUM" >&2; exit 2; }
+
+# The attention PNG's labels need a TrueType font: Debian's fonts-dejavu-core, installed with apt
+# when no font the renderer looks for is there.
+fonts:
+	@for f in /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf /usr/share/fonts/TTF/DejaVuSans.ttf /usr/share/fonts/dejavu/DejaVuSans.ttf \
+		/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf; do [ -f "$$f" ] && exit 0; done; \
+		{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+			&& { apt-get install -y -q fonts-dejavu-core >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q fonts-dejavu-core >/dev/null; }; }; } \
+		|| { echo "error: the attention PNG test needs a TrueType font: install fonts-dejavu-core" >&2; exit 2; }
+
+# Hand-made mutants of src/, each of which some test must fail (tests/mutants.py; docs/testing.md).
+mutants: build
+	$(PYTHON) tests/mutants.py
+
+# How far results move from the goldens under other kernels (tests/drift.sh; docs/testing.md).
+drift: build
+	bash tests/drift.sh
 
 # The Python package (python/: pyo3 + maturin), installed into the venv beside torch 2.13.0.
 python: $(FULL_STAMP)

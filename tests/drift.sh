@@ -22,6 +22,7 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 # one build, then the test binary itself (a copy, so that a rebuild meanwhile changes nothing)
 bin=$(cargo test --release --test it --no-run 2>&1 | sed -n 's/.*Executable tests\/it\/main.rs (\(.*\))/\1/p')
+[ -n "$bin" ] || { echo "error: the integration tests do not build (cargo test --release --test it --no-run)" >&2; exit 2; }
 cp "$bin" "$logs/it"
 for i in "${!SETTINGS[@]}"; do
   setting=${SETTINGS[$i]}

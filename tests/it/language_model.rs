@@ -208,3 +208,50 @@ fn translate_with_a_language_model_matches_fairseq_interactive() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--constraints") && stderr.contains("not supported with a language model"), "{stderr}");
 }
+
+/// The LM fixtures' activation goldens (`verify.pt`, made by reference/lm_tensors.py from
+/// fairseq's own forward): our decoder's final features (after the last layer norm and
+/// `project_out_dim`), logits and log-probabilities at every real position, within the
+/// activation tolerance (1e-5 + 1e-5 relative) for the features, and the end-to-end logit drift
+/// for logits and log-probabilities.
+#[test]
+fn activations_match_fairseq_s_verify_goldens() {
+    use tch::{Device, Kind, Tensor};
+    use tchseq::model::{get_normalized_probs, TransformerLanguageModel};
+
+    use crate::util::tolerance::END_TO_END_LOGIT;
+    crate::util::set_test_threads();
+    let mut compared = 0;
+    for model in ["lm-postnorm", "lm-gpt"] {
+        let dir = fixture(&format!("lm/{model}"));
+        let ckpt = tchseq::checkpoint::load_checkpoint(&dir.join("model.pt")).unwrap();
+        let (lm, _) = TransformerLanguageModel::from_state_dict(&ckpt.config, &ckpt.state_dict, Device::Cpu, Kind::Float).unwrap();
+        let g = tchseq::checkpoint::load_tensor_dict(&dir.join("verify.pt")).unwrap();
+        let keep = g["target"].ne(1).unsqueeze(-1);
+        assert!(keep.sum(Kind::Int64).int64_value(&[]) >= 40, "{model}: too few real positions");
+        let out = lm.decoder.forward(&g["src_tokens"], None, None, false, true).unwrap();
+        let mut hidden = out.inner_states.last().unwrap().shallow_clone();
+        if let Some(ln) = &lm.decoder.layer_norm {
+            hidden = ln.forward(&hidden).unwrap();
+        }
+        hidden = hidden.transpose(0, 1);
+        if let Some(proj) = &lm.decoder.project_out_dim {
+            hidden = proj.forward(&hidden).unwrap();
+        }
+        let lprobs = get_normalized_probs(&out.logits, true);
+        let beyond = |ours: &Tensor, name: &str| -> f64 {
+            let theirs = &g[name];
+            assert_eq!(ours.size(), theirs.size(), "{model} {name}");
+            let (a, b) = (ours.multiply(&keep).to_kind(Kind::Double), theirs.multiply(&keep).to_kind(Kind::Double));
+            ((&a - &b).abs() - b.abs() * 1e-5).max().double_value(&[]).max(0.0)
+        };
+        let h = beyond(&hidden, "hidden");
+        assert!(h <= 1e-5, "{model} hidden: {h:e} beyond 1e-5 relative, over 1e-5");
+        for (name, ours) in [("logits", &out.logits), ("lprobs", &lprobs)] {
+            let d = beyond(ours, name);
+            assert!(END_TO_END_LOGIT.holds(d), "{model} {name}: {d:e} beyond 1e-5 relative");
+        }
+        compared += 3;
+    }
+    assert_eq!(compared, 6);
+}
