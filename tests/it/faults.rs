@@ -92,14 +92,7 @@ fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
     let src = std::fs::read_to_string(crate::util::fixture("bundled/score_reference/test.bpe.en")).unwrap();
     let tgt = std::fs::read_to_string(crate::util::fixture("bundled/score_reference/test.bpe.de")).unwrap();
     let csv = dir.path().join("pairs.csv");
-    let mut w = csv::Writer::from_path(&csv).unwrap();
-    w.write_record(["source", "target"]).unwrap();
-    for _ in 0..12 {
-        for (s, t) in src.lines().zip(tgt.lines()) {
-            w.write_record([s, t]).unwrap();
-        }
-    }
-    w.flush().unwrap();
+    crate::util::write_pairs_csv(&csv, (0..12).flat_map(|_| src.lines().zip(tgt.lines())));
     let score = |output: &std::path::Path, resume: bool| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tchseq"));
         cmd.env_remove("LD_LIBRARY_PATH").args(["--threads", "1", "score", "-q", "--tokenized", "--per-token", "-m"]);

@@ -68,9 +68,7 @@ fn doctor(mut cmd: assert_cmd::Command) -> serde_json::Value {
 }
 
 fn translate(mut cmd: assert_cmd::Command) -> String {
-    let out = cmd.args(["translate", "-m"]).arg(repo("weights/multi30k.en-de")).args(SENTENCES).output().unwrap();
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    crate::util::run_ok(cmd.args(["translate", "-m"]).arg(repo("weights/multi30k.en-de")).args(SENTENCES))
 }
 
 /// The one line `cmd` fails with (exit 2).

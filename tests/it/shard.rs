@@ -67,7 +67,7 @@ fn three_translate_shards_merge_into_the_single_run() {
         let merged = merge(&parts);
         assert!(merged.status.success(), "{}", String::from_utf8_lossy(&merged.stderr));
         // W- lines are wall-clock timings, different in any two runs
-        let untimed = |b: &[u8]| -> String { String::from_utf8_lossy(b).lines().filter(|l| !l.starts_with("W-")).collect::<Vec<_>>().join("\n") };
+        let untimed = |b: &[u8]| crate::util::result_lines(&String::from_utf8_lossy(b));
         let single = std::fs::read(&single).unwrap();
         assert_eq!(untimed(&merged.stdout), untimed(&single), "{format}");
     }

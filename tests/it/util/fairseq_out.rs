@@ -95,6 +95,8 @@ pub struct Compare {
     pub differing: Vec<Differing>,
     /// Differing hypotheses proven to be near-ties.
     pub near_ties: usize,
+    /// The input ids of those near-ties.
+    pub near_tie_ids: Vec<usize>,
 }
 
 impl Compare {
@@ -296,6 +298,7 @@ pub fn settle_near_ties(c: &mut Compare, model: &[String], rule: &Rule) {
         let (gap, printed) = ((d.want_score - ours).abs(), (d.got_score - ours).abs());
         // (not logged as drift: a gap between two hypotheses is no measure of the CPU's)
         if gap <= SENTENCE_SCORE.limit && printed <= SENTENCE_SCORE.limit {
+            c.near_tie_ids.push(d.id);
             eprintln!(
                 "near-tie: id {} hyp {}: fairseq's {:?} scores {} (its golden), ours {:?} {} force-decoded (base 2)",
                 d.id, d.k, d.want, d.want_score, d.got, ours
