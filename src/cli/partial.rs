@@ -1,33 +1,89 @@
-//! An output file that is complete or absent: written as `<path>.partial`, renamed into place by
-//! [`PartialFile::commit`], removed when dropped uncommitted (an error, a panic, Ctrl-C aside).
+//! Where `--output PATH` writes. A regular file (or a path that does not exist yet) is complete or
+//! absent: written as `<path>.partial`, renamed into place by [`PartialFile::commit`], removed
+//! when dropped uncommitted (an error, a panic, Ctrl-C aside). A character or block device, a
+//! FIFO or a socket (`/dev/null`, a named pipe) is opened and written in place: renaming a file
+//! over it would replace it. A symlink is followed, and its target takes the same rule. `-` is
+//! stdout.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+
+/// What an `--output` path is, after its symlinks.
+#[derive(Debug, PartialEq)]
+pub enum OutputPath {
+    /// `-`
+    Stdout,
+    /// A regular file or a new path: written as `<path>.partial`, then renamed.
+    Atomic(PathBuf),
+    /// A device, FIFO or socket: opened for writing as it is.
+    InPlace(PathBuf),
+}
+
+impl OutputPath {
+    pub fn resolve(path: &Path) -> Result<Self> {
+        if path.as_os_str() == "-" {
+            return Ok(OutputPath::Stdout);
+        }
+        let mut path = path.to_path_buf();
+        for _ in 0..40 {
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(OutputPath::Atomic(path)),
+                Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
+            };
+            let kind = meta.file_type();
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&path).with_context(|| format!("cannot read the link {}", path.display()))?;
+                path = path.parent().map_or_else(|| target.clone(), |dir| dir.join(&target));
+            } else if kind.is_file() {
+                return Ok(OutputPath::Atomic(path));
+            } else if kind.is_dir() {
+                bail!("{} is a directory, not an output file", path.display());
+            } else {
+                return Ok(OutputPath::InPlace(path));
+            }
+        }
+        bail!("{}: too many levels of symbolic links", path.display())
+    }
+}
 
 pub struct PartialFile {
     file: Option<BufWriter<File>>,
-    partial: PathBuf,
+    /// `<path>.partial`, renamed to `path` on commit; `None` when written in place.
+    partial: Option<PathBuf>,
     path: PathBuf,
 }
 
 impl PartialFile {
-    pub fn create(path: &Path) -> Result<Self> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
-        Ok(PartialFile { file: Some(BufWriter::new(file)), partial, path: path.to_path_buf() })
+    /// The file `--output` names, or `None` for stdout (no `--output`, or `-`).
+    pub fn for_output(output: Option<&Path>) -> Result<Option<Self>> {
+        match output.map(OutputPath::resolve).transpose()? {
+            None | Some(OutputPath::Stdout) => Ok(None),
+            Some(OutputPath::Atomic(path)) => {
+                let mut partial = path.as_os_str().to_owned();
+                partial.push(".partial");
+                let partial = PathBuf::from(partial);
+                let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+                Ok(Some(PartialFile { file: Some(BufWriter::new(file)), partial: Some(partial), path }))
+            }
+            Some(OutputPath::InPlace(path)) => {
+                let file = OpenOptions::new().write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+                Ok(Some(PartialFile { file: Some(BufWriter::new(file)), partial: None, path }))
+            }
+        }
     }
 
-    /// Flushes, syncs and renames the file into place.
+    /// Flushes, syncs and renames the file into place (flushes only, written in place).
     pub fn commit(mut self) -> Result<()> {
         let file = self.file.take().context("the output was already committed")?;
-        let file = file.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {}", self.partial.display()))?;
-        file.sync_all().with_context(|| format!("writing {}", self.partial.display()))?;
-        std::fs::rename(&self.partial, &self.path).with_context(|| format!("renaming {} to {}", self.partial.display(), self.path.display()))
+        let shown = self.partial.as_ref().unwrap_or(&self.path).display().to_string();
+        let file = file.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {shown}"))?;
+        let Some(partial) = &self.partial else { return Ok(()) };
+        file.sync_all().with_context(|| format!("writing {shown}"))?;
+        std::fs::rename(partial, &self.path).with_context(|| format!("renaming {} to {}", partial.display(), self.path.display()))
     }
 }
 
@@ -43,8 +99,32 @@ impl Write for PartialFile {
 
 impl Drop for PartialFile {
     fn drop(&mut self) {
-        if self.file.take().is_some() {
-            let _ = std::fs::remove_file(&self.partial);
+        if let (Some(_), Some(partial)) = (self.file.take(), &self.partial) {
+            let _ = std::fs::remove_file(partial);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_by_what_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out.txt");
+        assert_eq!(OutputPath::resolve(Path::new("-")).unwrap(), OutputPath::Stdout);
+        assert_eq!(OutputPath::resolve(&file).unwrap(), OutputPath::Atomic(file.clone()));
+        std::fs::write(&file, "old").unwrap();
+        assert_eq!(OutputPath::resolve(&file).unwrap(), OutputPath::Atomic(file.clone()));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("out.txt", &link).unwrap();
+        assert_eq!(OutputPath::resolve(&link).unwrap(), OutputPath::Atomic(file.clone()));
+        assert_eq!(OutputPath::resolve(Path::new("/dev/null")).unwrap(), OutputPath::InPlace("/dev/null".into()));
+        let err = OutputPath::resolve(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is a directory"), "{err}");
+        let looped = dir.path().join("loop");
+        std::os::unix::fs::symlink("loop", &looped).unwrap();
+        assert!(OutputPath::resolve(&looped).unwrap_err().to_string().contains("too many levels"));
     }
 }

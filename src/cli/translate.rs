@@ -90,7 +90,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     };
 
     // a file is written complete or not at all; stdout as it goes
-    let mut file = a.output.as_deref().map(PartialFile::create).transpose()?;
+    let mut file = PartialFile::for_output(a.output.as_deref())?;
     let stdout = io::stdout();
     let mut out: Box<dyn Write + '_> = match file.as_mut() {
         Some(f) => Box::new(f),

@@ -68,7 +68,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let buffer_size = translate::resolve_buffer_size(buffer_size, &batching)?;
     let output = Output { strings: &lm, format: a.format, nbest: a.nbest, print_alignment: false };
 
-    let mut file = a.output.as_deref().map(PartialFile::create).transpose()?;
+    let mut file = PartialFile::for_output(a.output.as_deref())?;
     let stdout = io::stdout();
     let mut out: Box<dyn Write + '_> = match file.as_mut() {
         Some(f) => Box::new(f),

@@ -229,3 +229,59 @@ fn a_read_only_output_directory_is_one_line() {
         assert_eq!(std::fs::read_dir(&read_only).unwrap().count(), 0, "{command}: nothing written");
     }
 }
+
+/// `--output` where a rename would destroy something: a FIFO is written in place (a reader waiting
+/// on it gets the output, and it stays a FIFO), a symlink is followed (it stays a link and its
+/// target gets the output), and `-` is stdout (no file named `-`). Translate and score alike;
+/// `score --resume` into a FIFO is a one-line error.
+#[test]
+fn output_to_a_fifo_a_symlink_or_dash_keeps_what_is_there() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pairs.csv");
+    crate::util::write_pairs_csv(&csv, [("A dog runs.", "Ein Hund rennt.")]);
+    let run = |command: &str, output: &std::path::Path| -> std::process::Output {
+        let mut cmd = crate::util::tchseq();
+        cmd.current_dir(dir.path()).args([command, "-m"]).arg(repo(MODEL)).arg("--output").arg(output);
+        match command {
+            "translate" => cmd.arg("A dog runs."),
+            _ => cmd.args(["-q", "--input"]).arg(&csv),
+        };
+        cmd.output().unwrap()
+    };
+    for command in ["translate", "score"] {
+        let fifo = dir.path().join(format!("{command}.fifo"));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        let out = run(command, &fifo);
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        let got = reader.join().unwrap();
+        assert!(got.contains("Hund"), "{command}: the reader got {got:?}");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "{command}: the FIFO was replaced");
+
+        let target = dir.path().join(format!("{command}.target"));
+        std::fs::write(&target, "old").unwrap();
+        let link = dir.path().join(format!("{command}.link"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let out = run(command, &link);
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "{command}: the link was replaced");
+        assert!(std::fs::read_to_string(&target).unwrap().contains("Hund"), "{command}: the target was not written");
+
+        let out = run(command, std::path::Path::new("-"));
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Hund"), "{command}: stdout {out:?}");
+        assert!(!dir.path().join("-").exists(), "{command}: a file named -");
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.contains(".partial")), "{names:?}");
+
+    let fifo = dir.path().join("score.fifo");
+    let out = crate::util::tchseq().args(["score", "-q", "--resume", "-m"]).arg(repo(MODEL)).arg("--input").arg(&csv).arg("--output").arg(&fifo).output().unwrap();
+    one_line_error(&out, "is not a regular file");
+}

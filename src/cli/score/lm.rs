@@ -68,7 +68,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     }
 
     let reader = BufReader::new(File::open(&a.input).with_context(|| format!("opening {}", a.input.display()))?);
-    let mut file = a.output.as_deref().map(PartialFile::create).transpose()?;
+    let mut file = PartialFile::for_output(a.output.as_deref())?;
     let stdout = io::stdout();
     let mut out: Box<dyn Write + '_> = match file.as_mut() {
         Some(f) => Box::new(f),

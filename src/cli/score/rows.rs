@@ -8,6 +8,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use std::time::Instant;
 
+use crate::cli::partial::OutputPath;
+
 use tchseq::generate::batching::batch_by_size;
 use tchseq::generate::scorer::ordered_indices;
 
@@ -36,14 +38,25 @@ pub fn score_input(
             summary: summary.clone(),
         }
     };
-    let mut sink = match &opts.output {
-        None => {
+    let output = opts.output.as_deref().map(OutputPath::resolve).transpose()?;
+    let mut sink = match output {
+        None | Some(OutputPath::Stdout) if opts.resume => bail!("--resume needs --output FILE (a run to stdout cannot be resumed)"),
+        None | Some(OutputPath::Stdout) => {
             let mut s = Sink::Stdout(std::io::stdout());
             s.write(&header_bytes(&input, opts)?)?;
             s
         }
-        Some(path) if opts.resume => {
-            let (sink, prev) = FileSink::reopen(path)?;
+        Some(OutputPath::InPlace(path)) if opts.resume => {
+            bail!("--resume: {} is not a regular file, so no run into it can be continued", path.display())
+        }
+        Some(OutputPath::InPlace(path)) => {
+            let file = std::fs::OpenOptions::new().write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            let mut s = Sink::InPlace(path, file);
+            s.write(&header_bytes(&input, opts)?)?;
+            s
+        }
+        Some(OutputPath::Atomic(path)) if opts.resume => {
+            let (sink, prev) = FileSink::reopen(&path)?;
             if prev.fingerprint != opts.fingerprint {
                 bail!("--resume: the options or input differ from the interrupted run; run without --resume to start over");
             }
@@ -56,8 +69,8 @@ pub fn score_input(
             summary = prev.summary;
             Sink::File(sink)
         }
-        Some(path) => {
-            let mut sink = FileSink::create(path)?;
+        Some(OutputPath::Atomic(path)) => {
+            let mut sink = FileSink::create(&path)?;
             sink.write(&header_bytes(&input, opts)?)?;
             sink.checkpoint(&progress_at(&input, sink.bytes, &summary))?;
             Sink::File(sink)

@@ -183,6 +183,8 @@ impl FileSink {
 pub(super) enum Sink {
     Stdout(std::io::Stdout),
     File(FileSink),
+    /// A device, FIFO or socket, written in place (no partial file, no progress, no resume).
+    InPlace(PathBuf, File),
 }
 
 impl Sink {
@@ -195,6 +197,7 @@ impl Sink {
                 Ok(())
             }
             Sink::File(f) => f.write(data),
+            Sink::InPlace(path, f) => f.write_all(data).with_context(|| format!("cannot write {}", path.display())),
         }
     }
 }
