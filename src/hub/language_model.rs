@@ -63,7 +63,8 @@ impl LanguageModel {
     pub fn load(spec: &ModelSpec, overrides: &PipelineOverrides, device: Device, kind: Kind, replay_init: bool) -> Result<Self, HubError> {
         let checkpoint = language_model_checkpoint(spec).ok_or_else(|| err("the checkpoint is not a transformer_lm language model"))?;
         let ckpt = load_checkpoint(&checkpoint)?;
-        let ckpt_dir = checkpoint.parent().map(Path::to_path_buf).unwrap_or_default();
+        // a bare file name (`-m model.pt`) lies in the current directory
+        let ckpt_dir = checkpoint.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
         let dirs: Vec<PathBuf> = match (&spec.data, &spec.model) {
             (Some(d), _) => vec![d.clone()],
             (None, Some(m)) if m.is_dir() => vec![m.clone(), ckpt_dir.clone()],

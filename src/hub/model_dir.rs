@@ -123,7 +123,8 @@ impl ModelFiles {
                 return Err(err(format!("checkpoint {} does not exist", c.display())));
             }
         }
-        let ckpt_dir = checkpoints[0].parent().map(Path::to_path_buf).unwrap_or_default();
+        // a bare file name (`-m model.pt`) lies in the current directory
+        let ckpt_dir = checkpoints[0].parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
 
         // Where dictionaries may be: --data only, else beside the checkpoint, the model
         // directory, and their data-bin folders (training layout).

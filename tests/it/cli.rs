@@ -144,3 +144,22 @@ fn op_profile_counts_every_libtorch_op_of_a_translation() {
     }
     assert!(!dir.path().join("ops.tsv.partial").exists());
 }
+
+/// `-m model.pt`, a bare file name in the current directory, finds the dictionaries beside it
+/// (translate and verify), as `-m ./model.pt` does.
+#[test]
+fn a_bare_checkpoint_file_name_finds_its_dictionaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = crate::util::fixture("models/postnorm");
+    for name in ["model.pt", "dict.src.txt", "dict.tgt.txt", "verify_left.pt"] {
+        std::fs::copy(fixture.join(name), dir.path().join(name)).unwrap();
+    }
+    let translate = |model: &str| {
+        crate::util::run_ok(tchseq().current_dir(dir.path()).args(["translate", "--tokenizer", "none", "--bpe", "none", "-m", model, "a t r"]))
+    };
+    let bare = translate("model.pt");
+    assert!(!bare.trim().is_empty());
+    assert_eq!(bare, translate("./model.pt"));
+    let out = tchseq().current_dir(dir.path()).args(["verify", "-m", "model.pt", "--reference", "verify_left.pt"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
