@@ -39,6 +39,7 @@ struct Session {
 }
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
+    refuse_what_text_cannot_show(a)?;
     if tchseq::hub::language_model_checkpoint(&common::model_spec(&a.model)).is_some() {
         return super::translate_lm::run(global, a);
     }
@@ -187,6 +188,22 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     }
     failures.finish("translated")?;
     Ok(Outcome::Ok)
+}
+
+/// Text output is one line per input line: the best hypothesis' text, nothing else.
+fn refuse_what_text_cannot_show(a: &TranslateArgs) -> Result<()> {
+    if a.format != TranslateFormat::Text {
+        return Ok(());
+    }
+    let asked: Vec<String> = [(a.nbest > 1).then(|| format!("--nbest {}", a.nbest)), a.print_alignment.then(|| "--print-alignment".to_string())]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !asked.is_empty() {
+        let verb = if asked.len() > 1 { "need" } else { "needs" };
+        bail!("{} {verb} --format jsonl or --format fairseq (text output shows the best hypothesis only)", asked.join(" and "));
+    }
+    Ok(())
 }
 
 fn validate(a: &TranslateArgs) -> Result<()> {

@@ -164,7 +164,8 @@ fn text_jsonl_and_fairseq_formats_agree() {
     let (m, fx) = first_fixture();
     let args = ["--beam", "4", "--nbest", "2", "--batch-size", "16", "--buffer-size", "1024"];
     let fair = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &args)));
-    let text = stdout_ok(&translate(&fx.dir, &inputs(&m), "text", &args));
+    // text shows the best hypothesis only: --nbest is refused there
+    let text = stdout_ok(&translate(&fx.dir, &inputs(&m), "text", &["--beam", "4", "--batch-size", "16", "--buffer-size", "1024"]));
     let jsonl = stdout_ok(&translate(&fx.dir, &inputs(&m), "jsonl", &args));
     let text_lines: Vec<&str> = text.lines().collect();
     let json_lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -253,6 +254,21 @@ fn positional_sentences_are_translated() {
     let text = stdout_ok(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines, vec![want[&0].hyps[0].d_str.as_str(), want[&1].hyps[0].d_str.as_str()]);
+}
+
+/// Text output has no room for more hypotheses or alignments: asking for them is an error that
+/// names what was asked and the formats that show it.
+#[test]
+fn nbest_and_alignments_with_text_output_are_refused_by_name() {
+    let (m, fx) = first_fixture();
+    for (args, asked) in [
+        (vec!["--nbest", "2", "--beam", "4"], "--nbest 2 needs"),
+        (vec!["--print-alignment"], "--print-alignment needs"),
+        (vec!["--nbest", "3", "--beam", "4", "--print-alignment"], "--nbest 3 and --print-alignment need"),
+    ] {
+        let line = crate::util::one_line_error(&translate(&fx.dir, &inputs(&m), "text", &args), asked);
+        assert!(line.contains("--format jsonl or --format fairseq"), "{line}");
+    }
 }
 
 #[test]
