@@ -251,7 +251,8 @@ fn malformed_rows_keep_their_place_with_a_reason() {
     let err = |i: usize| out[i]["error"].as_str();
     assert_eq!(err(0), "");
     assert!(err(1).starts_with("ragged row: 2 fields"), "{}", err(1));
-    assert!(err(2).starts_with("ragged row: 4 fields"), "{}", err(2));
+    // a field too many is kept, in the reason: nothing of the input is lost
+    assert_eq!(err(2), "ragged row: 4 fields, the header has 3; the fields past the header: [\"extra\"]");
     assert_eq!(err(3), "empty 'target'");
     assert!(err(4).starts_with("invalid UTF-8 in 'source'"), "{}", err(4));
     assert!(err(5).contains("10001 tokens") && err(5).contains("max"), "{}", err(5));
@@ -343,4 +344,19 @@ fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
     // --resume needs --output
     let out = tchseq().arg("score").args(&fx).arg("--input").arg(&csv_path).arg("--resume").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A tab-separated file read with the default comma: the error names its one tab-joined
+/// column and suggests `--delimiter '\t'`, which then reads it.
+#[test]
+fn a_tsv_without_delimiter_suggests_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tsv = dir.path().join("pairs.tsv");
+    fs::write(&tsv, "source\ttarget\nA dog runs.\tEin Hund rennt.\n").unwrap();
+    let run = |extra: &[&str]| tchseq().args(["score", "-q", "-m"]).arg(repo("weights/multi30k.en-de")).arg("--input").arg(&tsv).args(extra).output().unwrap();
+    let line = crate::util::one_line_error(&run(&[]), "its columns are: 'source\ttarget'");
+    assert!(line.contains("pass --delimiter '\\t'"), "{line}");
+    let out = run(&["--delimiter", "\\t"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("source\ttarget\t"), "{out:?}");
 }

@@ -35,10 +35,14 @@ impl HeaderError {
         match self {
             Self::Empty => format!("{what} has no header row (the first line must name the columns)"),
             Self::NotUtf8 => format!("the header of {what} is not valid UTF-8"),
-            Self::Missing { flag, name, columns } => format!(
-                "{flag} '{name}' is not a column of {what}; its columns are: {}",
-                columns.iter().map(|h| format!("'{h}'")).collect::<Vec<_>>().join(", ")
-            ),
+            Self::Missing { flag, name, columns } => {
+                let tabs = columns.iter().any(|c| c.contains('\t'));
+                format!(
+                    "{flag} '{name}' is not a column of {what}; its columns are: {}{}",
+                    columns.iter().map(|h| format!("'{h}'")).collect::<Vec<_>>().join(", "),
+                    if tabs { " (the header has tabs: for a tab-separated file pass --delimiter '\\t')" } else { "" }
+                )
+            }
             Self::Taken(added) => {
                 format!("{what} already has a column named '{added}', which `score` adds; rename it first")
             }
@@ -101,8 +105,18 @@ impl Columns {
 
     /// A row's source and target text, or why this row (and only it) cannot be scored.
     pub fn fields<'r>(&self, rec: &'r ByteRecord, source: &str, target: &str) -> Result<(&'r str, &'r str), String> {
-        if rec.len() != self.names.len() {
+        if rec.len() < self.names.len() {
             return Err(format!("ragged row: {} fields, the header has {}", rec.len(), self.names.len()));
+        }
+        if rec.len() > self.names.len() {
+            // the output keeps the header's columns: the fields past them go into the reason
+            let extra: Vec<String> = rec.iter().skip(self.names.len()).map(|f| String::from_utf8_lossy(f).into_owned()).collect();
+            return Err(format!(
+                "ragged row: {} fields, the header has {}; the fields past the header: {}",
+                rec.len(),
+                self.names.len(),
+                serde_json::to_string(&extra).unwrap_or_default()
+            ));
         }
         Ok((field(rec, self.source, source)?, field(rec, self.target, target)?))
     }

@@ -174,7 +174,7 @@ fn bad_rows_keep_their_place_with_a_reason() {
     let errors: Vec<&str> = out.iter().map(|r| r.get(7).unwrap()).collect();
     assert_eq!(errors[0], "");
     assert_eq!(errors[1], "ragged row: 2 fields, the header has 3");
-    assert_eq!(errors[2], "ragged row: 4 fields, the header has 3");
+    assert_eq!(errors[2], "ragged row: 4 fields, the header has 3; the fields past the header: [\"c\"]");
     assert_eq!(errors[3], "empty 'target'");
     assert_eq!(errors[4], "empty 'source'");
     assert_eq!(errors[5], "invalid UTF-8 in 'source' at byte 2");
