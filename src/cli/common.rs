@@ -141,8 +141,13 @@ pub fn pipeline_overrides(p: &PipelineArgs) -> PipelineOverrides {
 
 /// The model of `--model/--path/--data/-s/-t` through the library's one loading path.
 pub fn load_bundle(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights) -> Result<ModelBundle> {
+    load_bundle_naming(m, pipeline, weights, "pass -s SRC -t TGT")
+}
+
+/// [`load_bundle`], a missing language pair given as `pair_hint` says.
+pub fn load_bundle_naming(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights, pair_hint: &str) -> Result<ModelBundle> {
     let options = LoadOptions { weights, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
-    ModelBundle::load(&model_spec(m), &options).map_err(hub_error)
+    ModelBundle::load(&model_spec(m), &options).map_err(|e| hub_error_naming(e, pair_hint))
 }
 
 /// A text pipeline error with the flag that gives what is missing.
@@ -160,11 +165,19 @@ fn pipeline_error_text(e: &PipelineError) -> String {
 
 /// The library's words for what is missing, with the flags that give it.
 pub fn hub_error(e: HubError) -> anyhow::Error {
+    hub_error_naming(e, "pass -s SRC -t TGT")
+}
+
+/// [`hub_error`] where a missing language pair is given as `pair_hint` says (`serve` takes it
+/// in `--model NAME=DIR@SRC-TGT`, not in `-s`/`-t`).
+pub fn hub_error_naming(e: HubError, pair_hint: &str) -> anyhow::Error {
     let hint = match &e {
         HubError::Pipeline(p @ (PipelineError::MissingCodes(_) | PipelineError::MissingSentencePieceModel)) => {
             return anyhow::anyhow!("{}", pipeline_error_text(p));
         }
-        HubError::ModelDir(msg) if msg.contains("languages") => "pass -s SRC -t TGT",
+        // the message lists the languages the model has: the pair given is the problem
+        HubError::ModelDir(msg) if msg.contains("is not one of the model's languages") => return e.into(),
+        HubError::ModelDir(msg) if msg.contains("languages") => pair_hint,
         HubError::ModelDir(msg) if msg.contains("dictionaries") => "pass --data DIR",
         HubError::ModelDir(_) => "use --model DIR|FILE or --path A.pt[:B.pt]",
         _ => return e.into(),

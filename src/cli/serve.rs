@@ -1,7 +1,7 @@
 //! `tchseq serve`: flags → `serve::Settings`, models through the hub, then `serve::run`.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -51,11 +51,13 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
             }
         };
         if models.iter().any(|(n, _): &(String, Translator)| *n == name) {
-            bail!("two models are named {name:?}; name them with --model NAME=DIR");
+            bail!("two models are named {name:?}; name them with --model NAME=DIR (or NAME=DIR@SRC-TGT for a pair of a multilingual model)");
         }
         let (source_lang, target_lang) = pair.clone().unzip();
         let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang, target_lang, task: Default::default() };
-        let bundle = common::load_bundle(&model_args, None, Weights::Load { device, kind: Kind::Float, replay_init: false })?;
+        let weights = Weights::Load { device, kind: Kind::Float, replay_init: false };
+        let hint = format!("serve one pair of it as --model {name}={}@SRC-TGT, once per pair", model_args.model.as_deref().unwrap_or(Path::new("")).display());
+        let bundle = common::load_bundle_naming(&model_args, None, weights, &hint)?;
         let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
         translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&translator.report);
