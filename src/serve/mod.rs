@@ -120,6 +120,7 @@ fn router(state: Arc<AppState>) -> Router {
 /// get a JSON body.
 async fn record(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or_else(|| "other".to_string(), |p| p.as_str().to_string());
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let start = Instant::now();
     let mut response = next.run(req).await;
     let status = response.status();
@@ -127,6 +128,16 @@ async fn record(State(app): State<Arc<AppState>>, req: Request, next: Next) -> R
     if !is_json && (status == StatusCode::REQUEST_TIMEOUT || status == StatusCode::PAYLOAD_TOO_LARGE) {
         let message = if status == StatusCode::REQUEST_TIMEOUT { "the request took too long" } else { "the request body is too large" };
         response = ApiError::new(status, message).into_response();
+    }
+    if !is_json && status == StatusCode::METHOD_NOT_ALLOWED {
+        // every route takes one method, GET or POST
+        let other = if method == axum::http::Method::GET { "POST" } else { "GET" };
+        let allow = response.headers().get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or(other).to_string();
+        let mut reply = ApiError::new(status, format!("{method} is not allowed on {path}; it takes {allow}")).into_response();
+        if let Ok(v) = header::HeaderValue::from_str(&allow) {
+            reply.headers_mut().insert(header::ALLOW, v);
+        }
+        response = reply;
     }
     app.metrics.observe_request(&route, status.as_u16(), start.elapsed().as_secs_f64());
     response

@@ -333,7 +333,14 @@ fn bad_requests_get_a_json_error_and_the_server_goes_on() {
     let s = Server::start(&["--max-sentences", "4", "--max-body-bytes", "2000", "--max-sentence-tokens", "12"]);
     let raw = |body: &[u8]| http(s.port, "POST", "/v1/translate", &[], Some(body));
     raw(b"{\"text\": ").assert_error(400, "malformed JSON");
-    raw(b"{\"text\": [1, 2]}").assert_error(422, "invalid request");
+    raw(b"{\"text\": [1, 2]}").assert_error(422, "expected a string");
+    // our words, not serde's ("untagged enum OneOrMany")
+    let r = raw(b"{\"text\": 5}");
+    r.assert_error(422, "invalid type: integer `5`, expected a string or a list of strings");
+    assert!(!String::from_utf8_lossy(&r.body).contains("OneOrMany"));
+    let r = s.get("/v1/translate");
+    r.assert_error(405, "GET is not allowed on /v1/translate; it takes POST");
+    assert_eq!(r.header("allow"), Some("POST"));
     raw(b"{\"text\": \"a\", \"colour\": 1}").assert_error(422, "unknown field `colour`");
     raw(b"{\"text\": \"a\", \"options\": {\"beam\": \"five\"}}").assert_error(422, "invalid request");
     http(s.port, "POST", "/v1/translate", &[("Content-Type", "text/plain")], Some(b"hello")).assert_error(415, "must be JSON");
