@@ -112,8 +112,28 @@ fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), api_key))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout))
         .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), refuse_oversized))
         .layer(middleware::from_fn_with_state(state.clone(), record))
         .with_state(state)
+}
+
+/// The most of a refused body that is read and discarded before the 413 goes out.
+const DRAIN_BYTES: u64 = 64 << 20;
+
+/// A body declared larger than `--max-body-bytes` gets its 413 at once; up to [`DRAIN_BYTES`] of
+/// it are read and discarded first, as a lingering close does, so that a client that sends the
+/// whole body before it reads the reply (Python's urllib) reads the 413, not a broken pipe.
+async fn refuse_oversized(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    use http_body_util::BodyExt;
+    let limit = app.limits.max_body_bytes as u64;
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let Some(declared) = declared.filter(|&n| n > limit) else { return next.run(req).await };
+    if declared <= DRAIN_BYTES {
+        let mut body = req.into_body();
+        let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+        let _ = tokio::time::timeout(app.limits.request_timeout, drain).await;
+    }
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is too large: {declared} bytes, the limit is {limit}")).into_response()
 }
 
 /// Counts every request by route and status, and its latency; 408 and 413 from the outer layers

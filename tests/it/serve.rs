@@ -517,3 +517,22 @@ fn a_multilingual_model_serves_the_pairs_it_is_given() {
     let en = langs.as_array().unwrap().iter().find(|l| l["code"] == "en").unwrap();
     assert_eq!(en["targets"], json!(["de", "fr"]));
 }
+
+/// A client that sends its whole body before it reads (Python's urllib) still reads the 413 of
+/// a body over `--max-body-bytes`: the server reads and discards it first.
+#[test]
+fn an_oversized_body_sent_whole_still_gets_its_413() {
+    let s = Server::start(&["--max-body-bytes", "2000"]);
+    let body = vec![b' '; 16 << 20];
+    let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = format!("POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body).expect("the server stopped reading the body: the client sees a broken pipe");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("the request body is too large: 16777216 bytes, the limit is 2000"), "{text}");
+    assert_eq!(s.get("/health").status, 200);
+}
