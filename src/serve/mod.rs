@@ -83,8 +83,11 @@ pub fn run(models: Vec<(String, Translator)>, settings: Settings, on_listen: imp
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(settings.addr).await?;
+        // the handlers are registered before anyone is told where we listen: a SIGTERM from then
+        // on is a graceful shutdown, never the default action (death, replies lost)
+        let shutdown = shutdown_signal()?;
         on_listen(listener.local_addr()?);
-        axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown_signal()).await
+        axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await
     })?;
     // the requests in flight have their replies; let the workers finish and stop
     drop(runtime);
@@ -200,24 +203,24 @@ fn same_key(given: &str, key: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C or SIGTERM, whichever comes first; the SIGTERM handler is registered on the call.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    Ok(async move {
+        let ctrl_c = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        #[cfg(unix)]
+        let term = async move {
+            term.recv().await;
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term => {},
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    eprintln!("tchseq serve: shutting down after the requests in flight");
+        eprintln!("tchseq serve: shutting down after the requests in flight");
+    })
 }
