@@ -54,7 +54,17 @@ fn launch() -> Result<Never, String> {
     }
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| "tchseq".into());
-    let err = Command::new(&core)
+    let mut cmd = Command::new(&core);
+    // OpenMP's threads spin-wait 300,000 times (libgomp's default) before they sleep: on a
+    // machine where another process is busy, that spinning steals the cores the work needs (a
+    // translate at --threads 2 took 1.9x the time of --threads 1). 1,000 spins cost nothing on a
+    // quiet machine and most of that back under load (docs/performance.md, bench/threads.py).
+    // libgomp reads it when it is loaded, before any of tchseq-core runs: so here, and only when
+    // the user set neither variable.
+    if std::env::var_os("GOMP_SPINCOUNT").is_none() && std::env::var_os("OMP_WAIT_POLICY").is_none() {
+        cmd.env("GOMP_SPINCOUNT", "1000");
+    }
+    let err = cmd
         .arg0(arg0)
         .args(args)
         .env("LD_LIBRARY_PATH", library_path)

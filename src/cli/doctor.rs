@@ -46,6 +46,8 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         "reproducible": tchseq::libtorch::reproducible_kernels_pinned(),
         "MKL_CBWR": std::env::var("MKL_CBWR").ok(),
         "ATEN_CPU_CAPABILITY": std::env::var("ATEN_CPU_CAPABILITY").ok(),
+        "OMP_WAIT_POLICY": std::env::var("OMP_WAIT_POLICY").ok(),
+        "GOMP_SPINCOUNT": std::env::var("GOMP_SPINCOUNT").ok(),
     });
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

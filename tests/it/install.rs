@@ -230,3 +230,21 @@ fn the_launcher_without_the_program_is_one_line() {
     let err = one_error_line(cmd);
     assert!(err.contains("tchseq-core is missing"), "{err}");
 }
+
+/// The launcher shortens OpenMP's spin-wait (GOMP_SPINCOUNT=1000) unless the user chose either
+/// OpenMP waiting variable, which then passes through untouched.
+#[test]
+fn the_launcher_sets_a_short_spin_wait_unless_the_user_chose_one() {
+    let env_of = |vars: &[(&str, &str)]| {
+        let mut cmd = tchseq_bare();
+        cmd.env_remove("GOMP_SPINCOUNT").env_remove("OMP_WAIT_POLICY");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let r = doctor(cmd);
+        (r["GOMP_SPINCOUNT"].as_str().map(str::to_string), r["OMP_WAIT_POLICY"].as_str().map(str::to_string))
+    };
+    assert_eq!(env_of(&[]), (Some("1000".into()), None));
+    assert_eq!(env_of(&[("GOMP_SPINCOUNT", "50")]), (Some("50".into()), None));
+    assert_eq!(env_of(&[("OMP_WAIT_POLICY", "ACTIVE")]), (None, Some("ACTIVE".into())));
+}
