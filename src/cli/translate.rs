@@ -195,7 +195,7 @@ fn refuse_what_text_cannot_show(a: &TranslateArgs) -> Result<()> {
     if a.format != TranslateFormat::Text {
         return Ok(());
     }
-    let asked: Vec<String> = [(a.nbest > 1).then(|| format!("--nbest {}", a.nbest)), a.print_alignment.then(|| "--print-alignment".to_string())]
+    let asked: Vec<String> = [(a.nbest > 1).then(|| format!("--nbest {}", a.nbest)), a.print_alignment.then_some("--print-alignment".to_string())]
         .into_iter()
         .flatten()
         .collect();

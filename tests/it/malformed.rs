@@ -200,7 +200,7 @@ fn corrupted_legacy_checkpoints() {
 fn hostile_pickles_are_refused_by_name() {
     let cmd = "touch /nonexistent/pwned";
     // os.system as `args`: the config needs it, so it is an error naming the class.
-    let pkl = P::new().raw(b"}(").s("args").global("os", "system").s(&cmd).raw(b"\x85R").s("model").raw(b"}u").stop();
+    let pkl = P::new().raw(b"}(").s("args").global("os", "system").s(cmd).raw(b"\x85R").s("model").raw(b"}u").stop();
     let m = expect_clean_error("os.system args", &torch_zip(&pkl, &[]));
     assert!(m.contains("os.system"), "{m}");
     // builtins.eval as a model tensor.
@@ -222,7 +222,7 @@ fn hostile_pickles_are_refused_by_name() {
     // An opaque object the caller does not need is no error.
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("d.pt");
-    let pkl = P::new().raw(b"}(").s("junk").global("os", "system").s(&cmd).raw(b"\x85R").raw(b"u").stop();
+    let pkl = P::new().raw(b"}(").s("junk").global("os", "system").s(cmd).raw(b"\x85R").raw(b"u").stop();
     std::fs::write(&path, torch_zip(&pkl, &[])).unwrap();
     assert!(tchseq::checkpoint::load_tensor_dict(&path).unwrap().is_empty());
 }
