@@ -50,6 +50,11 @@ impl OutputPath {
     }
 }
 
+/// Opens an [`OutputPath::InPlace`] path for writing as it is (no create, no truncate).
+pub fn open_in_place(path: &Path) -> Result<File> {
+    OpenOptions::new().write(true).open(path).with_context(|| format!("cannot open {}", path.display()))
+}
+
 pub struct PartialFile {
     file: Option<BufWriter<File>>,
     /// `<path>.partial`, renamed to `path` on commit; `None` when written in place.
@@ -70,7 +75,7 @@ impl PartialFile {
                 Ok(Some(PartialFile { file: Some(BufWriter::new(file)), partial: Some(partial), path }))
             }
             Some(OutputPath::InPlace(path)) => {
-                let file = OpenOptions::new().write(true).open(&path).with_context(|| format!("opening {}", path.display()))?;
+                let file = open_in_place(&path)?;
                 Ok(Some(PartialFile { file: Some(BufWriter::new(file)), partial: None, path }))
             }
         }

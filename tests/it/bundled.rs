@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 
-use crate::util::fairseq_out::{compare_settled, parse_fairseq, Rule, Tally};
+use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Rule, Tally};
 use crate::util::tolerance::SCORED_SENTENCE;
 use crate::util::{fixture, repo, result_lines, run_ok, tchseq, write_pairs_csv};
 
@@ -33,7 +33,7 @@ fn raw_text_translation_equals_fairseq_interactive_line_for_line() {
         );
         let want = parse_fairseq(&fs::read_to_string(fixture(golden)).unwrap());
         assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), 40, "{golden}: 40 hypotheses");
-        let c = compare_settled(&want, &parse_fairseq(&got), &["-m".to_string(), model().display().to_string()], &Rule::beam(1.0));
+        let c = compare_settled(&want, &parse_fairseq(&got), &bundled_model_args(), &Rule::beam(1.0));
         c.assert_ok(golden);
         tally.add(&c);
         assert_eq!(result_lines(&got).len(), result_lines(&fs::read_to_string(fixture(golden)).unwrap()).len());

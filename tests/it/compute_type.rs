@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator};
 
-use crate::util::fairseq_out::{compare_settled, parse_fairseq, Rule};
+use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Rule};
 use crate::util::{fixture, repo, set_test_threads, tchseq};
 
 /// The hypotheses (H- lines: tokenized; BPE removed here) and scores of the bundled input, in order.
@@ -124,7 +124,7 @@ fn float32_gives_fairseq_s_hypotheses_on_the_bundled_model() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let golden = std::fs::read_to_string(fixture("bundled/interactive_batch16.txt")).unwrap();
-    let model = ["-m".to_string(), repo("weights/multi30k.en-de").display().to_string()];
+    let model = bundled_model_args();
     let c = compare_settled(&parse_fairseq(&golden), &parse_fairseq(&String::from_utf8_lossy(&out.stdout)), &model, &Rule::beam(1.0));
     eprintln!("float32: {} hypotheses, {} near-ties, max |dH| {:.1e}, max |dP| {:.1e}", c.hyps, c.near_ties, c.max_h_diff, c.max_p_diff);
     assert_eq!(c.hyps, 40);

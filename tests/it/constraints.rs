@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 
-use crate::util::fairseq_out::{compare_settled, parse_fairseq, Rule};
+use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Rule};
 use crate::util::{fixture, repo, tchseq};
 
 fn translate(args: &[&str]) -> std::process::Output {
@@ -61,8 +61,7 @@ fn constrained_search_matches_fairseq_interactive() {
         let want = parse_fairseq(&golden_text);
         assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{golden}");
         let got = parse_fairseq(&text);
-        let model = ["-m".to_string(), repo("weights/multi30k.en-de").display().to_string()];
-        let c = compare_settled(&want, &got, &model, &Rule::of(&args));
+        let c = compare_settled(&want, &got, &bundled_model_args(), &Rule::of(&args));
         c.assert_ok(golden);
         // the C- lines are fairseq's
         let constraints = constraint_lines(&text);

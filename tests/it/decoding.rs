@@ -6,13 +6,13 @@
 
 use std::fs;
 
-use crate::util::fairseq_out::{compare_settled, parse_fairseq, Compare, Entry, Rule};
+use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Compare, Entry, Rule};
 use crate::util::tolerance::{POSITIONAL_SCORE, SENTENCE_SCORE};
 use crate::util::{fixture, repo, result_lines, tchseq};
 
 /// A golden of the bundled model against ours, under the near-tie rule of `args`.
 fn check(want: &std::collections::BTreeMap<usize, Entry>, got: &std::collections::BTreeMap<usize, Entry>, args: &[&str]) -> Compare {
-    compare_settled(want, got, &["-m".to_string(), repo("weights/multi30k.en-de").display().to_string()], &Rule::of(args))
+    compare_settled(want, got, &bundled_model_args(), &Rule::of(args))
 }
 
 fn translate(args: &[&str]) -> std::process::Output {

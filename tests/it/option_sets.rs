@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::util::fairseq_out::{compare_settled, parse_fairseq, Entry, Rule};
+use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Entry, Rule};
 use crate::util::{fixture, json, repo, result_lines, run_ok, strings, tchseq};
 
 /// Result lines (`W-` timings aside) that differ between two outputs, or are in one only.
@@ -32,15 +32,16 @@ fn every_fixture_option_set_changes_fairseq_s_output() {
                 let name = format!("{}/{set}/{batching}", fx["name"].as_str().unwrap());
                 let changed = if set == "beam5_ngram2" {
                     assert_eq!(changed_lines(&theirs, &plain), 0, "{name}: fairseq 0.12.2 blocked an n-gram on CPU");
+                    // fairseq-interactive DATA --path P ... --input FILE <options>
                     let argv = strings(&g["argv"]);
-                    let options = &argv[argv.iter().position(|a| a == "--input").unwrap() + 2..];
+                    let input = argv.iter().position(|a| a == "--input").unwrap() + 1;
                     let ours = run_ok(
                         tchseq()
                             .args(["translate", "--tokenizer", "none", "--bpe", "none", "--format", "fairseq", "-s", "src", "-t", "tgt", "-m"])
                             .arg(&dir)
                             .arg("--input")
-                            .arg(repo(&argv[argv.iter().position(|a| a == "--input").unwrap() + 1]))
-                            .args(options),
+                            .arg(repo(&argv[input]))
+                            .args(&argv[input + 1..]),
                     );
                     changed_lines(&ours, &plain)
                 } else {
@@ -71,7 +72,7 @@ fn unkpen_changes_hypotheses_and_matches_fairseq() {
     let with_unk = want.values().flat_map(|e| &e.hyps).filter(|h| h.h_str.split(' ').any(|t| t == "<unk>")).count();
     assert!(changed > 0 && with_unk > 0, "--unkpen -9 changed {changed} best hypotheses, {with_unk} hold <unk>");
 
-    let model = ["-m".to_string(), repo("weights/multi30k.en-de").display().to_string()];
+    let model = bundled_model_args();
     let ours: BTreeMap<usize, Entry> = parse_fairseq(&run_ok(
         tchseq().args(["translate", "--format", "fairseq", "--input"]).arg(fixture("bundled/input.en")).args(&model).args(args),
     ));

@@ -54,10 +54,7 @@ fn same_at_one_and_two_threads(args: &dyn Fn(&mut assert_cmd::Command), what: &s
             run_ok(&mut cmd)
         })
         .collect();
-    let (one, two) = (result_lines(&runs[0]), result_lines(&runs[1]));
-    assert!(!one.is_empty(), "{what}: no output");
-    let differing = one.iter().zip(&two).filter(|(a, b)| a != b).count();
-    assert!(differing == 0 && one.len() == two.len(), "{what}: {differing} lines differ between --threads 1 and 2");
+    assert_same_bits(&runs[0], &runs[1], &format!("{what}: --threads 1 against 2"));
     runs.into_iter().next().unwrap()
 }
 
@@ -70,7 +67,7 @@ fn assert_matches_golden(file: &str, got: &str) {
 
 #[test]
 fn bundled_raw_text_is_fairseq_s_pinned_bits_at_one_and_two_threads() {
-    let model = vec!["-m".to_string(), repo("weights/multi30k.en-de").display().to_string()];
+    let model = crate::util::fairseq_out::bundled_model_args();
     for (file, batching) in [
         ("bundled/interactive_nbest2_batch16.txt", vec!["--nbest", "2", "--buffer-size", "1024", "--batch-size", "16"]),
         ("bundled/interactive_batch1.txt", vec!["--batch-size", "1"]),

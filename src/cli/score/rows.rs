@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use std::time::Instant;
 
-use crate::cli::partial::OutputPath;
+use crate::cli::partial::{open_in_place, OutputPath};
 
 use tchseq::generate::batching::batch_by_size;
 use tchseq::generate::scorer::ordered_indices;
@@ -50,7 +50,7 @@ pub fn score_input(
             bail!("--resume: {} is not a regular file, so no run into it can be continued", path.display())
         }
         Some(OutputPath::InPlace(path)) => {
-            let file = std::fs::OpenOptions::new().write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            let file = open_in_place(&path)?;
             let mut s = Sink::InPlace(path, file);
             s.write(&header_bytes(&input, opts)?)?;
             s

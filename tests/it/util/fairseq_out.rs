@@ -319,6 +319,11 @@ pub fn compare_settled(want: &BTreeMap<usize, Entry>, got: &BTreeMap<usize, Entr
     c
 }
 
+/// The model part of a command line for the bundled model (weights/multi30k.en-de).
+pub fn bundled_model_args() -> Vec<String> {
+    vec!["-m".to_string(), super::repo("weights/multi30k.en-de").display().to_string()]
+}
+
 /// The model part of a command line for a fixture directory with `src`/`tgt` dictionaries.
 pub fn fixture_model_args(dir: &Path) -> Vec<String> {
     ["-m", &dir.display().to_string(), "-s", "src", "-t", "tgt"].iter().map(|s| s.to_string()).collect()
