@@ -25,7 +25,8 @@ SLIM_INSTALL := --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda
 FULL_STAMP := $(VENV)/.full-torch-ok
 CARGO ?= cargo
 
-.PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc
+.PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc \
+	torch-2.11-venv build-torch-2.11 test-torch-2.11 gpu-dry-run gpu-bundle
 
 all: build
 
@@ -147,3 +148,42 @@ doc:
 
 clean:
 	$(CARGO) clean
+
+# A build for another libtorch release: builds/torch-2.11/Cargo.toml is this manifest with tch
+# 0.24.0 (the release for torch 2.11, what the GPU machines have), built against the
+# torch==2.11.0 wheel in its own venv and target directory. The default build stays on 2.13.
+TORCH_211_VENV := $(CURDIR)/.venv-2.11
+TORCH_211_TARGET := $(CURDIR)/target/torch-2.11
+TORCH_211_ENV = LIBTORCH="$$("$(TORCH_211_VENV)/bin/python" -c "$(TORCH_DIR)")" CARGO_TARGET_DIR="$(TORCH_211_TARGET)"
+
+torch-2.11-venv: $(TORCH_211_VENV)/.full-torch-ok
+$(TORCH_211_VENV)/.full-torch-ok:
+	@[ -x "$(TORCH_211_VENV)/bin/python" ] || $(PYTHON) -m venv "$(TORCH_211_VENV)"
+	"$(TORCH_211_VENV)/bin/python" -m pip install --quiet torch==2.11.0
+	touch $@
+
+# target/torch-2.11/dist/bin: tchseq and tchseq-core, stripped (what travels to a GPU machine).
+build-torch-2.11: torch-2.11-venv
+	cd builds/torch-2.11 && $(TORCH_211_ENV) $(CARGO) build --release
+	mkdir -p "$(TORCH_211_TARGET)/dist/bin"
+	strip -o "$(TORCH_211_TARGET)/dist/bin/tchseq-core" "$(TORCH_211_TARGET)/release/tchseq-core"
+	strip -o "$(TORCH_211_TARGET)/dist/bin/tchseq" "$(TORCH_211_TARGET)/release/tchseq"
+
+# The Rust suite on the 2.11 build (CPU).
+test-torch-2.11: torch-2.11-venv
+	cd builds/torch-2.11 && $(TORCH_211_ENV) $(CARGO) test --release
+
+# gpu/check.sh run here on the CPU with the 2.11 build, as the GPU machine runs it (docs/gpu.md);
+# fairseq comes from a Python 3.11 bundle made as gpu-bundle makes the GPU machines' one.
+gpu-dry-run: build-torch-2.11
+	bash gpu/fairseq.sh target/gpu-dry-run-pylib 3.11
+	rm -rf target/gpu-dry-run
+	bash gpu/check.sh target/gpu-dry-run --device cpu --tchseq "$(TORCH_211_TARGET)/dist/bin/tchseq" \
+		--libtorch "$$("$(TORCH_211_VENV)/bin/python" -c "$(TORCH_DIR)")" --python "$(VENV)/bin/python" \
+		--pylib target/gpu-dry-run-pylib
+
+# What a GPU machine needs beside the working tree (both ignored, both carried): gpu/bin, the
+# stripped 2.11 build, and gpu/pylib, fairseq 0.12.2 for its Python 3.12 (gpu/fairseq.sh).
+gpu-bundle: build-torch-2.11
+	mkdir -p gpu/bin && cp "$(TORCH_211_TARGET)/dist/bin/tchseq" "$(TORCH_211_TARGET)/dist/bin/tchseq-core" gpu/bin/
+	bash gpu/fairseq.sh gpu/pylib 3.12

@@ -6,6 +6,7 @@
 //! `DEP_TCH_LIBTORCH_LIB` reaches us because `torch-sys` is a direct dependency.
 
 #[path = "src/libtorch/version_py.rs"]
+#[allow(dead_code)]
 mod version_py;
 use version_py::parse_version_py;
 
@@ -51,7 +52,7 @@ fn main() {
 }
 
 /// csrc/ (what tch does not bind: fbgemm's quantized linear for `--compute-type int8`,
-/// c10::InferenceMode, the operator profile), compiled as torch-sys compiles its own C++ against the same headers.
+/// c10::InferenceMode, the operator profile, CUDA memory statistics), compiled as torch-sys compiles its own C++ against the same headers.
 fn compile_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -67,6 +68,7 @@ fn compile_shim(lib: &std::path::Path) {
         .file("csrc/quantized_linear.cpp")
         .file("csrc/inference_mode.cpp")
         .file("csrc/cuda_registered.cpp")
+        .file("csrc/cuda_memory.cpp")
         .file("csrc/onednn_linear.cpp")
         .file("csrc/op_profile.cpp")
         .compile("tchseq_shim");

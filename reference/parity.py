@@ -157,6 +157,9 @@ def interactive_to_tchseq(argv):
             i += 2
         elif a == "--cpu":
             i += 1
+        elif a == "--fp16":
+            opts.append("--dtype=fp16")
+            i += 1
         else:
             opts.append(a)
             i += 1
@@ -224,6 +227,10 @@ def build_jobs():
             argv = with_options(base, opts)
             jobs.append({"name": f"{name}/{set_name}", "kind": "interactive", "fairseq": argv,
                          "tchseq": interactive_to_tchseq(argv)})
+        # fairseq's --fp16: the model halved (model.half()), softmax and log-softmax in fp32
+        argv = with_options(base, ["--fp16"])
+        jobs.append({"name": f"{name}/beam5_fp16", "kind": "interactive", "fairseq": argv,
+                     "tchseq": interactive_to_tchseq(argv)})
         # the test split binarized with this fixture's dictionaries (= fixtures.sh's bin-*/test)
         bin_dir = f"{WORK}/bin/{name}"
         prep.append({"argv": ["fairseq-preprocess", "-s", fx["source_lang"], "-t", fx["target_lang"],
@@ -260,6 +267,9 @@ def build_jobs():
     for tag, opts in [
         ("batch16", ["--buffer-size", "1024", "--batch-size", "16"]),
         ("batch1", ["--batch-size", "1"]),
+        # fairseq's --fp16 halves the model (interactive has no --bf16: it computes in fp32)
+        ("fp16_batch16", ["--fp16", "--buffer-size", "1024", "--batch-size", "16"]),
+        ("fp16_batch1", ["--fp16", "--batch-size", "1"]),
         ("nbest2_batch16", ["--nbest", "2", "--buffer-size", "1024", "--batch-size", "16"]),
         ("diverse_beam_g3_nbest3", ["--beam", "6", "--diverse-beam-groups", "3", "--nbest", "3",
                                     "--buffer-size", "1024", "--batch-size", "16"]),
@@ -271,7 +281,8 @@ def build_jobs():
             "kind": "interactive",
             "fairseq": base + opts,
             # tchseq's own Moses + subword-nmt pipeline from the model directory
-            "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input", BUNDLED_INPUT] + opts,
+            "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input", BUNDLED_INPUT]
+                      + [o if o != "--fp16" else "--dtype=fp16" for o in opts],
         })
     # LexicallyConstrainedBeamSearch: constraints after tabs on the input lines
     constrained_input = "tests/fixtures/decoding/constraints.en"

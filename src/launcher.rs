@@ -14,14 +14,17 @@ use std::process::{Command, ExitCode};
 #[path = "libtorch/version_py.rs"]
 mod version_py;
 
-/// The torch release whose libtorch tchseq is built for.
-const TORCH_VERSION: &str = "2.13.";
+/// The torch package whose libtorch tchseq was built against (`version.py`), or `unknown`.
+const BUILD_VERSION: &str = env!("TCHSEQ_LIBTORCH_BUILD_VERSION");
 /// The libtorch lib directory seen at build time (the last place looked).
 const BUILD_LIB_DIR: &str = env!("TCHSEQ_LIBTORCH_LIB");
 /// What `tchseq doctor` reports as the place libtorch was found.
 const FOUND_BY_VAR: &str = "TCHSEQ_LIBTORCH_FOUND_BY";
-const SLIM_INSTALL: &str =
-    "pip install --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85";
+const CUDA_RUNTIME_INSTALL: &str = "nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85";
+
+fn slim_install() -> String {
+    format!("pip install --no-deps torch=={} {CUDA_RUNTIME_INSTALL}", version_py::release(BUILD_VERSION))
+}
 
 fn main() -> ExitCode {
     match launch() {
@@ -110,10 +113,11 @@ fn find_libtorch(bin_dir: &Path) -> Result<(PathBuf, &'static str), String> {
             Err(e) => wrong_version = wrong_version.or(Some(format!("{} is {e}", dir.display()))),
         }
     }
+    let (series, install) = (version_py::series(BUILD_VERSION), slim_install());
     Err(match wrong_version {
-        Some(found) => format!("no libtorch 2.13 found ({found}); install it with `{SLIM_INSTALL}` or set LIBTORCH"),
+        Some(found) => format!("no libtorch {series} found ({found}); install it with `{install}` or set LIBTORCH"),
         None => format!(
-            "libtorch 2.13 not found: install it into a virtualenv with `{SLIM_INSTALL}` and activate it, or set LIBTORCH to its site-packages/torch directory"
+            "libtorch {series} not found: install it into a virtualenv with `{install}` and activate it, or set LIBTORCH to its site-packages/torch directory"
         ),
     })
 }
@@ -140,10 +144,11 @@ fn site_packages_torch(prefix: &Path) -> impl Iterator<Item = PathBuf> {
 fn check_version(lib_dir: &Path) -> Result<(), String> {
     let Ok(text) = std::fs::read_to_string(lib_dir.join("../version.py")) else { return Ok(()) };
     let version = version_py::parse_version_py(&text).unwrap_or_default();
-    if version.starts_with(TORCH_VERSION) {
+    let series = version_py::series(BUILD_VERSION);
+    if BUILD_VERSION == "unknown" || version_py::series(&version) == series {
         Ok(())
     } else {
-        Err(format!("torch {version}, and tchseq needs torch 2.13.0"))
+        Err(format!("torch {version}, and this tchseq was built for torch {series}"))
     }
 }
 
@@ -165,7 +170,7 @@ fn check_cuda_runtime(lib_dir: &Path) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "the libtorch in {} needs {}, which is not installed: pip install --no-deps nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85",
+            "the libtorch in {} needs {}, which is not installed: pip install --no-deps {CUDA_RUNTIME_INSTALL}",
             lib_dir.display(),
             missing.join(" and ")
         ))

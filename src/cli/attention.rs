@@ -26,7 +26,7 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     if a.grid && head.is_some() {
         bail!("--grid draws every head; leave out --head");
     }
-    let mut bundle = common::load_single(global, &a.model, Some(&a.pipeline))?;
+    let mut bundle = common::load_single(global, &a.model, Some(&a.pipeline), tch::Kind::Float)?;
     // each side's text is tokenized with its own language
     let source_text = bundle.pipeline().map_err(common::hub_error)?;
     let target_lang = bundle.pipeline_options.target_lang.clone();

@@ -1,12 +1,12 @@
 //! Helpers shared by the commands: threads, devices, error formatting.
 
 use anyhow::{bail, Result};
-use tch::Device;
+use tch::{Device, Kind};
 
 use tchseq::text::pipeline::PipelineError;
 use tchseq::hub::{HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, PipelineOverrides, Weights};
 
-use super::args::{BpeArg, DeviceArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
+use super::args::{BpeArg, ComputeTypeArg, DeviceArg, DtypeArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
 use tchseq::generate::GeneratorConfig;
 use tchseq::hub::{Batching, TranslateOptions};
 
@@ -25,6 +25,26 @@ pub fn apply_threads(threads: Option<usize>, inter_threads: usize) -> Result<()>
         tch::set_num_threads(n);
     }
     Ok(())
+}
+
+/// The dtype the weights are loaded in: `--compute-type`'s where it has one (`float16` loads
+/// the model halved, as `--dtype fp16` does), else `--dtype`'s.
+pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg) -> Result<Kind> {
+    let from_dtype = match dtype {
+        DtypeArg::Fp32 => Kind::Float,
+        DtypeArg::Fp16 => Kind::Half,
+        DtypeArg::Bf16 => Kind::BFloat16,
+    };
+    let compute = tchseq::model::ComputeType::from_name(compute_type.name())?;
+    match compute.weight_kind() {
+        None => Ok(from_dtype),
+        Some(kind) if dtype == DtypeArg::Fp32 || kind == from_dtype => Ok(kind),
+        Some(_) => bail!(
+            "--dtype {} and --compute-type {} disagree: --compute-type float16 and bfloat16 halve the model themselves, and the others compute in fp32",
+            format!("{dtype:?}").to_lowercase(),
+            compute_type.name()
+        ),
+    }
 }
 
 /// Loads libtorch_cuda when `--device` may use it, before libtorch is asked anything about CUDA.
@@ -185,9 +205,9 @@ pub fn hub_error_naming(e: HubError, pair_hint: &str) -> anyhow::Error {
     anyhow::anyhow!("{e} ({hint})")
 }
 
-/// A one-checkpoint model in fp32 on `--device` (plots and `verify` take one model, not an
+/// A one-checkpoint model in `kind` on `--device` (plots and `verify` take one model, not an
 /// ensemble).
-pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&PipelineArgs>) -> Result<ModelBundle> {
+pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&PipelineArgs>, kind: Kind) -> Result<ModelBundle> {
     let device = resolve_device(global.device)?;
     if let Some(list) = &m.path {
         let n = list.split(':').filter(|s| !s.is_empty()).count();
@@ -195,7 +215,7 @@ pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&Pipelin
             bail!("one checkpoint is needed here, not an ensemble of {n}");
         }
     }
-    load_bundle(m, pipeline, Weights::Load { device, kind: tch::Kind::Float, replay_init: false })
+    load_bundle(m, pipeline, Weights::Load { device, kind, replay_init: false })
 }
 
 /// The load report's warnings, one `warning:` line each on stderr.

@@ -111,5 +111,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     if let Some(profile) = profile {
         anyhow::Context::with_context(profile.write(), || format!("cannot write {}", tchseq::libtorch::OpProfile::ENV))?;
     }
+    if let Some(report) = tchseq::libtorch::MemoryReport::from_env() {
+        anyhow::Context::with_context(report.write(), || format!("cannot write {}", tchseq::libtorch::MemoryReport::ENV))?;
+    }
     outcome
 }

@@ -12,7 +12,7 @@ use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
 
 pub fn run(global: &GlobalArgs, a: &PositionsArgs) -> Result<Outcome> {
     let format = ImageFormat::from_path(&a.output)?;
-    let loaded = common::load_single(global, &a.model, None)?;
+    let loaded = common::load_single(global, &a.model, None, tch::Kind::Float)?;
     let side = match a.side {
         PositionsSide::Encoder => Side::Encoder,
         PositionsSide::Decoder => Side::Decoder,

@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tch::Kind;
 
-use super::args::{GlobalArgs, ModelArgs, ServeArgs};
+use super::args::{DtypeArg, GlobalArgs, ModelArgs, ServeArgs};
 use super::common;
 use super::Outcome;
 use crate::serve::{self, BatchPolicy, Limits, Settings};
@@ -55,7 +54,7 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         }
         let (source_lang, target_lang) = pair.clone().unzip();
         let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang, target_lang, task: Default::default() };
-        let weights = Weights::Load { device, kind: Kind::Float, replay_init: false };
+        let weights = Weights::Load { device, kind: common::weight_kind(a.compute_type, DtypeArg::Fp32)?, replay_init: false };
         let hint = format!("serve one pair of it as --model {name}={}@SRC-TGT, once per pair", model_args.model.as_deref().unwrap_or(Path::new("")).display());
         let bundle = common::load_bundle_naming(&model_args, None, weights, &hint)?;
         let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;

@@ -7,9 +7,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Write};
 
 use anyhow::{bail, Context, Result};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
-use super::args::{ConstraintsArg, DtypeArg, GlobalArgs, InputFormat, TranslateArgs, TranslateFormat};
+use super::args::{ConstraintsArg, GlobalArgs, InputFormat, TranslateArgs, TranslateFormat};
 use super::common;
 use super::lines::{lines, BadLine, Failures, Newlines};
 use super::output::{python_fixed4, python_float_repr};
@@ -54,11 +54,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
     }
     let device = common::resolve_device(global.device)?;
-    let kind = match a.dtype {
-        DtypeArg::Fp32 => Kind::Float,
-        DtypeArg::Fp16 => Kind::Half,
-        DtypeArg::Bf16 => Kind::BFloat16,
-    };
+    let kind = common::weight_kind(a.compute_type, a.dtype)?;
     // fairseq-interactive: utils.set_torch_seed(cfg.common.seed) before the models are built
     let seed = i64::try_from(a.seed).context("--seed is too large")?;
     tch::manual_seed(seed);

@@ -81,7 +81,7 @@ impl StepModel for EnsembleModel<'_> {
             let mut last = out.logits.f_narrow(1, t - 1, 1)?;
             // fairseq divides by the temperature unconditionally; x / 1.0 is x, so skip that pass
             if temperature != 1.0 {
-                let _ = last.f_div_scalar_(temperature)?;
+                let _ = last.f_div_(&crate::model::python_float(temperature)?)?;
             }
             let probs = get_normalized_probs(&last, true);
             let probs = probs.f_select(1, -1)?;

@@ -37,7 +37,7 @@ impl StepModel for LanguageModelStep<'_> {
         let t = out.logits.size()[1];
         let mut last = out.logits.f_narrow(1, t - 1, 1)?;
         if temperature != 1.0 {
-            let _ = last.f_div_scalar_(temperature)?;
+            let _ = last.f_div_(&crate::model::python_float(temperature)?)?;
         }
         Ok((get_normalized_probs(&last, true).f_select(1, -1)?, None))
     }

@@ -200,7 +200,7 @@ impl Translator {
         if self.compute_type != ComputeType::Exact {
             return Err(HubError::ModelDir(format!("the model already runs in {}", self.compute_type.name())));
         }
-        if self.device.is_cuda() && wanted == ComputeType::Int8 {
+        if self.device.is_cuda() && wanted.cpu_only() {
             return Err(HubError::ModelDir(format!("compute type {} runs on the CPU only", wanted.name())));
         }
         for model in &mut self.models {

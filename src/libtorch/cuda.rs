@@ -6,17 +6,20 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The command that installs what [`load_cuda`] needs.
-const FULL_INSTALL: &str = "pip install torch==2.13.0";
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaLoadError {
     #[error("libtorch_cpu is not loaded in this process")]
     NoLibtorch,
-    #[error("{} has no libtorch_cuda.so (a CPU-only install); CUDA needs the full torch wheel: {FULL_INSTALL}", dir.display())]
+    #[error("{} has no libtorch_cuda.so (a CPU-only install); CUDA needs the full torch wheel: {}", dir.display(), full_install())]
     NotInstalled { dir: PathBuf },
-    #[error("{} does not load ({reason}); CUDA needs the full torch wheel with its nvidia libraries: {FULL_INSTALL}", path.display())]
+    #[error("{} does not load ({reason}); CUDA needs the full torch wheel with its nvidia libraries: {}", path.display(), full_install())]
     Unloadable { path: PathBuf, reason: String },
+}
+
+/// The command that installs what [`load_cuda`] needs.
+fn full_install() -> String {
+    format!("pip install torch=={}", super::version_release(super::BUILD_VERSION))
 }
 
 /// Loads `libtorch_cuda.so` from the directory this process's `libtorch_cpu` came from, once;

@@ -4,11 +4,13 @@ use std::path::PathBuf;
 
 mod cuda;
 pub mod host;
+mod memory_report;
 mod op_profile;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
+pub use memory_report::{CudaPeak, MemoryReport};
 pub use op_profile::OpProfile;
-pub use version_py::parse_version_py;
+pub use version_py::{parse_version_py, release as version_release, series as version_series};
 
 /// The libtorch lib directory the crate was linked against (the test binaries' rpath; the
 /// `tchseq` launcher looks there last).

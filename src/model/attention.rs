@@ -169,7 +169,7 @@ impl MultiheadAttention {
             (None, None)
         };
         // fairseq scales q after the bias add
-        let _ = q.f_mul_scalar_(self.scaling)?;
+        let _ = q.f_mul_(&super::nn::python_float(self.scaling)?)?;
         let q = q.f_contiguous()?.f_view([tgt_len, bsz * h, d])?.f_transpose(0, 1)?;
         let mut kv_bsz = bsz;
         let mut k = match k {

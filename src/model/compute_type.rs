@@ -1,5 +1,7 @@
 //! `--compute-type`, in CTranslate2's terms: how the model computes.
 
+use tch::Kind;
+
 use super::ModelError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -12,14 +14,23 @@ pub enum ComputeType {
     Float32,
     /// int8 linear layers (`int8.rs`), with the fused decoder attention of `Float32`.
     Int8,
+    /// The model halved as fairseq's `--fp16` halves it (softmax and log-softmax in fp32, where
+    /// fairseq computes them so), with the fused decoder attention of `Float32`.
+    Float16,
+    /// As `Float16`, in bfloat16 (fairseq's `--bf16`).
+    BFloat16,
 }
 
 impl ComputeType {
+    pub const NAMES: [&'static str; 5] = ["exact", "float32", "int8", "float16", "bfloat16"];
+
     pub fn from_name(name: &str) -> Result<Self, ModelError> {
         match name {
             "exact" | "default" => Ok(Self::Exact),
             "float32" | "float" => Ok(Self::Float32),
             "int8" | "int8_float32" => Ok(Self::Int8),
+            "float16" | "half" => Ok(Self::Float16),
+            "bfloat16" => Ok(Self::BFloat16),
             other => Err(ModelError::ComputeType(other.to_string())),
         }
     }
@@ -29,6 +40,23 @@ impl ComputeType {
             Self::Exact => "exact",
             Self::Float32 => "float32",
             Self::Int8 => "int8",
+            Self::Float16 => "float16",
+            Self::BFloat16 => "bfloat16",
         }
+    }
+
+    /// The dtype the weights must have, where this compute type decides it.
+    pub fn weight_kind(self) -> Option<Kind> {
+        match self {
+            Self::Float16 => Some(Kind::Half),
+            Self::BFloat16 => Some(Kind::BFloat16),
+            Self::Float32 | Self::Int8 => Some(Kind::Float),
+            Self::Exact => None,
+        }
+    }
+
+    /// Whether it runs on the CPU only (its kernels are host or fbgemm code).
+    pub fn cpu_only(self) -> bool {
+        self == Self::Int8
     }
 }

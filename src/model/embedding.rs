@@ -244,7 +244,7 @@ impl EmbeddingFrontEnd {
     /// `tokens` `[B, T]` and their `positions`: (the layers' input `[B, T, C]`, the scaled token
     /// embedding, fairseq's `encoder_embedding`).
     pub fn forward(&self, tokens: &Tensor, positions: Option<&Tensor>) -> Result<(Tensor, Tensor), ModelError> {
-        let embed = self.embed_tokens.forward(tokens)?.f_mul_scalar(self.embed_scale)?;
+        let embed = self.embed_tokens.forward(tokens)?.f_mul(&super::nn::python_float(self.embed_scale)?)?;
         let mut x = match &self.project_in_dim {
             Some(proj) => proj.forward(&embed)?,
             None => embed.shallow_clone(),

@@ -5,7 +5,7 @@
 //! `scaled_dot_product_attention`. The arithmetic differs from fairseq's in the last bits, so
 //! `exact` never takes this path.
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use super::attention::MultiheadAttention;
 use super::incremental::AttentionState;
@@ -113,7 +113,7 @@ pub fn encoder_attention_step(
         state.attn_bias = match encoder_padding_mask {
             Some(m) if m.f_any()?.f_int64_value(&[])? != 0 => {
                 let (bsz, src_len) = m.size2()?;
-                let bias = Tensor::f_zeros([bsz, src_len], (Kind::Float, m.device()))?.f_masked_fill(m, f64::NEG_INFINITY)?;
+                let bias = Tensor::f_zeros([bsz, src_len], (encoder_out.kind(), m.device()))?.f_masked_fill(m, f64::NEG_INFINITY)?;
                 Some(bias.f_view([bsz, 1, 1, src_len])?)
             }
             _ => None,

@@ -39,7 +39,7 @@ pub use compute_type::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
 pub use language_model::TransformerLanguageModel;
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
-pub use nn::{ActivationFn, LayerNorm, Linear};
+pub use nn::{python_float, ActivationFn, LayerNorm, Linear};
 pub use transformer::TransformerModel;
 pub use weights::LoadReport;
 
@@ -56,7 +56,7 @@ pub enum ModelError {
     Shape { key: String, expected: Vec<i64>, actual: Vec<i64> },
     #[error("unsupported model: {0}")]
     Unsupported(String),
-    #[error("unknown compute type {0:?} (available: \"exact\", \"float32\", \"int8\")")]
+    #[error("unknown compute type {0:?} (available: \"exact\", \"float32\", \"int8\", \"float16\", \"bfloat16\")")]
     ComputeType(String),
     #[error("bad model input: {0}")]
     Input(String),

@@ -141,6 +141,15 @@ impl LayerNorm {
     }
 }
 
+/// A Python float in one of fairseq's tensor expressions (`q *= self.scaling`,
+/// `self.embed_scale * x`): libtorch takes it as a double operand and computes in the op's math
+/// type (f32 for float16 and bfloat16 tensors). The in-place `*_scalar_` ops round the scalar to
+/// the tensor's dtype first, which moves float16 results (an f32 tensor gets the same bits either
+/// way).
+pub fn python_float(value: f64) -> Result<Tensor, tch::TchError> {
+    Tensor::f_scalar_tensor(value, (Kind::Double, tch::Device::Cpu))
+}
+
 /// `utils.get_activation_fn`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActivationFn {
@@ -176,9 +185,9 @@ impl ActivationFn {
             Self::GeluAccurate => {
                 // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3)))), in this order
                 let a = (2.0 / std::f64::consts::PI).sqrt();
-                let cube = x.f_pow_tensor_scalar(3)?.f_mul_scalar(0.044715)?;
-                let inner = x.f_add(&cube)?.f_mul_scalar(a)?.f_tanh()?.f_add_scalar(1)?;
-                x.f_mul_scalar(0.5)?.f_mul(&inner)?
+                let cube = x.f_pow_tensor_scalar(3)?.f_mul(&python_float(0.044715)?)?;
+                let inner = x.f_add(&cube)?.f_mul(&python_float(a)?)?.f_tanh()?.f_add_scalar(1)?;
+                x.f_mul(&python_float(0.5)?)?.f_mul(&inner)?
             }
             Self::Tanh => x.f_tanh()?,
             Self::Linear => x.shallow_clone(),
@@ -189,6 +198,24 @@ impl ActivationFn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `q *= 0.1767...` in Python multiplies a float16 `q` in f32 by the double's f32 value;
+    /// libtorch's in-place `mul_.Scalar` (tch's `mul_scalar_`) rounds the scalar to float16 first
+    /// (0.1768) and moves about one element in ten by an ulp. In f32 the two are the same.
+    #[test]
+    fn a_python_float_multiplies_in_the_op_math_type_as_python_does() {
+        let scaling = 32f64.powf(-0.5);
+        let x = Tensor::randn([4096], (Kind::Float, tch::Device::Cpu));
+        let half = x.to_kind(Kind::Half);
+        let python = half.f_mul(&python_float(scaling).unwrap()).unwrap();
+        let by_hand = (half.to_kind(Kind::Float) * (scaling as f32) as f64).to_kind(Kind::Half);
+        assert_eq!(python.kind(), Kind::Half);
+        assert!(python.equal(&by_hand));
+        let mut scalar_op = half.copy();
+        let _ = scalar_op.f_mul_scalar_(scaling).unwrap();
+        assert!(!python.equal(&scalar_op), "mul_.Scalar no longer rounds its scalar: python_float may go");
+        assert!(x.f_mul(&python_float(scaling).unwrap()).unwrap().equal(&x.f_mul_scalar(scaling).unwrap()));
+    }
 
     #[test]
     fn activations_follow_fairseq_names() {

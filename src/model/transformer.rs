@@ -68,22 +68,35 @@ impl TransformerModel {
         Ok((model, report))
     }
 
-    /// Switches the model to `compute_type`. `float32` and `int8` fuse the decoder's attention
-    /// projections (`fused.rs`); `float32` computes the decoder's large linear layers through
-    /// oneDNN (`onednn.rs`) and all of them on the host for a few rows (`few_rows.rs`); `int8`
-    /// quantizes every linear layer but the output projection, which goes through oneDNN (or
-    /// the host, for a few rows) in fp32 (embeddings, norms and attention stay fp32 too), and
-    /// turns the encoder's fast path off, as that kernel takes the fp32 weights.
+    /// Switches the model to `compute_type`. `float16` and `bfloat16` rebuild the model from its
+    /// own tensors in that dtype (fairseq's `model.half()`). Every compute type but `exact` fuses
+    /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
+    /// decoder's large linear layers through oneDNN (`onednn.rs`) and all of them on the host for
+    /// a few rows (`few_rows.rs`); `int8` quantizes every linear layer but the output projection,
+    /// which goes through oneDNN (or the host, for a few rows) in fp32 (embeddings, norms and
+    /// attention stay fp32 too), and turns the encoder's fast path off, as that kernel takes the
+    /// fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
             return Ok(());
         }
+        if compute_type.cpu_only() && self.device != Device::Cpu {
+            return Err(ModelError::Unsupported(format!("compute type {} on {:?} (it runs on the CPU only)", compute_type.name(), self.device)));
+        }
         let _guard = tch::no_grad_guard();
+        if let Some(kind) = compute_type.weight_kind().filter(|&k| k != self.kind) {
+            let allow_fastpath = self.encoder.allow_fastpath;
+            (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, kind)?;
+            self.encoder.allow_fastpath = allow_fastpath;
+        }
         for l in &mut self.decoder.layers {
             l.self_attn.fused = Some(FusedProjections::new(&l.self_attn, true)?);
             if let Some(e) = l.encoder_attn.as_mut() {
                 e.fused = Some(FusedProjections::new(e, false)?);
             }
+        }
+        if matches!(compute_type, ComputeType::Float16 | ComputeType::BFloat16) || self.device != Device::Cpu {
+            return Ok(());
         }
         if compute_type == ComputeType::Float32 {
             let mut linears: Vec<&mut Linear> = vec![&mut self.decoder.output_projection];

@@ -1,12 +1,12 @@
-//! `--compute-type float32` and `int8`: not fairseq's arithmetic. float32 is held to fairseq's
-//! hypotheses and to scores within 1e-4 of its goldens; int8 to a BLEU floor against the
-//! references (`exact`, the default, is what every parity test checks bit for bit). The Python
-//! package's int8 is tested in python/tests.
+//! `--compute-type float32`, `int8`, `float16` and `bfloat16`: not fairseq's arithmetic. float32
+//! is held to fairseq's hypotheses and to scores within 1e-4 of its goldens; int8, float16 and
+//! bfloat16 to a BLEU floor against the references (`exact`, the default, is what every parity
+//! test checks bit for bit). The Python package's compute types are tested in python/tests.
 
 use std::collections::HashMap;
 
 use tchseq::generate::Hypothesis;
-use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator};
+use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator, Weights};
 
 use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Rule};
 use crate::util::{fixture, repo, set_test_threads, tchseq};
@@ -102,12 +102,105 @@ fn an_unknown_compute_type_is_refused_by_name() {
     let out = tchseq()
         .args(["translate", "-m"])
         .arg(repo("weights/multi30k.en-de"))
-        .args(["--compute-type", "float16", "A dog."])
+        .args(["--compute-type", "int4", "A dog."])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("float16") && err.contains("exact") && err.contains("float32") && err.contains("int8"), "{err}");
+    for name in ["int4", "exact", "float32", "int8", "float16", "bfloat16"] {
+        assert!(err.contains(name), "{name}: {err}");
+    }
+}
+
+/// float16 and bfloat16 halve the model (fairseq's --fp16/--bf16): on the CPU as on a GPU, the
+/// BLEU of fairseq's fp32 hypotheses within a point (one changed hypothesis of 40 moves it by up
+/// to a point), at least 38 of 40 hypotheses fairseq's, and every score moved (the halved weights
+/// really ran).
+#[test]
+fn float16_and_bfloat16_keep_fairseq_s_hypotheses_on_the_bundled_model() {
+    let refs: Vec<String> = std::fs::read_to_string(fixture("bundled/score_reference/test.bpe.de"))
+        .unwrap()
+        .lines()
+        .take(40)
+        .map(|l| l.replace("@@ ", ""))
+        .collect();
+    let fairseq = fairseq_hypotheses();
+    let exact = hypotheses("exact");
+    let bleu_fairseq = bleu(&fairseq, &refs);
+    for compute_type in ["float16", "bfloat16"] {
+        let half = hypotheses(compute_type);
+        assert_eq!(half.len(), 40, "{compute_type}");
+        let text: Vec<String> = half.iter().map(|(t, _)| t.clone()).collect();
+        let bleu_half = bleu(&text, &refs);
+        let same = fairseq.iter().zip(&text).filter(|(f, h)| f == h).count();
+        let moved = exact.iter().zip(&half).filter(|(e, h)| e.1 != h.1).count();
+        eprintln!("{compute_type}: BLEU {bleu_half:.2} (fairseq {bleu_fairseq:.2}); {same} of 40 hypotheses fairseq's, {moved} scores moved");
+        assert!((bleu_half - bleu_fairseq).abs() <= 1.0, "{compute_type} BLEU {bleu_half:.2} against fairseq's {bleu_fairseq:.2}");
+        assert!(same >= 38, "only {same} of 40 {compute_type} hypotheses are fairseq's");
+        assert!(moved >= 36, "only {moved} of 40 {compute_type} scores differ from exact");
+    }
+}
+
+/// `--compute-type float16` loads the weights halved; a Translator that loaded them in fp32
+/// halves them in `set_compute_type` (the server's and Python's way). Both must compute the same
+/// bits, on every fixture (tied and untied embeddings, a checkpoint stored in fp16, the 2018
+/// layout) and the bundled model.
+#[test]
+fn a_model_halved_after_loading_computes_what_a_model_loaded_halved_does() {
+    let manifest = crate::util::json("tests/fixtures/models/manifest.json");
+    let input = repo(manifest["inputs"]["src"].as_str().unwrap());
+    let lines: Vec<String> = std::fs::read_to_string(&input).unwrap().lines().take(8).map(str::to_string).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let mut models: Vec<(String, Option<(&str, &str)>, TextMode)> = vec![("weights/multi30k.en-de".into(), None, TextMode::Raw)];
+    for f in manifest["fixtures"].as_array().unwrap() {
+        models.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized));
+    }
+    for compute_type in ["float16", "bfloat16"] {
+        for (model, lang, text) in &models {
+            let halved = hub_hypotheses(model, *lang, *text, &lines, compute_type);
+            let spec = ModelSpec {
+                model: Some(repo(model)),
+                source_lang: lang.map(|l| l.0.to_string()),
+                target_lang: lang.map(|l| l.1.to_string()),
+                ..Default::default()
+            };
+            let kind = if compute_type == "float16" { tch::Kind::Half } else { tch::Kind::BFloat16 };
+            let options = LoadOptions { weights: Weights::Load { device: tch::Device::Cpu, kind, replay_init: false }, ..LoadOptions::fp32(tch::Device::Cpu) };
+            let mut translator = Translator::new(ModelBundle::load(&spec, &options).unwrap(), tch::Device::Cpu, *text).unwrap();
+            assert_eq!(translator.models[0].kind, kind);
+            translator.set_compute_type(compute_type).unwrap();
+            let options = TranslateOptions { nbest: 5, ..Default::default() };
+            let (generator, batching) = translator.search(&options, Batching::new(None, Some(8), 1).unwrap()).unwrap();
+            let loaded: Vec<Hypothesis> = translator
+                .translate(&generator, &lines, &batching, false)
+                .unwrap()
+                .into_iter()
+                .flat_map(|t| match t {
+                    Translation::Done { hypos, .. } => hypos,
+                    Translation::TooLong { .. } => panic!("a test sentence is too long"),
+                })
+                .collect();
+            assert_eq!(halved.len(), loaded.len(), "{compute_type} {model}");
+            for (a, b) in halved.iter().zip(&loaded) {
+                assert_eq!((&a.tokens, a.score.to_bits()), (&b.tokens, b.score.to_bits()), "{compute_type} {model}");
+            }
+        }
+    }
+}
+
+/// `--dtype` and a compute type that decides the dtype itself must agree.
+#[test]
+fn a_dtype_that_contradicts_the_compute_type_is_one_error() {
+    for (dtype, compute_type) in [("fp16", "bfloat16"), ("bf16", "float16"), ("fp16", "float32"), ("bf16", "int8")] {
+        let mut cmd = tchseq();
+        cmd.args(["translate", "-m"]).arg(repo("weights/multi30k.en-de")).args(["--dtype", dtype, "--compute-type", compute_type, "A dog."]);
+        crate::util::one_line_error(&cmd.output().unwrap(), &format!("--dtype {dtype} and --compute-type {compute_type} disagree"));
+    }
+    for (dtype, compute_type) in [("fp16", "float16"), ("bf16", "bfloat16"), ("fp16", "exact")] {
+        let mut cmd = tchseq();
+        cmd.args(["translate", "-m"]).arg(repo("weights/multi30k.en-de")).args(["--dtype", dtype, "--compute-type", compute_type, "A dog."]);
+        crate::util::run_ok(&mut cmd);
+    }
 }
 
 /// The bundled model's raw-text golden (fairseq-interactive, batch 16) under float32: the same

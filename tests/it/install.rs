@@ -106,7 +106,7 @@ fn device_cuda_loads_libtorch_cuda_from_the_full_wheel() {
     let cuda = report["libtorch_cuda"].as_str().unwrap();
     // `make test` installs the full wheel (make full-venv); the slim install's refusal is tested
     // below on a slim install of its own
-    assert!(full, "the full torch==2.13.0 wheel (libcublas) is missing from the venv: run `make full-venv`; doctor says {cuda}");
+    assert!(full, "the full torch wheel (libcublas) is missing from the venv: run `make full-venv`; doctor says {cuda}");
     assert_eq!(std::fs::canonicalize(cuda).unwrap(), torch_lib().join("libtorch_cuda.so"), "{report}");
     assert_eq!(report["cuda_kernels_registered"], true, "{report}");
     assert!(report["install"].as_str().unwrap().starts_with("full"), "{report}");
@@ -146,7 +146,8 @@ fn a_slim_install_translates_on_the_cpu_and_refuses_cuda_in_one_line() {
     cuda.args(["--device", "cuda", "translate", "-m"]).arg(repo("weights/multi30k.en-de")).arg(SENTENCES[0]);
     let err = one_error_line(cuda);
     assert!(err.starts_with("error: --device cuda: "), "{err}");
-    assert!(err.contains("does not load") && err.contains("pip install torch==2.13.0"), "{err}");
+    let install = format!("pip install torch=={}", tchseq::libtorch::version_release(tchseq::libtorch::BUILD_VERSION));
+    assert!(err.contains("does not load") && err.contains(&install), "{err}");
 
     // `auto` falls back to the CPU
     let mut auto = with_slim(program);
@@ -207,10 +208,11 @@ fn a_wrong_libtorch_is_one_line() {
     let mut old = bare(program);
     old.env("LIBTORCH", &torch).arg("doctor");
     let err = one_error_line(old);
-    assert!(err.contains("torch 2.5.1+cpu, and tchseq needs torch 2.13.0"), "{err}");
+    let series = tchseq::libtorch::version_series(tchseq::libtorch::BUILD_VERSION);
+    assert!(err.contains(&format!("torch 2.5.1+cpu, and this tchseq was built for torch {series}")), "{err}");
 
     // libtorch_cpu without the CUDA runtime and CUPTI wheels beside it
-    std::fs::write(torch.join("version.py"), "__version__ = '2.13.0'\n").unwrap();
+    std::fs::write(torch.join("version.py"), format!("__version__ = '{}'\n", tchseq::libtorch::BUILD_VERSION)).unwrap();
     let cache = std::fs::read("/etc/ld.so.cache").unwrap_or_default();
     if !cache.windows(15).any(|w| w == b"libcudart.so.13") {
         let mut bare_torch = bare(program);
@@ -247,4 +249,22 @@ fn the_launcher_sets_a_short_spin_wait_unless_the_user_chose_one() {
     assert_eq!(env_of(&[]), (Some("1000".into()), None));
     assert_eq!(env_of(&[("GOMP_SPINCOUNT", "50")]), (Some("50".into()), None));
     assert_eq!(env_of(&[("OMP_WAIT_POLICY", "ACTIVE")]), (None, Some("ACTIVE".into())));
+}
+
+/// builds/torch-2.11 (the build for the GPU machines' torch 2.11) is the default manifest with
+/// the tch release for torch 2.11 and nothing else changed, over the same sources.
+#[test]
+fn the_torch_2_11_manifest_is_the_default_one_with_tch_0_24() {
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let default = read(&repo("Cargo.toml"));
+    let expected = default
+        .replace("tch = \"=0.26.0\"", "tch = \"=0.24.0\"")
+        .replace("torch-sys = \"=0.26.0\"", "torch-sys = \"=0.24.0\"")
+        .replace("members = [\".\", \"python\"]", "members = [\".\"]");
+    assert_eq!(default.matches("=0.26.0").count(), 2, "the default manifest pins tch and torch-sys 0.26.0");
+    assert_eq!(read(&repo("builds/torch-2.11/Cargo.toml")), expected, "builds/torch-2.11/Cargo.toml drifted from Cargo.toml");
+    for shared in ["src", "tests", "csrc", "build.rs"] {
+        let linked = std::fs::canonicalize(repo("builds/torch-2.11").join(shared)).unwrap();
+        assert_eq!(linked, std::fs::canonicalize(repo(shared)).unwrap(), "builds/torch-2.11/{shared}");
+    }
 }

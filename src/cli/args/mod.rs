@@ -226,7 +226,8 @@ pub struct TranslateArgs {
     pub dtype: DtypeArg,
     /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `float32`
     /// fuses the decoder's attention ops (faster; scores move in the last digits); `int8` also
-    /// quantizes the linear layers (faster still; hypotheses may differ, see the README's table).
+    /// quantizes the linear layers (faster still; hypotheses may differ, see the README's table);
+    /// `float16` and `bfloat16` halve the model as fairseq's --fp16/--bf16 do (for GPUs).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
     /// Lexically constrained decoding (fairseq's LexicallyConstrainedBeamSearch): an input line
@@ -247,6 +248,9 @@ pub enum ComputeTypeArg {
     Exact,
     Float32,
     Int8,
+    Float16,
+    #[value(name = "bfloat16")]
+    BFloat16,
 }
 
 impl ComputeTypeArg {
@@ -255,6 +259,8 @@ impl ComputeTypeArg {
             Self::Exact => "exact",
             Self::Float32 => "float32",
             Self::Int8 => "int8",
+            Self::Float16 => "float16",
+            Self::BFloat16 => "bfloat16",
         }
     }
 }
@@ -375,6 +381,10 @@ pub struct VerifyArgs {
     pub atol: f64,
     #[arg(long, default_value_t = 1e-5)]
     pub rtol: f64,
+    /// The model's dtype: fp16 or bf16 for a reference saved from `model.half()` or
+    /// `model.to(torch.bfloat16)` (what fairseq's --fp16 computes with).
+    #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
+    pub dtype: DtypeArg,
     #[arg(long)]
     pub json: bool,
 }
@@ -514,7 +524,8 @@ pub struct ServeArgs {
     /// (the first is the default). The name defaults to the directory's name.
     #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
     pub models: Vec<String>,
-    /// The compute type of every served model: `exact` (fairseq's bits), `float32` or `int8`.
+    /// The compute type of every served model: `exact` (fairseq's bits), `float32`, `int8`,
+    /// `float16` or `bfloat16`.
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
     /// Address to listen on (127.0.0.1 unless told otherwise).

@@ -39,12 +39,31 @@ pub fn set_test_threads() {
 
 /// `tests/fixtures/...`
 pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+    repo("tests/fixtures").join(rel)
 }
 
-/// A path relative to the repository root.
+/// A path relative to the repository root: the directory that holds `tests/`, links resolved
+/// (a build for another libtorch, `builds/torch-*`, links its `tests` to the checkout's).
 pub fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| {
+        let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+        let tests = std::fs::canonicalize(&tests).unwrap_or(tests);
+        tests.parent().map(Path::to_path_buf).unwrap_or_default()
+    });
+    root.join(rel)
+}
+
+/// The torch release whose libtorch the `tch` pinned in this build's manifest binds (the default
+/// Cargo.toml, or a `builds/torch-*` one): each `tch` release is made for one torch release.
+pub fn manifest_torch_release() -> &'static str {
+    let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let tch = manifest.lines().find_map(|l| l.strip_prefix("tch = ")).expect("the manifest pins tch");
+    match tch.trim_matches('"') {
+        "=0.26.0" => "2.13.0",
+        "=0.24.0" => "2.11.0",
+        other => panic!("tch {other}: which torch release does it bind? (docs/install.md lists the supported pairs)"),
+    }
 }
 
 /// A JSON file (a golden manifest) under the repository.

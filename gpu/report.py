@@ -1,0 +1,76 @@
+"""gpu/check.py's results.json as Markdown (report.md): `python gpu/report.py OUT` re-renders one."""
+import json
+import os
+import sys
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def num(value, fmt):
+    return "–" if value is None else format(value, fmt)
+
+
+def render(r):
+    out = [f"# GPU check ({r['device']}, {r['started']})\n"]
+    e = r.get("environment", {})
+    out.append(f"- device: {e.get('gpu') or e.get('cpu_model') or r['device']}")
+    out.append(f"- libtorch {e.get('libtorch_version')} from {e.get('libtorch_dir')}; CUDA available: {e.get('cuda_available')}, "
+               f"cuDNN {e.get('cudnn_version')}")
+    out.append(f"- steps (s): " + ", ".join(f"{k} {v:.0f}" for k, v in r.get("step_seconds", {}).items()))
+    failures = r.get("failures", [])
+    out.append(f"- **{len(failures)} failures**" + ("" if not failures else ":"))
+    out += [f"  - {f}" for f in failures]
+    out.append("")
+
+    if "parity" in r:
+        out.append("## Parity: `exact` against the committed fairseq goldens\n")
+        rows = [(p["run"], p["hypotheses"], p["same_tokens"], p["near_ties"], p["differing"], f"{p['max_score_diff']:.1e}",
+                 f"{p['max_positional_diff']:.1e}") for p in r["parity"]]
+        out.append(table(["run", "hypotheses", "same tokens", "proven near-ties", "differing", "max score diff", "max P diff"], rows))
+        hyps = sum(p["hypotheses"] for p in r["parity"])
+        bad = sum(p["differing"] for p in r["parity"])
+        out.append(f"{hyps} hypotheses, {bad} mismatches (limit: scores within 1e-4; a differing hypothesis must be a near-tie "
+                   "proven by force-decoding ours on the device).\n")
+    if "verify" in r:
+        v = r["verify"]
+        out.append("## `verify` on the fixtures\n")
+        out.append(table(["fixture", "reference", "passed", "failed"], [(x["fixture"], x["reference"], x["passed"], x["failed"]) for x in v]))
+    if "fidelity" in r:
+        out.append(f"## Fidelity on Multi30k test_2016_flickr ({r.get('bleu_by', '')})\n")
+        rows = [(f["compute_type"], f"{f['same_as_exact']}/{f['sentences']}", f"{f['bleu']:.2f}") for f in r["fidelity"]]
+        out.append(table(["compute type", "hypotheses equal to exact (fp32)", "BLEU"], rows))
+        for g in r.get("goals_missed", []):
+            out.append(f"- goal missed: {g}")
+        out.append("")
+    if "speed" in r:
+        out.append("## Speed (beam 5; throughput in target tokens/s after start-up; peak = CUDA allocator's peak allocated)\n")
+        rows = [(s["model"], s["compute_type"], num(s.get("b32_tokens_per_s"), ".0f"), num(s.get("b128_tokens_per_s"), ".0f"),
+                 num(s.get("b1_ms_per_sentence"), ".1f"), num(s.get("startup_s"), ".2f"), num(s.get("b128_peak_mb"), ".0f"),
+                 num(s.get("peak_rss_mb"), ".0f")) for s in r["speed"]]
+        out.append(table(["model", "compute type", "batch 32 tok/s", "batch 128 tok/s", "batch 1 ms/sentence", "start-up + 1 line (s)",
+                          "GPU peak MB (b128)", "peak RSS MB"], rows))
+    f = r.get("fairseq")
+    if f:
+        out.append("## fairseq 0.12.2 on the same device\n")
+        if not f.get("ran"):
+            out.append(f"Not run: {f.get('why')}\n")
+        else:
+            out.append(f"- fairseq {f['version']} from {f.get('from')}; bundled input, line for line beside tchseq exact "
+                       "(fp16: fairseq --fp16 beside --dtype fp16):")
+            out += [f"  - {x['run']}: {x['identical']} of {x['lines']} lines identical" for x in f.get("line_for_line", [])]
+            out.append(f"- fairseq `--fp16` beside tchseq `--compute-type float16`, test set at batch 128: {f['fp16_same_hypotheses']} of {f['fp16_hypotheses']} "
+                       f"hypotheses the same; fairseq {num(f.get('fp16_b128_seconds'), '.2f')} s, tchseq "
+                       f"{num(f.get('tchseq_float16_b128_seconds'), '.2f')} s (both with start-up)\n")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    with open(os.path.join(out, "results.json")) as f:
+        results = json.load(f)
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(render(results))
