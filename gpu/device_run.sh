@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The one command a GPU machine runs (docs/gpu.md): the check into /tmp, then what comes back into
+# $OUT (at most 8 files): report.md, results.json and raw.tgz (every raw output and log).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out="${OUT:?OUT is the device tool's folder of files that come back}"
+work=/tmp/gpu-check
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/nvidia-smi.txt" 2>&1
+bash gpu/check.sh "$work" --device cuda "$@"
+rc=$?
+cp "$work/report.md" "$work/results.json" "$out/" 2>/dev/null
+tar -czf "$out/raw.tgz" -C "$work" raw
+exit $rc
