@@ -18,5 +18,7 @@ if [[ -n "$(git status --porcelain -- "${unread[@]}")" ]]; then
   exit 2
 fi
 git ls-files -z -- "${unread[@]}" | xargs -0 rm -f
-left=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-echo "the working tree that travels: $((left / 1048576)) MiB (limit 64 MiB, carried paths included); restore with: bash gpu/slim.sh --restore"
+bytes() { xargs -0 stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }' || true; }
+left=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | bytes)
+carried=$(find gpu/bin gpu/pylib -type f -print0 2>/dev/null | bytes)
+echo "what travels: $((left / 1048576)) MiB of working tree + $((carried / 1048576)) MiB carried (gpu/bin, gpu/pylib); the limit is 64 MiB; restore with: bash gpu/slim.sh --restore"
