@@ -109,6 +109,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/attention", post(routes::v1_attention))
         .route("/translate", post(routes::libre_translate))
         .route("/languages", get(routes::libre_languages))
+        .route("/detect", post(routes::libre_detect))
         .route("/translator/translate", post(routes::onmt_translate))
         .route("/translator/models", get(routes::onmt_models))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })

@@ -185,10 +185,21 @@ pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): 
     if let Some(f) = req.format.as_deref().filter(|f| *f != "text") {
         return Err(ApiError::bad_request(format!("format {f:?} is not supported (only \"text\")")));
     }
-    let m = app
-        .models
-        .iter()
-        .find(|m| m.target_lang == req.target && (req.source == "auto" || m.source_lang == req.source))
+    let candidates: Vec<_> =
+        app.models.iter().filter(|m| m.target_lang == req.target && (req.source == "auto" || m.source_lang == req.source)).collect();
+    if req.source == "auto" {
+        // no served model tells languages apart: "auto" stands only for the one source there is
+        let sources = served_sources(candidates.iter().copied());
+        if sources.len() > 1 {
+            return Err(ApiError::bad_request(format!(
+                "source \"auto\": the served models cannot detect languages, and more than one translates into {}: name the source, one of {}",
+                req.target,
+                sources.join(", ")
+            )));
+        }
+    }
+    let m = candidates
+        .first()
         .ok_or_else(|| ApiError::bad_request(format!("{} → {} is not supported by the loaded models", req.source, req.target)))?;
     let single = matches!(req.q, OneOrMany::One(_));
     let alternatives = req.alternatives.unwrap_or(0);
@@ -223,6 +234,20 @@ pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): 
         reply["errors"] = serde_json::json!(errors);
     }
     Ok(Json(reply))
+}
+
+/// LibreTranslate's `/detect`. Every served model is one language pair (a bilingual model, or one
+/// pair of a multilingual one), so none can tell languages apart: the answer names the ones served.
+pub async fn libre_detect(State(app): State<Arc<AppState>>) -> ApiError {
+    ApiError::bad_request(format!(
+        "language detection is not available: the served models cannot detect languages; name the source language, one of {}",
+        served_sources(app.models.iter()).join(", ")
+    ))
+}
+
+fn served_sources<'a>(models: impl Iterator<Item = &'a super::Served>) -> Vec<String> {
+    let sources: std::collections::BTreeSet<String> = models.map(|m| m.source_lang.clone()).collect();
+    sources.into_iter().collect()
 }
 
 // --- OpenNMT-py ----------------------------------------------------------------------------

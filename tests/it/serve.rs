@@ -316,6 +316,8 @@ fn libretranslate_and_opennmt_clients_work_unchanged() {
     s.post("/translate", &json!({ "q": "x", "source": "en", "target": "fr" })).assert_error(400, "en → fr is not supported");
     s.post("/translate", &json!({ "q": "x", "source": "en", "target": "de", "format": "html" })).assert_error(400, "html");
     assert_eq!(s.get("/languages").json(), json!([{ "code": "en", "name": "en", "targets": ["de"] }]));
+    // libretranslatepy's detect(): no served model detects languages
+    s.post("/detect", &json!({ "q": SENTENCES[0] })).assert_error(400, "cannot detect languages; name the source language, one of en");
 
     let r = s.post("/translator/translate", &json!([{ "src": SENTENCES[0], "id": 0 }, { "src": SENTENCES[1], "id": 0 }]));
     assert_eq!(r.status, 200);
@@ -500,7 +502,8 @@ fn a_multilingual_model_serves_the_pairs_it_is_given() {
     let dir = repo("tests/fixtures/multilingual/m2m");
     let en_fr = format!("m2m-en-fr={}@en-fr", dir.display());
     let fr_en = format!("m2m-fr-en={}@fr-en", dir.display());
-    let s = Server::start(&["--model", &en_fr, "--model", &fr_en]);
+    let de_fr = format!("m2m-de-fr={}@de-fr", dir.display());
+    let s = Server::start(&["--model", &en_fr, "--model", &fr_en, "--model", &de_fr]);
     let cli = |src: &str, tgt: &str, text: &str| -> String {
         let out = crate::util::tchseq().args(["translate", "--batch-size", "1", "-m"]).arg(&dir).args(["-s", src, "-t", tgt, text]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -516,6 +519,12 @@ fn a_multilingual_model_serves_the_pairs_it_is_given() {
     let langs = s.get("/languages").json();
     let en = langs.as_array().unwrap().iter().find(|l| l["code"] == "en").unwrap();
     assert_eq!(en["targets"], json!(["de", "fr"]));
+    // "auto" stands for the one source served into the target, and is refused where there are two
+    let r = s.post("/translate", &json!({ "q": fr, "source": "auto", "target": "en" }));
+    assert_eq!(r.json(), json!({ "translatedText": cli("fr", "en", fr) }));
+    s.post("/translate", &json!({ "q": fr, "source": "auto", "target": "fr" }))
+        .assert_error(400, "source \"auto\": the served models cannot detect languages, and more than one translates into fr: name the source, one of de, en");
+    s.post("/detect", &json!({ "q": fr })).assert_error(400, "one of de, en, fr");
 }
 
 /// A client that sends its whole body before it reads (Python's urllib) still reads the 413 of
