@@ -13,11 +13,15 @@ use std::process::{Command, ExitCode};
 
 #[path = "libtorch/version_py.rs"]
 mod version_py;
+#[path = "libtorch/omp_wait.rs"]
+mod omp_wait;
 
 /// The torch package whose libtorch tchseq was built against (`version.py`), or `unknown`.
 const BUILD_VERSION: &str = env!("TCHSEQ_LIBTORCH_BUILD_VERSION");
 /// The libtorch lib directory seen at build time (the last place looked).
 const BUILD_LIB_DIR: &str = env!("TCHSEQ_LIBTORCH_LIB");
+/// Read instead of `/proc/loadavg` (tests give the launcher a machine as busy as they need).
+const LOADAVG_VAR: &str = "TCHSEQ_LOADAVG";
 /// What `tchseq doctor` reports as the place libtorch was found.
 const FOUND_BY_VAR: &str = "TCHSEQ_LIBTORCH_FOUND_BY";
 const CUDA_RUNTIME_INSTALL: &str = "nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85";
@@ -58,14 +62,29 @@ fn launch() -> Result<Never, String> {
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_else(|| "tchseq".into());
     let mut cmd = Command::new(&core);
-    // OpenMP's threads spin-wait 300,000 times (libgomp's default) before they sleep: on a
-    // machine where another process is busy, that spinning steals the cores the work needs (a
-    // translate at --threads 2 took 1.9x the time of --threads 1). 1,000 spins cost nothing on a
-    // quiet machine and most of that back under load (docs/performance.md, bench/threads.py).
-    // libgomp reads it when it is loaded, before any of tchseq-core runs: so here, and only when
-    // the user set neither variable.
+    // How OpenMP's threads wait (libtorch/omp_wait.rs): libgomp reads it when it is loaded,
+    // before any of tchseq-core runs, so here, and only when the user set neither variable.
     if std::env::var_os("GOMP_SPINCOUNT").is_none() && std::env::var_os("OMP_WAIT_POLICY").is_none() {
-        cmd.env("GOMP_SPINCOUNT", "1000");
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let given: Vec<String> = std::env::args().skip(1).collect();
+        let loadavg_path = std::env::var_os(LOADAVG_VAR).unwrap_or_else(|| "/proc/loadavg".into());
+        // the parent that just started us (a shell, Python's subprocess) may still be runnable
+        // for a moment before it waits: the least of a few looks, 1 ms apart
+        let mut loadavg = String::new();
+        for look in 0..omp_wait::LOOKS {
+            let seen = std::fs::read_to_string(&loadavg_path).unwrap_or_default();
+            if loadavg.is_empty() || omp_wait::runnable(&seen) < omp_wait::runnable(&loadavg) {
+                loadavg = seen;
+            }
+            if omp_wait::runnable(&loadavg).is_none_or(|n| n <= 1) || look + 1 == omp_wait::LOOKS {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        match omp_wait::choose(&loadavg, omp_wait::threads_asked(&given, cores), cores) {
+            omp_wait::Wait::Spin(n) => cmd.env("GOMP_SPINCOUNT", n.to_string()),
+            omp_wait::Wait::Passive => cmd.env("OMP_WAIT_POLICY", "PASSIVE"),
+        };
     }
     let err = cmd
         .arg0(arg0)

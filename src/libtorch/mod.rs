@@ -5,6 +5,7 @@ use std::path::PathBuf;
 mod cuda;
 pub mod host;
 mod memory_report;
+pub mod omp_wait;
 mod op_profile;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};

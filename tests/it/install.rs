@@ -233,22 +233,34 @@ fn the_launcher_without_the_program_is_one_line() {
     assert!(err.contains("tchseq-core is missing"), "{err}");
 }
 
-/// The launcher shortens OpenMP's spin-wait (GOMP_SPINCOUNT=1000) unless the user chose either
-/// OpenMP waiting variable, which then passes through untouched.
+/// The launcher shortens OpenMP's spin-wait (GOMP_SPINCOUNT=1000) on a quiet machine and makes
+/// threads sleep at once (OMP_WAIT_POLICY=PASSIVE) where other runnable tasks would share the
+/// cores, unless the user chose either variable, which then passes through untouched.
+/// `TCHSEQ_LOADAVG` stands in for /proc/loadavg: 1 runnable task is the launcher alone.
 #[test]
-fn the_launcher_sets_a_short_spin_wait_unless_the_user_chose_one() {
-    let env_of = |vars: &[(&str, &str)]| {
+fn the_launcher_chooses_how_threads_wait_unless_the_user_chose() {
+    let dir = tempfile::tempdir().unwrap();
+    let env_of = |runnable: usize, flags: &[&str], vars: &[(&str, &str)]| {
+        let loadavg = dir.path().join(format!("loadavg{runnable}"));
+        std::fs::write(&loadavg, format!("1.00 1.00 1.00 {runnable}/300 4242\n")).unwrap();
         let mut cmd = tchseq_bare();
-        cmd.env_remove("GOMP_SPINCOUNT").env_remove("OMP_WAIT_POLICY");
+        cmd.env_remove("GOMP_SPINCOUNT").env_remove("OMP_WAIT_POLICY").env("TCHSEQ_LOADAVG", &loadavg).args(flags);
         for (k, v) in vars {
             cmd.env(k, v);
         }
         let r = doctor(cmd);
         (r["GOMP_SPINCOUNT"].as_str().map(str::to_string), r["OMP_WAIT_POLICY"].as_str().map(str::to_string))
     };
-    assert_eq!(env_of(&[]), (Some("1000".into()), None));
-    assert_eq!(env_of(&[("GOMP_SPINCOUNT", "50")]), (Some("50".into()), None));
-    assert_eq!(env_of(&[("OMP_WAIT_POLICY", "ACTIVE")]), (None, Some("ACTIVE".into())));
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let spin = (Some("1000".to_string()), None);
+    let passive = (None, Some("PASSIVE".to_string()));
+    assert_eq!(env_of(1, &[], &[]), spin);
+    assert_eq!(env_of(2, &[], &[]), passive);
+    // one thread fits beside cores - 1 other tasks
+    assert_eq!(env_of(cores, &["--threads", "1"], &[]), spin);
+    assert_eq!(env_of(cores + 1, &["--threads", "1"], &[]), passive);
+    assert_eq!(env_of(2, &[], &[("GOMP_SPINCOUNT", "50")]), (Some("50".into()), None));
+    assert_eq!(env_of(2, &[], &[("OMP_WAIT_POLICY", "ACTIVE")]), (None, Some("ACTIVE".into())));
 }
 
 /// builds/torch-2.11 (the build for the GPU machines' torch 2.11) is the default manifest with

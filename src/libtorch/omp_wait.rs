@@ -1,0 +1,90 @@
+//! How OpenMP's threads wait at the end of a parallel region, chosen by the `tchseq` launcher
+//! before libgomp is loaded (it reads the variables once, at load). Std only: the launcher, which
+//! links no libtorch, compiles this file too.
+//!
+//! libgomp spins 300,000 times before a waiting thread sleeps. On a quiet machine that is the
+//! fastest way to wait; beside another busy process the spinning thread takes the core the
+//! working one needs. `bench/threads.py` measured (docs/performance.md): 1,000 spins cost nothing
+//! quiet and `OMP_WAIT_POLICY=PASSIVE` never collapses under load, but neither meets both bounds.
+//! So the launcher looks once, at start, at how many other tasks are runnable right then.
+
+/// What the launcher puts into the program's environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// `GOMP_SPINCOUNT=n`: the cores are ours.
+    Spin(u32),
+    /// `OMP_WAIT_POLICY=PASSIVE`: other runnable tasks would share the cores with our threads.
+    Passive,
+}
+
+/// The spin count on a quiet machine.
+pub const QUIET_SPINS: u32 = 1000;
+
+/// How often the launcher reads `/proc/loadavg` (1 ms apart) before it takes the least count.
+pub const LOOKS: usize = 3;
+
+/// The tasks runnable right now, from `/proc/loadavg`'s fourth field (`runnable/total`), which
+/// counts the reader itself.
+pub fn runnable(loadavg: &str) -> Option<usize> {
+    loadavg.split_whitespace().nth(3)?.split_once('/')?.0.parse().ok()
+}
+
+/// `Passive` when the other runnable tasks and our `threads` are more than the `cores`.
+pub fn choose(loadavg: &str, threads: usize, cores: usize) -> Wait {
+    match runnable(loadavg) {
+        Some(n) if n.saturating_sub(1) + threads > cores => Wait::Passive,
+        _ => Wait::Spin(QUIET_SPINS),
+    }
+}
+
+/// The threads the command line asks for: `--threads` (default: every core) times
+/// `--inter-threads` (each worker then takes one thread unless `--threads` says otherwise).
+pub fn threads_asked(args: &[String], cores: usize) -> usize {
+    let value = |flag: &str| {
+        let mut found = None;
+        for (i, a) in args.iter().enumerate() {
+            if a == flag {
+                found = args.get(i + 1).and_then(|v| v.parse::<usize>().ok());
+            } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                found = v.parse().ok();
+            }
+        }
+        found
+    };
+    let inter = value("--inter-threads").unwrap_or(1).max(1);
+    let intra = value("--threads").unwrap_or(if inter > 1 { 1 } else { cores }).max(1);
+    intra.saturating_mul(inter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn waits_passively_only_when_others_would_share_our_cores() {
+        assert_eq!(runnable("0.52 0.58 0.59 3/245 12345"), Some(3));
+        assert_eq!(runnable("garbage"), None);
+        // the reader alone: quiet
+        assert_eq!(choose("0.00 0.01 0.05 1/245 1", 2, 2), Wait::Spin(QUIET_SPINS));
+        // one other task beside two threads on two cores
+        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 2, 2), Wait::Passive);
+        // ... but not beside one thread, nor on a machine with a core to spare
+        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 1, 2), Wait::Spin(QUIET_SPINS));
+        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 2, 4), Wait::Spin(QUIET_SPINS));
+        assert_eq!(choose("unreadable", 64, 2), Wait::Spin(QUIET_SPINS));
+    }
+
+    #[test]
+    fn counts_the_threads_the_command_line_asks_for() {
+        assert_eq!(threads_asked(&args("translate -m x"), 8), 8);
+        assert_eq!(threads_asked(&args("--threads 2 translate"), 8), 2);
+        assert_eq!(threads_asked(&args("translate --threads=3 --threads 1"), 8), 1);
+        assert_eq!(threads_asked(&args("--inter-threads 4 translate"), 8), 4);
+        assert_eq!(threads_asked(&args("--inter-threads=2 --threads 3 translate"), 8), 6);
+        assert_eq!(threads_asked(&args("--threads x translate"), 8), 8);
+    }
+}
