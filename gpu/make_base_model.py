@@ -53,6 +53,15 @@ def attention(sd, prefix, d):
     linear(sd, f"{prefix}.out_proj", d, d)
 
 
+def layer(sd, p, d, ffn, attentions):
+    for name in attentions:
+        attention(sd, f"{p}.{name}", d)
+        layer_norm(sd, f"{p}.{name}_layer_norm", d)
+    linear(sd, f"{p}.fc1", ffn, d)
+    linear(sd, f"{p}.fc2", d, ffn)
+    layer_norm(sd, f"{p}.final_layer_norm", d)
+
+
 def state_dict(vocab, a):
     d, ffn = a.encoder_embed_dim, a.encoder_ffn_embed_dim
     sd = {}
@@ -62,23 +71,11 @@ def state_dict(vocab, a):
     sd["encoder.embed_tokens.weight"] = embed
     sd["encoder.embed_positions._float_tensor"] = torch.tensor([1.0])
     for i in range(a.encoder_layers):
-        p = f"encoder.layers.{i}"
-        attention(sd, f"{p}.self_attn", d)
-        layer_norm(sd, f"{p}.self_attn_layer_norm", d)
-        linear(sd, f"{p}.fc1", ffn, d)
-        linear(sd, f"{p}.fc2", d, ffn)
-        layer_norm(sd, f"{p}.final_layer_norm", d)
+        layer(sd, f"encoder.layers.{i}", d, ffn, ["self_attn"])
     sd["decoder.embed_tokens.weight"] = embed
     sd["decoder.embed_positions._float_tensor"] = torch.tensor([1.0])
     for i in range(a.decoder_layers):
-        p = f"decoder.layers.{i}"
-        attention(sd, f"{p}.self_attn", d)
-        layer_norm(sd, f"{p}.self_attn_layer_norm", d)
-        attention(sd, f"{p}.encoder_attn", d)
-        layer_norm(sd, f"{p}.encoder_attn_layer_norm", d)
-        linear(sd, f"{p}.fc1", ffn, d)
-        linear(sd, f"{p}.fc2", d, ffn)
-        layer_norm(sd, f"{p}.final_layer_norm", d)
+        layer(sd, f"decoder.layers.{i}", d, ffn, ["self_attn", "encoder_attn"])
     sd["decoder.version"] = torch.tensor([3.0])
     return sd
 

@@ -8,10 +8,7 @@ use tch::Tensor;
 use super::args::{AttentionArgs, AttentionKindArg, GlobalArgs};
 use super::common;
 use super::Outcome;
-use tchseq::generate::sequence_generator::Specials;
-use tchseq::generate::{EnsembleModel, SequenceGenerator};
-use tchseq::hub::LanguageTokens;
-use tchseq::model::TransformerModel;
+use tchseq::hub::{TextMode, Translation, Translator};
 use tchseq::plot::capture::{capture_attention, select};
 use tchseq::plot::render::{render, Axis, Figure, Heatmap, ImageFormat, Scale};
 use tchseq::plot::AttentionKind;
@@ -26,16 +23,14 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
     if a.grid && head.is_some() {
         bail!("--grid draws every head; leave out --head");
     }
-    let mut bundle = common::load_single(global, &a.model, Some(&a.pipeline), tch::Kind::Float)?;
-    // each side's text is tokenized with its own language
-    let source_text = bundle.pipeline().map_err(common::hub_error)?;
-    let target_lang = bundle.pipeline_options.target_lang.clone();
-    let target_text = bundle.side_pipeline(&target_lang).map_err(common::hub_error)?;
+    let bundle = common::load_single(global, &a.model, Some(&a.pipeline), tch::Kind::Float)?;
     common::print_warnings(&bundle.report);
-    let (model, src_dict, tgt_dict) = (&bundle.models[0], &bundle.src_dict, &bundle.tgt_dict);
-    // the language tokens of a multilingual task, as translate and score put them
-    let (source_lang, target_lang) = (&bundle.files.source_lang, &bundle.files.target_lang);
-    let langs = bundle.languages.tokens(source_lang, target_lang, src_dict, tgt_dict).map_err(common::hub_error)?;
+    let device = bundle.models[0].device;
+    // each side's text in its own language, the language tokens of a multilingual task: as
+    // translate and score have them
+    let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
+    let (model, src_dict, tgt_dict) = (&translator.models[0], &translator.src_dict, &translator.tgt_dict);
+    let langs = &translator.language_tokens;
     let kind = match a.kind {
         AttentionKindArg::Cross => AttentionKind::Cross,
         AttentionKindArg::EncoderSelf => AttentionKind::EncoderSelf,
@@ -63,16 +58,16 @@ pub fn run(global: &GlobalArgs, a: &AttentionArgs) -> Result<Outcome> {
         }
     }
     let sentence = a.sentence.trim_matches(is_py_space);
-    let src = langs.source(src_dict.encode_line(&source_text.encode(sentence), true));
+    let src = translator.encode(sentence);
     let max_src = model.max_source_positions();
     if src.len() > max_src {
         bail!("the sentence is {} tokens long (EOS included) but the model accepts at most {max_src}", src.len());
     }
     let src_tokens = Tensor::from_slice(&src).f_view([1, -1])?.f_to_device(model.device)?;
-    let eos = langs.generator_eos(tgt_dict.eos());
+    let eos = translator.generator_eos();
     let target: Vec<i64> = match &a.target {
-        Some(t) => langs.target(tgt_dict.encode_line(&target_text.encode(t.trim_matches(is_py_space)), true)),
-        None => translate(model, tgt_dict, &src_tokens, &langs, a)?,
+        Some(t) => translator.encode_target(t.trim_matches(is_py_space)),
+        None => best_translation(&translator, &src, a)?,
     };
     // the decoder input: the generator's EOS first, the target shifted right
     let prev: Vec<i64> = std::iter::once(eos).chain(target[..target.len() - 1].iter().copied()).collect();
@@ -129,18 +124,14 @@ fn side_name(kind: AttentionKind) -> &'static str {
 }
 
 /// The best beam-search hypothesis (final EOS included), as `translate` finds it.
-fn translate(model: &TransformerModel, tgt_dict: &Dictionary, src_tokens: &Tensor, langs: &LanguageTokens, a: &AttentionArgs) -> Result<Vec<i64>> {
+fn best_translation(translator: &Translator, src: &[i64], a: &AttentionArgs) -> Result<Vec<i64>> {
     common::refuse_unsupported(&a.search)?;
-    let cfg = common::generator_config(&common::translate_options(&a.search))?;
-    let specials = Specials { pad: tgt_dict.pad(), eos: langs.generator_eos(tgt_dict.eos()), unk: tgt_dict.unk() };
-    let generator = SequenceGenerator::new(cfg, tgt_dict.len(), specials)?;
-    let models = std::slice::from_ref(model);
-    let mut ensemble = EnsembleModel::new(models)?;
-    let prefix = langs.target_prefix.map(|t| Tensor::from_slice(&[t]).view([1, 1]).to_device(model.device));
-    let hypos = generator.generate_guided(&mut ensemble, src_tokens, prefix.as_ref(), None, None)?;
-    let best = hypos.into_iter().next().and_then(|h| h.into_iter().next());
-    match best {
-        Some(h) if !h.tokens.is_empty() => Ok(h.tokens),
+    let options = common::translate_options(&a.search);
+    let (generator, batching) = translator.search(&options, common::batching(None, Some(1), 1)?)?;
+    let done = translator.translate_tokens(&generator, vec![src.to_vec()], &batching, false)?;
+    match done.into_iter().next() {
+        Some(Translation::Done { hypos, .. }) if hypos.first().is_some_and(|h| !h.tokens.is_empty()) => Ok(hypos[0].tokens.clone()),
+        Some(t @ Translation::TooLong { .. }) => bail!("{}", t.error().unwrap_or_default()),
         _ => bail!("beam search returned no hypothesis"),
     }
 }

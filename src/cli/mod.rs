@@ -16,7 +16,9 @@ mod merge;
 mod output;
 mod partial;
 mod translate;
+mod translate_input;
 mod translate_lm;
+mod translate_output;
 mod inspect;
 mod positions;
 mod score;
@@ -99,6 +101,9 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Attention(a) => attention::run(&cli.global, &a),
         Command::Positions(a) => positions::run(&cli.global, &a),
         Command::Doctor(a) => doctor::run(&cli.global, &a),
+        Command::Translate(a) if tchseq::hub::language_model_checkpoint(&common::model_spec(&a.model)).is_some() => {
+            translate_lm::run(&cli.global, &a)
+        }
         Command::Translate(a) => translate::run(&cli.global, &a),
         Command::Score(a) => score::run(&cli.global, &a),
         Command::Serve(a) => serve::run(&cli.global, &a),

@@ -92,6 +92,46 @@ impl PartialFile {
     }
 }
 
+/// Where a command's records go: `--output`'s file (written complete or not at all, see
+/// [`PartialFile`]) or stdout, as it goes.
+pub enum OutputSink {
+    File(PartialFile),
+    Stdout(io::StdoutLock<'static>),
+}
+
+impl OutputSink {
+    pub fn open(output: Option<&Path>) -> Result<Self> {
+        Ok(match PartialFile::for_output(output)? {
+            Some(file) => Self::File(file),
+            None => Self::Stdout(io::stdout().lock()),
+        })
+    }
+
+    /// Puts a file into place (see [`PartialFile::commit`]); flushes stdout.
+    pub fn commit(self) -> Result<()> {
+        match self {
+            Self::File(file) => file.commit(),
+            Self::Stdout(mut out) => Ok(out.flush()?),
+        }
+    }
+}
+
+impl Write for OutputSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::File(f) => f.write(buf),
+            Self::Stdout(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::File(f) => f.flush(),
+            Self::Stdout(s) => s.flush(),
+        }
+    }
+}
+
 impl Write for PartialFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.file.as_mut().ok_or_else(|| io::Error::other("committed"))?.write(buf)

@@ -2,16 +2,17 @@
 //! fairseq-interactive `--task language_modeling` does (the line is the forced prefix of every
 //! hypothesis, which includes it). Read, batched and printed as `translate` does.
 
-use std::io::{self, Write};
+use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use tch::Device;
 
 use super::args::{ComputeTypeArg, DtypeArg, GlobalArgs, InputFormat, TranslateArgs};
 use super::common;
-use super::lines::{lines, BadLine, Failures};
-use super::partial::PartialFile;
-use super::translate::{self, write_result, LineResult, Output, Sentence, Strings};
+use super::lines::Failures;
+use super::partial::OutputSink;
+use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_terminal, resolve_buffer_size};
+use super::translate_output::{refuse_what_text_cannot_show, write_result, LineResult, Output, Strings};
 use super::Outcome;
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel, Translation};
@@ -52,6 +53,7 @@ fn refuse(a: &TranslateArgs) -> Result<()> {
 }
 
 pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
+    refuse_what_text_cannot_show(a)?;
     refuse(a)?;
     let device = common::resolve_device(global.device)?;
     let seed = i64::try_from(a.seed).context("--seed is too large")?;
@@ -61,24 +63,18 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     for w in &lm.warnings {
         eprintln!("warning: {w}");
     }
-    let generator = lm.generator(common::generator_config(&translate::options(a))?)?;
+    let generator = lm.generator(common::generator_config(&options(a))?)?;
     // fairseq-interactive batches a language model's lines in input order, unsorted
-    let (max_tokens, batch_size, buffer_size) = translate::batching_flags(a, translate::reads_a_terminal(a));
+    let (max_tokens, batch_size, buffer_size) = batching_flags(a, reads_a_terminal(a));
     let batching = common::batching(max_tokens, batch_size, 1)?;
-    let buffer_size = translate::resolve_buffer_size(buffer_size, &batching)?;
+    let buffer_size = resolve_buffer_size(buffer_size, &batching)?;
     let output = Output { strings: &lm, format: a.format, nbest: a.nbest, print_alignment: false };
 
-    let mut file = PartialFile::for_output(a.output.as_deref())?;
-    let stdout = io::stdout();
-    let mut out: Box<dyn Write + '_> = match file.as_mut() {
-        Some(f) => Box::new(f),
-        None => Box::new(stdout.lock()),
-    };
+    let mut out = OutputSink::open(a.output.as_deref())?;
     let mut failures = Failures::default();
     let too_long = format!("longer than the model's {} positions (with the start symbol)", lm.max_positions());
     let mut next_id = 0usize;
-    let mut buffer: Vec<Result<Sentence, BadLine>> = Vec::new();
-    let mut flush = |buffer: &mut Vec<Result<Sentence, BadLine>>, out: &mut Box<dyn Write + '_>| -> Result<()> {
+    for_each_buffer(a, false, buffer_size, |buffer| {
         let prompts: Vec<Vec<i64>> = buffer.iter().filter_map(|l| l.as_ref().ok()).map(|s| lm.encode_prompt(&s.src)).collect();
         let mut done = if prompts.is_empty() { Vec::new() } else { lm.complete(&generator, &prompts, &batching)? }.into_iter();
         let n = buffer.len();
@@ -92,42 +88,13 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
                 LineResult::Unreadable(bad) => failures.add(bad.kind),
                 LineResult::Translated(Translation::Done { .. }) => {}
             }
-            write_result(&output, out, next_id + i, line.as_ref(), &result)?;
+            write_result(&output, &mut out, next_id + i, line.as_ref(), &result)?;
         }
         out.flush()?;
         next_id += n;
         Ok(())
-    };
-    let mut readable = 0usize;
-    let mut push = |entry: Result<Sentence, BadLine>, buffer: &mut Vec<Result<Sentence, BadLine>>| {
-        readable += usize::from(entry.is_ok());
-        buffer.push(entry);
-        let full = readable >= buffer_size || readable == 0;
-        if full {
-            readable = 0;
-        }
-        full
-    };
-    if !a.sentences.is_empty() {
-        for s in &a.sentences {
-            if push(translate::sentence(s, InputFormat::Text, false), &mut buffer) {
-                flush(&mut buffer, &mut out)?;
-            }
-        }
-    } else {
-        let (reader, newlines) = translate::input_reader(a)?;
-        for line in lines(reader, newlines) {
-            let entry = line.context("reading input")?.and_then(|l| translate::sentence(&l, InputFormat::Text, false));
-            if push(entry, &mut buffer) {
-                flush(&mut buffer, &mut out)?;
-            }
-        }
-    }
-    flush(&mut buffer, &mut out)?;
-    drop(out);
-    if let Some(f) = file {
-        f.commit()?;
-    }
+    })?;
+    out.commit()?;
     failures.finish("continued")?;
     Ok(Outcome::Ok)
 }

@@ -7,7 +7,7 @@
 use tch::{Kind, Tensor};
 
 use super::constraints::{ConstraintOrder, ConstraintState};
-use super::search::{size3, Candidates};
+use super::beam_search::{size3, Candidates};
 use super::GenerateError;
 
 /// The search and the constraint states of the batch's sentences (`constraint_states`).

@@ -4,7 +4,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::search::{beam_step, size3, Candidates};
+use super::beam_search::{beam_step, size3, Candidates};
 use super::GenerateError;
 
 /// `DiverseBeamSearch.step` with `num_groups` groups and `diversity_strength = -strength`.

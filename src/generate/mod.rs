@@ -8,6 +8,7 @@
 //! the [`StepModel`] trait; [`ensemble::EnsembleModel`] implements it for real checkpoints.
 
 pub mod batching;
+mod beam_search;
 mod beam_topk;
 mod constrained_search;
 pub mod constraints;
@@ -33,6 +34,33 @@ use tch::Tensor;
 /// Tests that seed or draw from libtorch's global generator hold this lock.
 #[cfg(test)]
 pub(crate) static RNG_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[cfg(test)]
+mod base2_tests {
+    use super::base2;
+    use tch::{Device, Kind, Tensor};
+
+    /// Bit for bit what libtorch computes on the CPU (the tensor the CLI once built for it), over
+    /// a million scores and the awkward values; the CUDA form is libtorch's product with the
+    /// reciprocal, which the CPU computes alike.
+    #[test]
+    fn base2_on_the_host_is_libtorch_s_division_bit_for_bit() {
+        let mut values: Vec<f32> = Tensor::randn([1_000_000], (Kind::Float, Device::Cpu)).try_into().unwrap();
+        values.iter_mut().step_by(3).for_each(|v| *v *= -40.0);
+        values.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-40, f32::MAX, f32::MIN, f32::INFINITY, f32::NEG_INFINITY, -1.0, -0.6931472]);
+        let cpu: Vec<f32> = Tensor::from_slice(&values).f_div_scalar(std::f64::consts::LN_2).unwrap().try_into().unwrap();
+        let reciprocal = f64::from(1.0 / (std::f64::consts::LN_2 as f32));
+        let by_reciprocal: Vec<f32> = Tensor::from_slice(&values).f_mul_scalar(reciprocal).unwrap().try_into().unwrap();
+        let mut differ = 0;
+        for ((v, c), r) in values.iter().zip(&cpu).zip(&by_reciprocal) {
+            assert_eq!(base2(*v, Device::Cpu).to_bits(), c.to_bits(), "{v}");
+            assert_eq!(base2(*v, Device::Cuda(0)).to_bits(), r.to_bits(), "{v}");
+            differ += usize::from(c.to_bits() != r.to_bits());
+        }
+        // the two roundings really differ, so the device matters
+        assert!(differ > 1000, "{differ}");
+    }
+}
 
 #[cfg(test)]
 pub(crate) fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
@@ -69,6 +97,19 @@ pub struct Hypothesis {
     pub attention: Option<Vec<Vec<f32>>>,
     /// Hard alignment `(src_word, tgt_word)` pairs (fairseq's `extract_hard_alignment`).
     pub alignment: Option<Vec<(i64, i64)>>,
+}
+
+/// fairseq-interactive's `score / math.log(2)` (its H- and P- lines), on the host, with the bits
+/// libtorch computes on the score's `device`: a true f32 division on the CPU, and on CUDA a
+/// product with the f32 reciprocal (libtorch's `div_true_kernel` takes that shortcut for a scalar
+/// divisor there).
+pub fn base2(score: f32, device: tch::Device) -> f32 {
+    let ln2 = std::f64::consts::LN_2 as f32;
+    if device.is_cuda() {
+        score * (1.0 / ln2)
+    } else {
+        score / ln2
+    }
 }
 
 /// What the generator needs from a model (fairseq's `EnsembleModel` as `_generate` uses it).

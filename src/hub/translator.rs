@@ -259,6 +259,12 @@ impl Translator {
         self.translate_tokens(generator, tokens, batching, alignment)
     }
 
+    /// Target text → token ids as a reference target (tokenizer, BPE, dictionary, EOS, and the
+    /// task's language tokens).
+    pub fn encode_target(&self, text: &str) -> Vec<i64> {
+        self.language_tokens.target(self.tgt_dict.encode_line(&self.target_pipeline.encode(text), true))
+    }
+
     /// Target text → the token ids of a forced prefix (tokenizer, BPE, dictionary; no EOS).
     pub fn encode_target_prefix(&self, text: &str) -> Vec<i64> {
         self.tgt_dict.encode_line(&self.target_pipeline.encode(text), false)

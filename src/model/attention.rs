@@ -5,7 +5,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::fused::FusedProjections;
+use super::fused::{self, FusedProjections, Heads};
 use super::incremental::AttentionState;
 use super::nn::Linear;
 use super::weights::Weights;
@@ -56,6 +56,39 @@ impl MultiheadAttention {
             in_proj_bias,
             fused: None,
         })
+    }
+
+    /// Fuses the projections for the incremental decoder's fewer, larger ops (`fused.rs`).
+    pub fn fuse_projections(&mut self, self_attention: bool) -> Result<(), ModelError> {
+        let projections = [&self.q_proj, &self.k_proj, &self.v_proj];
+        self.fused = Some(FusedProjections::new(projections, self.scaling, self_attention)?);
+        Ok(())
+    }
+
+    fn heads(&self) -> Heads<'_> {
+        Heads { num_heads: self.num_heads, head_dim: self.head_dim, embed_dim: self.embed_dim, out_proj: &self.out_proj }
+    }
+
+    /// One incremental self-attention step through the fused projections.
+    pub fn fused_self_attention_step(&self, query: &Tensor, state: &mut AttentionState) -> Result<Tensor, ModelError> {
+        let Some(FusedProjections::SelfAttention { qkv }) = &self.fused else {
+            return Err(ModelError::Input("self-attention without fused projections".into()));
+        };
+        fused::self_attention_step(&self.heads(), qkv, query, state)
+    }
+
+    /// One incremental encoder-attention step through the fused projections.
+    pub fn fused_encoder_attention_step(
+        &self,
+        query: &Tensor,
+        encoder_out: &Tensor,
+        encoder_padding_mask: Option<&Tensor>,
+        state: &mut AttentionState,
+    ) -> Result<Tensor, ModelError> {
+        let Some(FusedProjections::EncoderAttention { q, kv }) = &self.fused else {
+            return Err(ModelError::Input("encoder attention without fused projections".into()));
+        };
+        fused::encoder_attention_step(&self.heads(), [q, kv], query, encoder_out, encoder_padding_mask, state)
     }
 
     /// `F.multi_head_attention_forward(..., need_weights=False, use_separate_proj_weight=True)`

@@ -7,7 +7,6 @@
 
 use tch::Tensor;
 
-use super::attention::MultiheadAttention;
 use super::incremental::AttentionState;
 use super::nn::Linear;
 use super::one_query;
@@ -22,23 +21,32 @@ pub enum FusedProjections {
     EncoderAttention { q: Linear, kv: Linear },
 }
 
+/// What a step needs of its attention besides the fused projections.
+pub struct Heads<'a> {
+    pub num_heads: i64,
+    pub head_dim: i64,
+    pub embed_dim: i64,
+    pub out_proj: &'a Linear,
+}
+
 impl FusedProjections {
-    pub fn new(a: &MultiheadAttention, self_attention: bool) -> Result<Self, ModelError> {
+    /// From an attention's `q_proj`, `k_proj`, `v_proj` and its query `scaling`.
+    pub fn new([q_proj, k_proj, v_proj]: [&Linear; 3], scaling: f64, self_attention: bool) -> Result<Self, ModelError> {
         let _guard = tch::no_grad_guard();
         let scaled = |l: &Linear| -> Result<(Tensor, Option<Tensor>), ModelError> {
-            let w = l.weight.f_mul_scalar(a.scaling)?;
-            let b = l.bias.as_ref().map(|b| b.f_mul_scalar(a.scaling)).transpose()?;
+            let w = l.weight.f_mul_scalar(scaling)?;
+            let b = l.bias.as_ref().map(|b| b.f_mul_scalar(scaling)).transpose()?;
             Ok((w, b))
         };
-        let (qw, qb) = scaled(&a.q_proj)?;
+        let (qw, qb) = scaled(q_proj)?;
         let stack = |parts: &[(&Tensor, Option<&Tensor>)]| -> Result<Linear, ModelError> {
             let weight = Tensor::f_cat(&parts.iter().map(|p| p.0).collect::<Vec<_>>(), 0)?;
             let biases: Vec<&Tensor> = parts.iter().filter_map(|p| p.1).collect();
             let bias = if biases.len() == parts.len() { Some(Tensor::f_cat(&biases, 0)?) } else { None };
             Ok(Linear::from_tensors(weight, bias))
         };
-        let k = (&a.k_proj.weight, a.k_proj.bias.as_ref());
-        let v = (&a.v_proj.weight, a.v_proj.bias.as_ref());
+        let k = (&k_proj.weight, k_proj.bias.as_ref());
+        let v = (&v_proj.weight, v_proj.bias.as_ref());
         Ok(if self_attention {
             Self::SelfAttention { qkv: stack(&[(&qw, qb.as_ref()), k, v])? }
         } else {
@@ -61,7 +69,7 @@ fn split_heads(x: &Tensor, n: i64, h: i64, d: i64) -> Result<Tensor, ModelError>
 }
 
 /// `[B, H, L, D]` → `[L, B, C]`, through the output projection.
-fn merge_heads(a: &MultiheadAttention, x: &Tensor) -> Result<Tensor, ModelError> {
+fn merge_heads(a: &Heads, x: &Tensor) -> Result<Tensor, ModelError> {
     let (bsz, _, len, _) = x.size4()?;
     let x = x.f_permute([2, 0, 1, 3])?.f_reshape([len, bsz, a.embed_dim])?;
     a.out_proj.forward(&x)
@@ -69,10 +77,7 @@ fn merge_heads(a: &MultiheadAttention, x: &Tensor) -> Result<Tensor, ModelError>
 
 /// One incremental step of a decoder self-attention (no masks: a step sees every earlier
 /// position). `state` keeps keys and values `[B, H, len, D]`, as fairseq's path does.
-pub fn self_attention_step(a: &MultiheadAttention, query: &Tensor, state: &mut AttentionState) -> Result<Tensor, ModelError> {
-    let Some(FusedProjections::SelfAttention { qkv }) = &a.fused else {
-        return Err(ModelError::Input("self-attention without fused projections".into()));
-    };
+pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut AttentionState) -> Result<Tensor, ModelError> {
     let projected = qkv.forward(query)?;
     let heads = split_heads(&projected, 3, a.num_heads, a.head_dim)?;
     let grow = |prev: &Option<Tensor>, new: Tensor| match prev {
@@ -97,15 +102,13 @@ pub fn self_attention_step(a: &MultiheadAttention, query: &Tensor, state: &mut A
 /// An encoder attention in incremental decoding: keys, values and the additive padding mask are
 /// computed at the first step and kept in `state`.
 pub fn encoder_attention_step(
-    a: &MultiheadAttention,
+    a: &Heads,
+    [q, kv]: [&Linear; 2],
     query: &Tensor,
     encoder_out: &Tensor,
     encoder_padding_mask: Option<&Tensor>,
     state: &mut AttentionState,
 ) -> Result<Tensor, ModelError> {
-    let Some(FusedProjections::EncoderAttention { q, kv }) = &a.fused else {
-        return Err(ModelError::Input("encoder attention without fused projections".into()));
-    };
     if state.prev_key.is_none() {
         let heads = split_heads(&kv.forward(encoder_out)?, 2, a.num_heads, a.head_dim)?;
         state.prev_key = Some(heads.f_select(0, 0)?.f_contiguous()?);

@@ -4,7 +4,6 @@
 use tch::Tensor;
 
 use super::attention::MultiheadAttention;
-use super::fused;
 use super::incremental::LayerState;
 use super::nn::{ActivationFn, LayerNorm, Linear};
 use super::options::{DecoderOptions, EncDecOptions};
@@ -184,7 +183,7 @@ impl TransformerDecoderLayer {
         let mut x = if self.normalize_before { self.self_attn_layer_norm.forward(x)? } else { x.shallow_clone() };
         x = match state.as_deref_mut() {
             Some(s) if self.self_attn.fused.is_some() && self_attn_mask.is_none() && self_attn_padding_mask.is_none() => {
-                fused::self_attention_step(&self.self_attn, &x, &mut s.self_attn)?
+                self.self_attn.fused_self_attention_step(&x, &mut s.self_attn)?
             }
             Some(s) => {
                 let (out, _) = self.self_attn.forward_fairseq(
@@ -236,7 +235,7 @@ impl TransformerDecoderLayer {
         }
         let (out, attn) = match state {
             Some(s) if encoder_attn.fused.is_some() && !need_head_weights => {
-                (fused::encoder_attention_step(encoder_attn, &x, encoder_out, encoder_padding_mask, &mut s.encoder_attn)?, None)
+                (encoder_attn.fused_encoder_attention_step(&x, encoder_out, encoder_padding_mask, &mut s.encoder_attn)?, None)
             }
             state => encoder_attn.forward_fairseq(
                 &x,

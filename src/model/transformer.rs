@@ -6,7 +6,6 @@ use tch::{Device, Kind, Tensor};
 use super::decoder::TransformerDecoder;
 use super::encoder::TransformerEncoder;
 use super::compute_type::ComputeType;
-use super::fused::FusedProjections;
 use super::nn::Linear;
 use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
@@ -90,9 +89,9 @@ impl TransformerModel {
             self.encoder.allow_fastpath = allow_fastpath;
         }
         for l in &mut self.decoder.layers {
-            l.self_attn.fused = Some(FusedProjections::new(&l.self_attn, true)?);
+            l.self_attn.fuse_projections(true)?;
             if let Some(e) = l.encoder_attn.as_mut() {
-                e.fused = Some(FusedProjections::new(e, false)?);
+                e.fuse_projections(false)?;
             }
         }
         if matches!(compute_type, ComputeType::Float16 | ComputeType::BFloat16) || self.device != Device::Cpu {

@@ -61,6 +61,12 @@ fn bleu(hyps: &[String], refs: &[String]) -> f64 {
     100.0 * (log_precision + brevity).exp()
 }
 
+/// The references of the bundled input's 40 lines, BPE removed.
+fn references() -> Vec<String> {
+    let text = std::fs::read_to_string(fixture("bundled/score_reference/test.bpe.de")).unwrap();
+    text.lines().take(40).map(|l| l.replace("@@ ", "")).collect()
+}
+
 /// fairseq's own hypotheses for the bundled input (its golden, batch 16): tokenized text, BPE
 /// removed, in input order.
 fn fairseq_hypotheses() -> Vec<String> {
@@ -73,12 +79,7 @@ fn fairseq_hypotheses() -> Vec<String> {
 /// moved from exact's).
 #[test]
 fn int8_stays_within_two_bleu_points_of_fairseq_on_the_bundled_model() {
-    let refs: Vec<String> = std::fs::read_to_string(fixture("bundled/score_reference/test.bpe.de"))
-        .unwrap()
-        .lines()
-        .take(40)
-        .map(|l| l.replace("@@ ", ""))
-        .collect();
+    let refs = references();
     let fairseq = fairseq_hypotheses();
     let exact = hypotheses("exact");
     let int8 = hypotheses("int8");
@@ -118,12 +119,7 @@ fn an_unknown_compute_type_is_refused_by_name() {
 /// really ran).
 #[test]
 fn float16_and_bfloat16_keep_fairseq_s_hypotheses_on_the_bundled_model() {
-    let refs: Vec<String> = std::fs::read_to_string(fixture("bundled/score_reference/test.bpe.de"))
-        .unwrap()
-        .lines()
-        .take(40)
-        .map(|l| l.replace("@@ ", ""))
-        .collect();
+    let refs = references();
     let fairseq = fairseq_hypotheses();
     let exact = hypotheses("exact");
     let bleu_fairseq = bleu(&fairseq, &refs);

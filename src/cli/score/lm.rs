@@ -4,7 +4,7 @@
 //! (`Loss (base 2)`, `Perplexity`) on stderr.
 
 use std::fs::File;
-use std::io::{self, BufReader, Write};
+use std::io::{BufReader, Write};
 
 use anyhow::{bail, Context, Result};
 
@@ -12,7 +12,7 @@ use super::format::{f32_json, f32_text};
 use crate::cli::args::{GlobalArgs, LmBreakMode, ScoreArgs, ScoreFormat};
 use crate::cli::common;
 use crate::cli::lines::{lines, Newlines};
-use crate::cli::partial::PartialFile;
+use crate::cli::partial::OutputSink;
 use crate::cli::Outcome;
 use tchseq::generate::lm_samples::{BreakMode, LmRow, LmSamples};
 use tchseq::hub::{LanguageModel, LmScored};
@@ -68,16 +68,11 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     }
 
     let reader = BufReader::new(File::open(&a.input).with_context(|| format!("opening {}", a.input.display()))?);
-    let mut file = PartialFile::for_output(a.output.as_deref())?;
-    let stdout = io::stdout();
-    let mut out: Box<dyn Write + '_> = match file.as_mut() {
-        Some(f) => Box::new(f),
-        None => Box::new(stdout.lock()),
-    };
+    let mut out = OutputSink::open(a.output.as_deref())?;
     let mut totals = Totals { samples: 0, failed: 0, tokens: 0, logprob: 0.0 };
     let mut pending: Vec<(LmRow, Option<String>)> = Vec::new();
     let max_positions = lm.max_positions();
-    let flush = |pending: &mut Vec<(LmRow, Option<String>)>, out: &mut Box<dyn Write + '_>, totals: &mut Totals| -> Result<()> {
+    let flush = |pending: &mut Vec<(LmRow, Option<String>)>, out: &mut OutputSink, totals: &mut Totals| -> Result<()> {
         let (fit, long): (Vec<_>, Vec<_>) = std::mem::take(pending).into_iter().partition(|(r, _)| r.size <= max_positions);
         let mut records: Vec<Record> = long
             .into_iter()
@@ -129,10 +124,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     pending.extend(samples.finish().into_iter().map(|r| (r, None)));
     flush(&mut pending, &mut out, &mut totals)?;
     out.flush()?;
-    drop(out);
-    if let Some(f) = file {
-        f.commit()?;
-    }
+    out.commit()?;
     if !a.quiet {
         let loss = if totals.tokens > 0 { -totals.logprob / totals.tokens as f64 / std::f64::consts::LN_2 } else { 0.0 };
         eprintln!(
@@ -170,7 +162,7 @@ fn merge_pieces(symbols: &[String], scores: &[f32], cont: &str) -> (Vec<String>,
 }
 
 fn write_record(
-    out: &mut Box<dyn Write + '_>,
+    out: &mut dyn Write,
     a: &ScoreArgs,
     lm: &LanguageModel,
     r: &Record,

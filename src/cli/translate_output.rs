@@ -1,0 +1,166 @@
+//! How `tchseq translate` prints what it made of each line (text, fairseq-interactive's lines or
+//! JSONL), for a translation model and a language model alike.
+
+use std::io::Write;
+
+use anyhow::{bail, Result};
+use tch::Device;
+
+use super::args::{TranslateArgs, TranslateFormat};
+use super::lines::BadLine;
+use super::output::{python_fixed4, python_float_repr};
+use super::translate_input::Sentence;
+use tchseq::generate::{base2, Hypothesis};
+use tchseq::hub::{AttentionMatrix, HypothesisText, Translation, Translator};
+use tchseq::text::pipeline::PipelineError;
+
+/// What happened to one input line.
+pub enum LineResult {
+    Translated(Translation),
+    Unreadable(BadLine),
+}
+
+/// Text output is one line per input line: the best hypothesis' text, nothing else.
+pub fn refuse_what_text_cannot_show(a: &TranslateArgs) -> Result<()> {
+    if a.format != TranslateFormat::Text {
+        return Ok(());
+    }
+    let asked: Vec<String> = [(a.nbest > 1).then(|| format!("--nbest {}", a.nbest)), a.print_alignment.then_some("--print-alignment".to_string())]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !asked.is_empty() {
+        let verb = if asked.len() > 1 { "need" } else { "needs" };
+        bail!("{} {verb} --format jsonl or --format fairseq (text output shows the best hypothesis only)", asked.join(" and "));
+    }
+    Ok(())
+}
+
+/// A line that was not translated: an `E-` line, a JSON object with an `error`, or an empty
+/// line (and the error on stderr). `line` is `None` when the line could not be read.
+fn write_error(ctx: &Output, out: &mut dyn Write, id: usize, line: Option<&Sentence>, msg: &str) -> Result<()> {
+    let line = line.map(|s| s.src.as_str());
+    match ctx.format {
+        TranslateFormat::Fairseq => writeln!(out, "E-{id}\t{msg}")?,
+        TranslateFormat::Jsonl => {
+            let v = serde_json::json!({ "id": id, "source": line, "error": msg });
+            writeln!(out, "{v}")?;
+        }
+        TranslateFormat::Text => {
+            writeln!(out)?;
+            eprintln!("error: line {}: {msg}", id + 1);
+        }
+    }
+    Ok(())
+}
+
+/// What the printing needs from a model: its strings.
+pub trait Strings {
+    fn source_string(&self, src_tokens: &[i64]) -> String;
+    fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError>;
+    fn target_string(&self, tokens: &[i64]) -> String;
+    fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix>;
+    fn device(&self) -> Device;
+}
+
+impl Strings for Translator {
+    fn source_string(&self, src_tokens: &[i64]) -> String {
+        Translator::source_string(self, src_tokens)
+    }
+    fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
+        Translator::hypothesis_text(self, h)
+    }
+    fn target_string(&self, tokens: &[i64]) -> String {
+        Translator::target_string(self, tokens)
+    }
+    fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix> {
+        Translator::attention_matrix(self, h, src_tokens)
+    }
+    fn device(&self) -> Device {
+        self.device
+    }
+}
+
+/// How results are printed.
+pub struct Output<'a> {
+    pub strings: &'a dyn Strings,
+    pub format: TranslateFormat,
+    pub nbest: usize,
+    pub print_alignment: bool,
+}
+
+pub fn write_result(ctx: &Output, out: &mut dyn Write, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
+    let line = sentence;
+    let (src_tokens, hypos, seconds) = match result {
+        LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),
+        LineResult::Translated(t @ Translation::TooLong { .. }) => {
+            return write_error(ctx, out, id, line, &t.error().unwrap_or_default())
+        }
+        LineResult::Translated(Translation::Done { src_tokens, hypos, seconds }) => (src_tokens, hypos, seconds),
+    };
+    let t = ctx.strings;
+    let src_str = t.source_string(src_tokens);
+    let top = &hypos[..hypos.len().min(ctx.nbest)];
+    match ctx.format {
+        TranslateFormat::Fairseq => {
+            writeln!(out, "S-{id}\t{src_str}")?;
+            writeln!(out, "W-{id}\t{seconds:.3}\tseconds")?;
+            for c in sentence.map_or(&[][..], |s| s.constraint_ids.as_slice()) {
+                writeln!(out, "C-{id}\t{}", t.target_string(c))?;
+            }
+            for h in top {
+                let text = t.hypothesis_text(h)?;
+                let score = python_float_repr(f64::from(base2(h.score, t.device())));
+                writeln!(out, "H-{id}\t{score}\t{}", text.tokens)?;
+                writeln!(out, "D-{id}\t{score}\t{}", text.text)?;
+                let pos: Vec<String> =
+                    h.positional_scores.iter().map(|&p| python_fixed4(f64::from(base2(p, t.device())))).collect();
+                writeln!(out, "P-{id}\t{}", pos.join(" "))?;
+                if ctx.print_alignment {
+                    let a: Vec<String> = h.alignment.iter().flatten().map(|(s, t)| format!("{s}-{t}")).collect();
+                    writeln!(out, "A-{id}\t{}", a.join(" "))?;
+                }
+            }
+        }
+        TranslateFormat::Jsonl => {
+            let mut hyps: Vec<serde_json::Value> = Vec::with_capacity(top.len());
+            for h in top {
+                let text = t.hypothesis_text(h)?;
+                let toks: Vec<&str> = text.tokens.split(' ').filter(|s| !s.is_empty()).collect();
+                let mut v = serde_json::json!({
+                    "text": text.text,
+                    "tokens": toks,
+                    "score": h.score,
+                    "positional_scores": h.positional_scores,
+                });
+                if ctx.print_alignment {
+                    v["alignment"] = serde_json::json!(h.alignment.clone().unwrap_or_default());
+                    if let Some(attn) = t.attention_matrix(h, src_tokens) {
+                        v["attention"] = serde_json::to_value(attn)?;
+                    }
+                }
+                hyps.push(v);
+            }
+            let src_toks: Vec<&str> = src_str.split(' ').filter(|s| !s.is_empty()).collect();
+            let mut v = serde_json::json!({
+                "id": id,
+                "source": line.map(|s| s.src.as_str()),
+                "source_tokens": src_toks,
+                "hypotheses": hyps,
+            });
+            if let Some(ids) = sentence.map(|s| &s.constraint_ids).filter(|c| !c.is_empty()) {
+                v["constraints"] = ids.iter().map(|c| t.target_string(c)).collect();
+            }
+            writeln!(out, "{v}")?;
+        }
+        TranslateFormat::Text => {
+            let best = match top.first() {
+                Some(h) => t.hypothesis_text(h)?.text,
+                None => String::new(),
+            };
+            writeln!(out, "{best}")?;
+        }
+    }
+    Ok(())
+}
+
