@@ -35,8 +35,7 @@ pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg) -> Result<Kind
         DtypeArg::Fp16 => Kind::Half,
         DtypeArg::Bf16 => Kind::BFloat16,
     };
-    let compute = tchseq::model::ComputeType::from_name(compute_type.name())?;
-    match compute.weight_kind() {
+    match compute_type.compute_type().weight_kind() {
         None => Ok(from_dtype),
         Some(kind) if dtype == DtypeArg::Fp32 || kind == from_dtype => Ok(kind),
         Some(_) => bail!(

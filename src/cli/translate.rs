@@ -149,7 +149,7 @@ fn validate(a: &TranslateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The sentence's prefix and constraints as target token ids; a prefix holding </s> (fairseq's
+/// The sentence's prefix and constraints as target token ids; a prefix holding `</s>` (fairseq's
 /// prefix search cannot take one) or a constraint that is empty or holds a special symbol is
 /// this line's error. With `--prefix-size N` and a reference target, the prefix is the
 /// reference's first N tokens, as fairseq-generate takes them.

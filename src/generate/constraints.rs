@@ -3,7 +3,7 @@
 //! `UnorderedConstraintState` over a `ConstraintNode` trie).
 //!
 //! fairseq returns a state's next tokens as a Python `set`, and the constrained search adds
-//! them to its candidates in the set's iteration order; [`PySet`] reproduces that order.
+//! them to its candidates in the set's iteration order; `PySet` reproduces that order.
 
 use std::sync::Arc;
 

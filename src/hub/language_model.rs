@@ -178,11 +178,7 @@ impl LanguageModel {
                 results[i] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
             }
         }
-        results
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| r.ok_or_else(|| GenerateError::Invariant(format!("prompt {i} was neither continued nor rejected"))))
-            .collect()
+        super::translator::all_done(results, "prompt {i} was neither continued nor rejected")
     }
 
     /// The prompt as fairseq prints it on its `S-` line (without the start symbol).

@@ -125,6 +125,16 @@ pub struct AttentionMatrix {
     pub weights: Vec<Vec<f32>>,
 }
 
+/// Every line's result, in order; a line without one is an invariant broken (`missing` names it,
+/// with `{i}` for its index).
+pub(super) fn all_done(results: Vec<Option<Translation>>, missing: &str) -> Result<Vec<Translation>, GenerateError> {
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.ok_or_else(|| GenerateError::Invariant(missing.replace("{i}", &i.to_string()))))
+        .collect()
+}
+
 /// How text reaches the dictionaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextMode {
@@ -405,11 +415,7 @@ impl Translator {
                 results[id] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
             }
         }
-        results
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| r.ok_or_else(|| GenerateError::Invariant(format!("sentence {i} was neither translated nor rejected"))))
-            .collect()
+        all_done(results, "sentence {i} was neither translated nor rejected")
     }
 
     /// The source as fairseq prints it on `S-` lines.

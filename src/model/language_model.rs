@@ -34,9 +34,7 @@ impl TransformerLanguageModel {
         if !cfg.is_language_model() {
             return Err(ModelError::Unsupported(format!("`{}` is not a transformer_lm architecture", cfg.arch)));
         }
-        if !matches!(kind, Kind::Float | Kind::Half | Kind::BFloat16 | Kind::Double) {
-            return Err(ModelError::Unsupported(format!("model dtype {kind:?}")));
-        }
+        super::check_model_kind(kind)?;
         let options = DecoderOptions::new(cfg)?;
         let state = StateDict::new(sd, device, kind);
         if cfg.share_decoder_input_output_embed {

@@ -64,6 +64,14 @@ pub enum ModelError {
     Torch(#[from] tch::TchError),
 }
 
+/// The dtypes a model's weights may have.
+pub(crate) fn check_model_kind(kind: Kind) -> Result<(), ModelError> {
+    match kind {
+        Kind::Float | Kind::Half | Kind::BFloat16 | Kind::Double => Ok(()),
+        other => Err(ModelError::Unsupported(format!("model dtype {other:?}"))),
+    }
+}
+
 /// fairseq's `get_normalized_probs`: `utils.log_softmax` / `utils.softmax` over the vocabulary
 /// with `dtype=torch.float32`, so the result is always f32.
 pub fn get_normalized_probs(logits: &Tensor, log_probs: bool) -> Tensor {

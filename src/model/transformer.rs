@@ -41,9 +41,7 @@ impl TransformerModel {
         kind: Kind,
     ) -> Result<(Self, LoadReport), ModelError> {
         let _guard = tch::no_grad_guard();
-        if !matches!(kind, Kind::Float | Kind::Half | Kind::BFloat16 | Kind::Double) {
-            return Err(ModelError::Unsupported(format!("model dtype {kind:?}")));
-        }
+        super::check_model_kind(kind)?;
         let encoder_options = EncDecOptions::encoder(cfg)?;
         let decoder_options = DecoderOptions::new(cfg)?;
 

@@ -254,14 +254,19 @@ pub enum ComputeTypeArg {
 }
 
 impl ComputeTypeArg {
-    pub fn name(self) -> &'static str {
+    pub fn compute_type(self) -> tchseq::model::ComputeType {
+        use tchseq::model::ComputeType;
         match self {
-            Self::Exact => "exact",
-            Self::Float32 => "float32",
-            Self::Int8 => "int8",
-            Self::Float16 => "float16",
-            Self::BFloat16 => "bfloat16",
+            Self::Exact => ComputeType::Exact,
+            Self::Float32 => ComputeType::Float32,
+            Self::Int8 => ComputeType::Int8,
+            Self::Float16 => ComputeType::Float16,
+            Self::BFloat16 => ComputeType::BFloat16,
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.compute_type().name()
     }
 }
 
@@ -354,7 +359,7 @@ pub struct ScoreArgs {
     /// (blocks are then --tokens-per-sample minus this long, as in fairseq-eval-lm).
     #[arg(long = "context-window", default_value_t = 0)]
     pub context_window: usize,
-    /// With --lm: start every sample with <s> (on by itself when the checkpoint was trained so).
+    /// With --lm: start every sample with `<s>` (on by itself when the checkpoint was trained so).
     #[arg(long = "add-bos-token")]
     pub add_bos_token: bool,
     /// With --lm: score words, not subword pieces: a piece ending in `@@` is joined to the next

@@ -43,7 +43,7 @@ pub struct TaskArgs {
     /// A file with the model's languages, one per line, in token-id order.
     #[arg(long = "lang-dict", value_name = "FILE", hide_short_help = true)]
     pub lang_dict: Option<String>,
-    /// Language-token style: multilingual (__en__) or mbart ([en_XX]).
+    /// Language-token style: multilingual (`__en__`) or mbart (`[en_XX]`).
     #[arg(long = "lang-tok-style", value_name = "STYLE", hide_short_help = true)]
     pub lang_tok_style: Option<String>,
     /// Put the src (or tgt) language token before the source.

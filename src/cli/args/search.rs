@@ -12,7 +12,7 @@ pub struct SearchArgs {
     /// Length penalty: scores are divided by length^lenpen (EOS counted); <1 favors shorter.
     #[arg(long, default_value_t = 1.0)]
     pub lenpen: f64,
-    /// Unknown-word penalty, subtracted from the <unk> log-probability at every step.
+    /// Unknown-word penalty, subtracted from the `<unk>` log-probability at every step.
     #[arg(long, default_value_t = 0.0)]
     pub unkpen: f64,
     /// Generate at most max-len-a * src_len + max-len-b tokens (src_len: padded batch width).
