@@ -46,16 +46,12 @@ from concurrent.futures import ThreadPoolExecutor
 import parity_kinds  # noqa: E402  (reference/, this script's directory)
 import parity_multilingual  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from parity_paths import BUNDLED, BUNDLED_INPUT, BUNDLED_SR, ROOT, WORK  # noqa: E402
+
 REF = os.path.join(ROOT, "reference")
-WORK = "reference/work/parity"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| ")
 PINNED = {"MKL_CBWR": "AVX2,STRICT", "ATEN_CPU_CAPABILITY": "avx2"}
 SHOW = 3  # differing line pairs shown per job
-
-BUNDLED = "weights/multi30k.en-de"
-BUNDLED_INPUT = "tests/fixtures/bundled/input.en"
-BUNDLED_SR = "tests/fixtures/bundled/score_reference"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,10 +10,8 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORK = "reference/work/parity"
-BUNDLED = "weights/multi30k.en-de"
-BUNDLED_SR = "tests/fixtures/bundled/score_reference"
+from parity_paths import BUNDLED, BUNDLED_SR, ROOT, WORK  # noqa: F401  (reference/, this script's directory)
+
 KINDS = ("generate", "eval_lm")
 
 
