@@ -159,7 +159,7 @@ def interactive_to_tchseq(argv):
         else:
             opts.append(a)
             i += 1
-    # fairseq 0.12.2 on CPU blocks no n-gram (README); tchseq reproduces that on request
+    # fairseq 0.12.2 on CPU blocks no n-gram (docs/translate.md); tchseq reproduces that on request
     compat = ["--fairseq-compat-ngram"] if "--no-repeat-ngram-size" in opts else []
     # fairseq-interactive's default is one line at a time; tchseq batches a file unless told
     if not {"--batch-size", "--max-sentences", "--max-tokens", "--buffer-size"} & set(opts):

@@ -27,7 +27,7 @@ class Translator:
     """A fairseq Transformer model, loaded once. ``compute_type`` is ``"exact"`` (fairseq's
     arithmetic, bit for bit), ``"float32"`` (the decoder's attention ops fused: faster, scores
     move in the last digits) or ``"int8"`` (the linear layers dynamically quantized as well:
-    faster still, scores and some hypotheses differ; see the README).
+    faster still, scores and some hypotheses differ; see docs/translate.md).
 
     >>> t = Translator("weights/multi30k.en-de", threads=2)
     >>> t.translate(["A dog runs."])

@@ -226,7 +226,7 @@ pub struct TranslateArgs {
     pub dtype: DtypeArg,
     /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `float32`
     /// fuses the decoder's attention ops (faster; scores move in the last digits); `int8` also
-    /// quantizes the linear layers (faster still; hypotheses may differ, see the README's table);
+    /// quantizes the linear layers (faster still; hypotheses may differ, see docs/translate.md);
     /// `float16` and `bfloat16` halve the model as fairseq's --fp16/--bf16 do (for GPUs).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
