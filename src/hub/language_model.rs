@@ -22,13 +22,39 @@ use crate::model::{get_normalized_probs, TransformerLanguageModel, PADDING_IDX};
 use crate::text::dictionary::Dictionary;
 use crate::text::pipeline::{PipelineOptions, TextPipeline};
 
+/// A loaded `transformer_lm`: continues prompts (fairseq-interactive `--task
+/// language_modeling`) and scores text (fairseq-eval-lm).
+///
+/// ```rust
+/// use tchseq::hub::{Batching, LanguageModel, ModelSpec, PipelineOverrides, TranslateOptions, Translation};
+///
+/// let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lm/lm-postnorm");
+/// let spec = ModelSpec { model: Some(model.into()), ..Default::default() };
+/// let (device, kind) = (tch::Device::Cpu, tch::Kind::Float);
+/// let lm = LanguageModel::load(&spec, &PipelineOverrides::default(), device, kind, false)?;
+/// let prompt = lm.encode_prompt("A man in");
+/// let generator = lm.generator(TranslateOptions { beam: 1, ..Default::default() }.generator_config())?;
+/// let done = lm.complete(&generator, &[prompt.clone()], &Batching::default())?;
+/// let Translation::Done { hypos, .. } = &done[0] else { panic!("prompt too long") };
+/// // the prompt is forced, then continued
+/// assert!(hypos[0].tokens.starts_with(&prompt) && hypos[0].tokens.len() > prompt.len() + 1);
+/// assert!(lm.hypothesis_text(&hypos[0])?.text.starts_with("A man in "));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct LanguageModel {
+    /// The checkpoint file (`model.pt` of a directory, or the first of `--path`).
     pub checkpoint: PathBuf,
+    /// The checkpoint's config (`add_bos_token` picks the start symbol).
     pub config: TransformerConfig,
+    /// The decoder, without an encoder (fairseq's `TransformerLanguageModel`).
     pub model: TransformerLanguageModel,
+    /// The model's one dictionary.
     pub dict: Dictionary,
+    /// Where the dictionary was found (`dict.txt`).
     pub dict_path: PathBuf,
+    /// Tokenizes and detokenizes text (one language).
     pub pipeline: TextPipeline,
+    /// Moses fallbacks and what loading the weights noticed (e.g. tied weights that differ), one line each.
     pub warnings: Vec<String>,
 }
 
@@ -50,8 +76,11 @@ fn err(msg: impl Into<String>) -> HubError {
 /// Scores of one row: the scored target tokens and their natural-log probabilities.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LmScored {
+    /// The row's sample id ([`LmRow::id`]).
     pub id: usize,
+    /// The scored target token ids (the leading BOS dropped with `remove_bos`).
     pub tokens: Vec<i64>,
+    /// One log-probability per token of `tokens`.
     pub scores: Vec<f32>,
 }
 
@@ -119,6 +148,7 @@ impl LanguageModel {
         ids
     }
 
+    /// A generator over this model's dictionary (and its EOS), for [`Self::complete`].
     pub fn generator(&self, cfg: GeneratorConfig) -> Result<SequenceGenerator, GenerateError> {
         let d = &self.dict;
         SequenceGenerator::new(cfg, d.len(), Specials { pad: d.pad(), eos: d.eos(), unk: d.unk() })
@@ -191,6 +221,7 @@ impl LanguageModel {
         HypothesisText::new(&self.dict, &self.pipeline, h, &[self.dict.eos()])
     }
 
+    /// The dictionary's BOS and EOS, as fairseq-eval-lm's samples are built with them.
     pub fn specials(&self) -> LmSpecials {
         LmSpecials { bos: self.dict.bos(), eos: self.dict.eos() }
     }

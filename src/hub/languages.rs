@@ -13,6 +13,7 @@ use crate::text::dictionary::Dictionary;
 /// The languages a model knows and how its task marks them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Languages {
+    /// The task that adds and uses the language tokens.
     pub task: LanguageTask,
     /// `load_langs` (multilingual) or `--langs` (mBART fine-tuning); empty for a bilingual model.
     pub langs: Vec<String>,
@@ -123,6 +124,7 @@ impl Languages {
         Ok(Languages { task: task.clone(), langs })
     }
 
+    /// Whether the task uses languages (a multilingual task or mBART fine-tuning).
     pub fn is_multilingual(&self) -> bool {
         !matches!(self.task, LanguageTask::Bilingual)
     }

@@ -1,3 +1,4 @@
+#![deny(missing_docs)]
 //! The one place that assembles a model: checkpoint(s), dictionaries and text pipelines, as
 //! fairseq's `hub_utils.from_pretrained` + `checkpoint_utils.load_model_ensemble_and_task` do.
 //! Every door (CLI commands, and later the server and the Python API) loads through
@@ -34,23 +35,60 @@ pub use translator::{AttentionMatrix, Batching, HypothesisText, TargetGuide, Tex
 /// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
 pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
 
+/// Why a model could not be loaded or made ready.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {
+    /// A checkpoint could not be read or parsed.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The model's files or settings do not fit together (missing file, unknown language, bad
+    /// task flag, ...); the message says which.
     #[error("{0}")]
     ModelDir(String),
+    /// A dictionary file could not be read.
     #[error("{}: {source}", path.display())]
-    Dictionary { path: PathBuf, source: DictionaryError },
+    Dictionary {
+        /// The dictionary file.
+        path: PathBuf,
+        /// What was wrong with it.
+        source: DictionaryError,
+    },
+    /// A dictionary's size differs from the rows of the checkpoint's embedding matrix.
     #[error("{}: the {side} dictionary has {symbols} symbols but {tensor} of {} has {rows} rows (wrong dictionary?)", dict.display(), checkpoint.display())]
-    DictionarySize { side: &'static str, dict: PathBuf, symbols: usize, checkpoint: PathBuf, tensor: &'static str, rows: i64 },
+    DictionarySize {
+        /// `source`, `target` or `language model`.
+        side: &'static str,
+        /// The dictionary file.
+        dict: PathBuf,
+        /// Its size, the special symbols (and any language tokens) included.
+        symbols: usize,
+        /// The checkpoint it was checked against.
+        checkpoint: PathBuf,
+        /// The embedding matrix's state-dict key.
+        tensor: &'static str,
+        /// The matrix's rows: the size of the dictionary the model was trained with.
+        rows: i64,
+    },
+    /// `share_all_embeddings` with different source and target dictionaries.
     #[error("{}: share_all_embeddings needs one joined dictionary, but the source and target dictionaries differ", checkpoint.display())]
-    NotJoined { checkpoint: PathBuf },
+    NotJoined {
+        /// The checkpoint that shares its embeddings.
+        checkpoint: PathBuf,
+    },
+    /// The checkpoint's state dict does not build its architecture, or a compute type could not
+    /// be applied.
     #[error("building the model of {}: {source}", path.display())]
-    Model { path: PathBuf, source: ModelError },
+    Model {
+        /// The checkpoint (or `the loaded model`).
+        path: PathBuf,
+        /// What went wrong.
+        source: ModelError,
+    },
+    /// Replaying fairseq's random initialisation (`replay_init`) failed.
     #[error("replaying fairseq's model initialisation: {0}")]
     Replay(#[source] GenerateError),
+    /// The tokenizer or BPE could not be set up (e.g. a missing BPE codes file).
     #[error("text pipeline: {0}")]
     Pipeline(#[from] PipelineError),
 }
@@ -60,10 +98,15 @@ pub enum HubError {
 /// from the checkpoint).
 #[derive(Debug, Clone, Default)]
 pub struct ModelSpec {
+    /// A model directory (fairseq hub layout, or a training run's) or a checkpoint file.
     pub model: Option<PathBuf>,
+    /// fairseq's `--path`: checkpoints separated by `:`, relative ones also looked up in `model`.
     pub path: Option<String>,
+    /// The data directory with the dictionaries (fairseq's positional `data` argument).
     pub data: Option<PathBuf>,
+    /// fairseq's `--source-lang`.
     pub source_lang: Option<String>,
+    /// fairseq's `--target-lang`.
     pub target_lang: Option<String>,
     /// fairseq's task flags (`--lang-pairs`, `--encoder-langtok`, ...) over the checkpoint's.
     pub task: TaskOverrides,
@@ -74,18 +117,29 @@ pub struct ModelSpec {
 pub enum Weights {
     /// Build every model of the ensemble on `device` in `kind`. `replay_init` replays fairseq's
     /// random initialisation of each model first (only sampling draws from the generator after).
-    Load { device: Device, kind: Kind, replay_init: bool },
+    Load {
+        /// Where the weights go.
+        device: Device,
+        /// The weights' dtype (`Kind::Float` is fairseq's fp32).
+        kind: Kind,
+        /// Replay fairseq's random initialisation first.
+        replay_init: bool,
+    },
     /// Read the first checkpoint's config only (text tools).
     ConfigOnly,
 }
 
+/// How [`ModelBundle::load`] loads.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
+    /// The weights, or the config only.
     pub weights: Weights,
+    /// The caller's tokenizer/BPE settings, over the checkpoint's and the model directory's.
     pub pipeline: PipelineOverrides,
 }
 
 impl LoadOptions {
+    /// fp32 weights on `device`, no initialisation replay, the model's own text pipeline.
     pub fn fp32(device: Device) -> Self {
         Self { weights: Weights::Load { device, kind: Kind::Float, replay_init: false }, pipeline: PipelineOverrides::default() }
     }
@@ -94,12 +148,19 @@ impl LoadOptions {
 /// What loading found and did, for `inspect`, `--verbose`, the server and the Python API.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadReport {
+    /// One per checkpoint of the ensemble (only the first with `Weights::ConfigOnly`).
     pub checkpoints: Vec<CheckpointReport>,
+    /// The source language, given or inferred.
     pub source_lang: String,
+    /// The target language, given or inferred.
     pub target_lang: String,
+    /// The source dictionary's file and size (language tokens included).
     pub source_dictionary: DictionaryReport,
+    /// The target dictionary's file and size (language tokens included).
     pub target_dictionary: DictionaryReport,
+    /// The BPE codes file in use (`bpecodes`/`code`), if any.
     pub bpe_codes: Option<PathBuf>,
+    /// The sentencepiece model in use, if any.
     pub sentencepiece_model: Option<PathBuf>,
     /// A multilingual model's languages and language tokens (absent for a bilingual model).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,6 +169,7 @@ pub struct LoadReport {
     pub warnings: Vec<String>,
 }
 
+/// The languages of a multilingual or mBART fine-tuned model, as loaded.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LanguageReport {
     /// fairseq's task name.
@@ -120,38 +182,66 @@ pub struct LanguageReport {
     pub tokens: Vec<(String, i64)>,
 }
 
+/// One loaded checkpoint.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CheckpointReport {
+    /// The checkpoint file.
     pub path: PathBuf,
+    /// How the file is stored: a `torch.save` zip, a legacy pickle, or safetensors.
     pub format: ContainerFormat,
+    /// Where its config came from: `args` (argparse `Namespace`) or `cfg` (omegaconf `DictConfig`).
     pub config_source: &'static str,
+    /// State-dict tensors (0 with `Weights::ConfigOnly`).
     pub tensors: usize,
+    /// Elements in all state-dict tensors (0 with `Weights::ConfigOnly`).
     pub parameters: i64,
     /// State-dict keys no module asked for (empty with `Weights::ConfigOnly`).
     pub unused_keys: Vec<String>,
 }
 
+/// A loaded dictionary.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DictionaryReport {
+    /// The `dict.*.txt` file.
     pub path: PathBuf,
+    /// Symbols, the special symbols and any language tokens included.
     pub size: usize,
 }
 
 /// A model ready to run: the ensemble, its dictionaries (checked against the embeddings), the
 /// text pipeline options and the position limits.
+///
+/// ```rust
+/// use tchseq::hub::{LoadOptions, ModelBundle, ModelSpec};
+///
+/// let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/../weights/multi30k.en-de");
+/// let spec = ModelSpec { model: Some(model.into()), ..Default::default() };
+/// let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu))?;
+/// // the languages come from the checkpoint or the dictionaries' names
+/// assert_eq!((bundle.files.source_lang.as_str(), bundle.files.target_lang.as_str()), ("en", "de"));
+/// assert_eq!(bundle.models.len(), 1);
+/// assert_eq!(bundle.report.source_dictionary.size, bundle.src_dict.len());
+/// assert!(bundle.max_source_positions() <= tchseq::hub::TASK_MAX_SOURCE_POSITIONS);
+/// # Ok::<(), tchseq::hub::HubError>(())
+/// ```
 pub struct ModelBundle {
+    /// The files found for the spec.
     pub files: ModelFiles,
     /// The first checkpoint's config (fairseq takes the task and text settings from it).
     pub config: TransformerConfig,
+    /// The ensemble, in `files.checkpoints` order (empty with `Weights::ConfigOnly`).
     pub models: Vec<TransformerModel>,
     /// The loaded checkpoints, in `files.checkpoints` order (kept for `inspect` and `verify`).
     pub checkpoints: Vec<Checkpoint>,
+    /// The source dictionary, language tokens appended.
     pub src_dict: Dictionary,
+    /// The target dictionary, language tokens appended.
     pub tgt_dict: Dictionary,
     /// The languages of a multilingual task (see [`Languages`]); the dictionaries hold their tokens.
     pub languages: Languages,
     /// Tokenizer/BPE settings: defaults < checkpoint config < model directory < overrides.
     pub pipeline_options: PipelineOptions,
+    /// What loading found and did; building pipelines adds their warnings.
     pub report: LoadReport,
 }
 

@@ -9,15 +9,23 @@ use super::{HubError, Languages, ModelSpec};
 use crate::checkpoint::CheckpointSummary;
 use crate::config::LanguageTask;
 
+/// The files of a model, found as fairseq's hub and training layouts place them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelFiles {
     /// One, or several for an ensemble (`--path a.pt:b.pt`).
     pub checkpoints: Vec<PathBuf>,
+    /// The source language: given, recorded in the checkpoint, or inferred from the dictionaries.
     pub source_lang: String,
+    /// The target language, found as `source_lang` is.
     pub target_lang: String,
+    /// The source dictionary file (`dict.<src>.txt`, or the task's own name for it).
     pub src_dict: PathBuf,
+    /// The target dictionary file.
     pub tgt_dict: PathBuf,
+    /// subword-nmt/fastBPE codes: the file the checkpoint names, else `bpecodes` or `code`.
     pub bpe_codes: Option<PathBuf>,
+    /// The source side's sentencepiece model: `sentencepiece.<src>.model`, the file the checkpoint
+    /// names, else `sentencepiece.bpe.model`.
     pub sentencepiece_model: Option<PathBuf>,
     /// The target language's own sentencepiece model (`sentencepiece.<tgt>.model`), if any.
     pub target_sentencepiece_model: Option<PathBuf>,

@@ -7,26 +7,42 @@ use serde::Deserialize;
 use crate::generate::{ConstraintOrder, GeneratorConfig, NgramMode, SearchStrategy};
 use crate::model::ComputeType;
 
+/// One request's generation settings, named as fairseq's flags (`--beam` → `beam`); missing
+/// fields take fairseq's defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TranslateOptions {
+    /// fairseq's `--beam`: hypotheses kept per step.
     pub beam: usize,
+    /// fairseq's `--nbest`: hypotheses returned per sentence (at most `beam`).
     pub nbest: usize,
+    /// fairseq's `--lenpen`: scores are divided by `length ** lenpen`.
     pub lenpen: f64,
+    /// fairseq's `--unkpen`: subtracted from `<unk>`'s log-probability.
     pub unkpen: f64,
+    /// fairseq's `--max-len-a`: the maximum length is `max_len_a * src_len + max_len_b`.
     pub max_len_a: f64,
+    /// fairseq's `--max-len-b`.
     pub max_len_b: usize,
+    /// fairseq's `--min-len`: EOS is blocked before this many tokens.
     pub min_len: usize,
+    /// fairseq's `--unnormalized`: scores are not divided by the length.
     pub unnormalized: bool,
+    /// fairseq's `--no-repeat-ngram-size`: no n-gram of this size twice in a hypothesis (0: off).
     pub no_repeat_ngram_size: usize,
     /// fairseq 0.12.2's CPU n-gram blocking, which blocks nothing (see `NgramMode`).
     pub fairseq_compat_ngram: bool,
+    /// fairseq's `--sampling`: `Sampling` search instead of beam search.
     pub sampling: bool,
+    /// fairseq's `--sampling-topk`: sample among the k most likely tokens (-1: all).
     pub sampling_topk: i64,
+    /// fairseq's `--sampling-topp`: sample among the most likely tokens whose probabilities sum to p (-1: off).
     pub sampling_topp: f64,
+    /// fairseq's `--temperature`: logits are divided by it.
     pub temperature: f64,
     /// `DiverseBeamSearch`: the beam split into this many groups (fairseq: when > 0).
     pub diverse_beam_groups: i64,
+    /// fairseq's `--diverse-beam-strength`: the penalty on tokens earlier groups chose.
     pub diverse_beam_strength: f64,
     /// `DiverseSiblingsSearch` with this rate (fairseq: when > -1).
     pub diversity_rate: f64,
@@ -146,6 +162,7 @@ impl TranslateOptions {
         }
     }
 
+    /// The generator settings and the search these options pick.
     pub fn generator_config(&self) -> GeneratorConfig {
         GeneratorConfig {
             beam_size: self.beam,

@@ -14,9 +14,13 @@ pub struct PipelineOverrides {
     pub tokenizer: Option<String>,
     /// `subword_nmt`, `fastbpe`, `sentencepiece` or `none`.
     pub bpe: Option<String>,
+    /// fairseq's `--bpe-codes` (subword-nmt/fastBPE codes file).
     pub bpe_codes: Option<PathBuf>,
+    /// fairseq's `--sentencepiece-model`.
     pub sentencepiece_model: Option<PathBuf>,
+    /// fairseq's `--moses-no-dash-splits`: no `@-@` around hyphens.
     pub moses_no_dash_splits: bool,
+    /// fairseq's `--moses-no-escape`: no HTML escaping of special characters.
     pub moses_no_escape: bool,
 }
 

@@ -12,11 +12,29 @@ use crate::model::TransformerModel;
 /// Token ids of one pair, both ending with EOS.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Encoded {
+    /// Source ids, with the task's language tokens.
     pub source: Vec<i64>,
+    /// Target ids, with the task's language tokens.
     pub target: Vec<i64>,
 }
 
-/// The scores of one pair (natural log).
+/// The scores of one pair (natural log), from [`Translator::score`].
+///
+/// ```rust
+/// use tchseq::hub::{LoadOptions, ModelBundle, ModelSpec, TextMode, Translator};
+///
+/// let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/../weights/multi30k.en-de");
+/// let spec = ModelSpec { model: Some(model.into()), ..Default::default() };
+/// let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu))?;
+/// let translator = Translator::new(bundle, tch::Device::Cpu, TextMode::Raw)?;
+/// let pair = translator.encode_pair("A dog runs.", "Ein Hund rennt.")?;
+/// let scored = &translator.score(&[&pair])?[0];
+/// assert!(scored.logprob < 0.0 && scored.logprob.is_finite());
+/// assert_eq!(scored.positional_scores.len(), pair.target.len());
+/// let avg = scored.logprob / pair.target.len() as f32;
+/// assert!((scored.avg_logprob - avg).abs() < 1e-5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scored {
     /// Sum of the target tokens' log-probabilities, EOS included.

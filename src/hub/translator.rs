@@ -24,8 +24,11 @@ use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 /// how many batches run side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batching {
+    /// fairseq's `--max-tokens`: the most source tokens in a batch.
     pub max_tokens: Option<usize>,
+    /// fairseq's `--batch-size`: the most sentences in a batch.
     pub batch_size: Option<usize>,
+    /// Batches translated at once, each on its own thread, all sharing the models.
     pub inter_threads: usize,
 }
 
@@ -70,13 +73,16 @@ impl Default for Batching {
 /// `constraints`, for a generator made with `constraints` set).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TargetGuide {
+    /// Forced first tokens (fairseq's `prefix_tokens`).
     pub prefix: Vec<i64>,
+    /// Token sequences every hypothesis must contain (fairseq's `constraints`).
     pub constraints: Vec<Vec<i64>>,
 }
 
 /// What became of one sentence.
 #[derive(Debug, Clone)]
 pub enum Translation {
+    /// Generated: the source and its hypotheses.
     Done {
         /// The encoded source, EOS included.
         src_tokens: Vec<i64>,
@@ -85,10 +91,18 @@ pub enum Translation {
         /// The batch's generation time divided by its sentences.
         seconds: f64,
     },
-    TooLong { len: usize, max: usize },
+    /// Not translated: longer than the model accepts.
+    TooLong {
+        /// The length fairseq checks: EOS included, language tokens not (for a prompt: the
+        /// start symbol included).
+        len: usize,
+        /// The model's limit (`max_source_positions`; a language model's `max_positions`).
+        max: usize,
+    },
 }
 
 impl Translation {
+    /// Why the sentence was not translated, as one line; `None` when it was.
     pub fn error(&self) -> Option<String> {
         match self {
             Translation::Done { .. } => None,
@@ -103,7 +117,9 @@ impl Translation {
 /// text of `D-` lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HypothesisText {
+    /// The subword tokens, space-separated (`H-`).
     pub tokens: String,
+    /// The detokenized text (`D-`).
     pub text: String,
 }
 
@@ -120,8 +136,11 @@ impl HypothesisText {
 /// (EOS included, batch padding dropped).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AttentionMatrix {
+    /// The hypothesis' symbols (the rows).
     pub target: Vec<String>,
+    /// The source's symbols (the columns).
     pub source: Vec<String>,
+    /// Attention weights, one row per target symbol.
     pub weights: Vec<Vec<f32>>,
 }
 
@@ -145,21 +164,43 @@ pub enum TextMode {
 }
 
 /// A loaded model ready to translate and to score (CTranslate2's `Translator`).
+///
+/// ```rust
+/// use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator};
+///
+/// let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/../weights/multi30k.en-de");
+/// let spec = ModelSpec { model: Some(model.into()), ..Default::default() };
+/// let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu))?;
+/// let translator = Translator::new(bundle, tch::Device::Cpu, TextMode::Raw)?;
+/// // beam 5, as fairseq-interactive
+/// let (generator, batching) = translator.search(&TranslateOptions::default(), Batching::default())?;
+/// let results = translator.translate(&generator, &["A dog runs."], &batching, false)?;
+/// let Translation::Done { hypos, .. } = &results[0] else { panic!("not translated") };
+/// assert_eq!(translator.hypothesis_text(&hypos[0])?.text, "Ein Hund rennt.");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Translator {
     /// Tokenizes in the source language, detokenizes in the target language.
     pub pipeline: TextPipeline,
     /// Tokenizes reference targets (scoring) in the target language.
     pub target_pipeline: TextPipeline,
+    /// The source dictionary, language tokens appended.
     pub src_dict: Dictionary,
+    /// The target dictionary, language tokens appended.
     pub tgt_dict: Dictionary,
+    /// The ensemble, run as fairseq's `EnsembleModel`.
     pub models: Vec<TransformerModel>,
+    /// Where the models' weights are.
     pub device: Device,
+    /// Longer sources are not translated ([`ModelBundle::max_source_positions`]).
     pub max_source_positions: usize,
+    /// What loading found and did.
     pub report: LoadReport,
     /// The arithmetic of the linear layers (`exact` unless [`Translator::set_compute_type`]).
     pub compute_type: ComputeType,
     /// The languages of a multilingual model, and the tokens of the loaded pair.
     pub languages: Languages,
+    /// The language tokens around the loaded pair's sentences.
     pub language_tokens: LanguageTokens,
     pub(super) scoring: PairScoring,
 }

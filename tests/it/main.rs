@@ -8,6 +8,7 @@ mod cli;
 mod compute_type;
 mod constraints;
 mod decoding;
+mod examples;
 mod faults;
 mod fuzz_corpus;
 mod hub;
