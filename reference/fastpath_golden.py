@@ -31,6 +31,8 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
+from verify_reference import CALLS, instrument  # reference/, this script's directory
+
 # rows of tests/fixtures/models/inputs.src: the verify batch of goldens.py (fixtures.py
 # VERIFY_ROWS), and three sentences of 3 symbols plus one of 1 (4 tokens with EOS: B == S == 4)
 BATCHES = {
@@ -38,24 +40,6 @@ BATCHES = {
     "right": ("2,7,0,11,4,62,70", False),
     "square": ("2,14,26,0", True),
 }
-CALLS = {"transformer_encoder_layer_fwd": 0, "nested_tensor_from_mask": 0}
-
-
-def instrument():
-    orig_fwd, orig_nt = torch._transformer_encoder_layer_fwd, torch._nested_tensor_from_mask
-
-    def fwd(*a, **k):
-        CALLS["transformer_encoder_layer_fwd"] += 1
-        return orig_fwd(*a, **k)
-
-    def nt(*a, **k):
-        CALLS["nested_tensor_from_mask"] += 1
-        return orig_nt(*a, **k)
-
-    torch._transformer_encoder_layer_fwd = fwd
-    torch._nested_tensor_from_mask = nt
-
-
 def layout(i, t):
     """fairseq appends encoder_states[0] before the fast path turns the batch batch-first.
     check() has confirmed this from the shapes wherever B != S."""

@@ -27,24 +27,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
-CALLS = {"transformer_encoder_layer_fwd": 0, "nested_tensor_from_mask": 0}
-
-
-def instrument():
-    orig_fwd = torch._transformer_encoder_layer_fwd
-    orig_nt = torch._nested_tensor_from_mask
-
-    def fwd(*a, **k):
-        CALLS["transformer_encoder_layer_fwd"] += 1
-        return orig_fwd(*a, **k)
-
-    def nt(*a, **k):
-        CALLS["nested_tensor_from_mask"] += 1
-        return orig_nt(*a, **k)
-
-    torch._transformer_encoder_layer_fwd = fwd
-    torch._nested_tensor_from_mask = nt
-
+from verify_reference import CALLS, forward, instrument, tensors  # reference/, this script's directory
 
 def stable_weights(sd):
     """dict(state_dict) with the one non-deterministic entry made stable: fairseq's upgrade sets
@@ -119,41 +102,8 @@ def main():
     summary = {"sentences": [s for s, _ in pairs], "targets": [t for _, t in pairs], "sides": {}}
     for side in args.sides.split(","):
         src_tokens = data_utils.collate_tokens(srcs, pad, eos, left_pad=(side == "left"))
-        for k in CALLS:
-            CALLS[k] = 0
-        with torch.no_grad():
-            enc = model.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=True)
-            fast = CALLS["transformer_encoder_layer_fwd"] > 0
-            nested = CALLS["nested_tensor_from_mask"] > 0
-            dec = model.decoder(
-                prev_output_tokens,
-                encoder_out=enc,
-                src_lengths=src_lengths,
-                return_all_hiddens=True,
-            )
-            lprobs = model.get_normalized_probs(dec, log_probs=True)
-        out = {
-            "src_tokens": src_tokens,
-            "src_lengths": src_lengths,
-            "prev_output_tokens": prev_output_tokens,
-            "encoder_out": enc["encoder_out"][0],
-            "encoder_padding_mask": enc["encoder_padding_mask"][0],
-            "encoder_embedding": enc["encoder_embedding"][0],
-        }
-        for i, st in enumerate(enc["encoder_states"]):
-            # The fast path keeps layer outputs batch-first ([B,S,C], nested when the mask is
-            # left-aligned); the verify format is [S,B,C] (nested: padded with 0.0).
-            if st.is_nested:
-                st = st.to_padded_tensor(0.0, (src_tokens.size(0), src_tokens.size(1), st.size(-1)))
-            if i > 0 and fast:
-                st = st.transpose(0, 1)
-            out[f"encoder_states.{i}"] = st
-        for i, st in enumerate(dec[1]["inner_states"]):
-            out[f"decoder_inner_states.{i}"] = st
-        out["attn"] = dec[1]["attn"][0]
-        out["logits"] = dec[0]
-        out["lprobs"] = lprobs
-        out = {k: v.detach().contiguous().clone() for k, v in out.items()}
+        enc, dec, lprobs, fast, nested = forward(model, src_tokens, src_lengths, prev_output_tokens)
+        out = tensors(src_tokens, src_lengths, prev_output_tokens, enc, dec, lprobs, fast)
         torch.save(out, os.path.join(args.out, f"verify_{side}.pt"))
         path = "fairseq_mha"
         if fast:

@@ -26,26 +26,9 @@ import sys
 import torch
 from fairseq import checkpoint_utils
 
+from verify_reference import CALLS, forward, instrument, tensors  # reference/, this script's directory
+
 IDS = [2, 0, 4, 6]
-CALLS = {"transformer_encoder_layer_fwd": 0, "nested_tensor_from_mask": 0}
-
-
-def instrument():
-    orig_fwd = torch._transformer_encoder_layer_fwd
-    orig_nt = torch._nested_tensor_from_mask
-
-    def fwd(*a, **k):
-        CALLS["transformer_encoder_layer_fwd"] += 1
-        return orig_fwd(*a, **k)
-
-    def nt(*a, **k):
-        CALLS["nested_tensor_from_mask"] += 1
-        return orig_nt(*a, **k)
-
-    torch._transformer_encoder_layer_fwd = fwd
-    torch._nested_tensor_from_mask = nt
-
-
 def main():
     model_dir, data, src, tgt, manifest = sys.argv[1:6]
     overrides = {"data": data, "source_lang": src, "target_lang": tgt}
@@ -63,37 +46,12 @@ def main():
     batch = ds.collater([ds[i] for i in IDS])
     net = batch["net_input"]
     src_tokens, src_lengths, prev = net["src_tokens"], net["src_lengths"], net["prev_output_tokens"]
-    for k in CALLS:
-        CALLS[k] = 0
+    enc, dec, lprobs, fast, nested = forward(model, src_tokens, src_lengths, prev)
     with torch.no_grad():
-        enc = model.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=True)
-        fast = CALLS["transformer_encoder_layer_fwd"] > 0
-        nested = CALLS["nested_tensor_from_mask"] > 0
-        dec = model.decoder(prev, encoder_out=enc, src_lengths=src_lengths, return_all_hiddens=True)
-        lprobs = model.get_normalized_probs(dec, log_probs=True)
         # the whole model's forward (what the criterion / scorer calls) gives the same logits
         full = model(**net)
     assert torch.equal(full[0], dec[0])
-    out = {
-        "src_tokens": src_tokens,
-        "src_lengths": src_lengths,
-        "prev_output_tokens": prev,
-        "encoder_out": enc["encoder_out"][0],
-        "encoder_padding_mask": enc["encoder_padding_mask"][0],
-        "encoder_embedding": enc["encoder_embedding"][0],
-    }
-    for i, st in enumerate(enc["encoder_states"]):
-        if st.is_nested:
-            st = st.to_padded_tensor(0.0, (src_tokens.size(0), src_tokens.size(1), st.size(-1)))
-        if i > 0 and fast:
-            st = st.transpose(0, 1)
-        out[f"encoder_states.{i}"] = st
-    for i, st in enumerate(dec[1]["inner_states"]):
-        out[f"decoder_inner_states.{i}"] = st
-    out["attn"] = dec[1]["attn"][0]
-    out["logits"] = dec[0]
-    out["lprobs"] = lprobs
-    out = {k: v.detach().contiguous().clone() for k, v in out.items()}
+    out = tensors(src_tokens, src_lengths, prev, enc, dec, lprobs, fast)
     dst = os.path.join(model_dir, "verify.pt")
     torch.save(out, dst)
 
