@@ -232,22 +232,7 @@ MANIFEST_LINES="$WORK/manifest.jsonl"
 # record GOLDEN INPUT NOTES ARGV...: run ARGV (stdin from INPUT unless "-"); GOLDEN = stdout
 # verbatim (fairseq's log lines go to stderr: fairseq/tasks/text_to_speech.py:23 calls
 # logging.basicConfig() at import). A failing run is recorded with its error message.
-record() {
-  local golden=$1 input=$2 notes=$3; shift 3
-  local rc=0 err="$golden.stderr"
-  [ "$input" = - ] && input=/dev/null
-  "${NICE_CMD[@]}" "$@" < "$input" > "$golden" 2> "$err" || rc=$?
-  if [ "$rc" != 0 ]; then
-    { echo "FAILED (exit $rc); stderr tail:"; tail -n 5 "$err"; } >> "$golden"
-    notes="$notes FAILED in fairseq (exit $rc): the golden ends with the error message."
-    echo "  $golden: FAILED (exit $rc)" >&2
-  fi
-  mkdir -p "$WORK/stderr"
-  mv "$err" "$WORK/stderr/$(echo "$golden" | tr / _)"
-  [ "$input" = /dev/null ] && input=-
-  python -I -c 'import json, sys; print(json.dumps({"golden": sys.argv[1], "input": sys.argv[2], "notes": sys.argv[3], "exit_code": int(sys.argv[4]), "argv": sys.argv[5:]}))' \
-    "$golden" "$input" "$notes" "$rc" "$@" >> "$MANIFEST_LINES"
-}
+source reference/record.sh   # record(): one golden and its manifest row
 
 if run goldens; then
   rm -f "$MANIFEST_LINES"
@@ -263,44 +248,29 @@ if run goldens; then
       it=(fairseq-interactive "$M" --path "$M/model.pt" $(task_flags "$m" "$s" "$t") "${spm[@]}" --cpu)
       in=$FIX/input.${d%-*}
       note="interactive $s->$t, stdin = $in (raw text)"
-      record "$G/interactive_$s-${t}_beam5_nbest2.txt" "$in" "$note" "${it[@]}" "${beam[@]}" --buffer-size 1024 --batch-size 16
+      record stdout "$G/interactive_$s-${t}_beam5_nbest2.txt" "$in" "$note" "${it[@]}" "${beam[@]}" --buffer-size 1024 --batch-size 16
       if [ "$m" = m2m ] && [ "$d" = en-de ]; then
-        record "$G/interactive_$s-${t}_beam5_nbest2_bs1.txt" "$in" "$note; one sentence per batch" \
+        record stdout "$G/interactive_$s-${t}_beam5_nbest2_bs1.txt" "$in" "$note; one sentence per batch" \
           "${it[@]}" "${beam[@]}" --buffer-size 1 --batch-size 1
       fi
       if [ "$d" = en-de ] && { [ "$m" = m2m ] || [ "$m" = mbart-ft ]; }; then
         # shellcheck disable=SC2046
         iti=(fairseq-interactive "$M" --path "$M/model_init.pt" $(task_flags "$m" "$s" "$t") "${spm[@]}" --cpu)
-        record "$G/interactive_init_$s-${t}_beam5_nbest2.txt" "$in" "$note; model_init.pt (random init, before any update)" \
+        record stdout "$G/interactive_init_$s-${t}_beam5_nbest2.txt" "$in" "$note; model_init.pt (random init, before any update)" \
           "${iti[@]}" "${beam[@]}" --buffer-size 1024 --batch-size 16
       fi
     done
     # score-reference on the binarized input.en / input.de pair (test split of the scratch data-bin)
     s=$(code "$m" en); t=$(code "$m" de)
     # shellcheck disable=SC2046
-    record "$G/score_reference_$s-$t.txt" - \
+    record stdout "$G/score_reference_$s-$t.txt" - \
       "generate --score-reference on $(databin "$m") (test split = $FIX/input.en / input.de, sentencepiece + the model's dict; rebuilt by STAGE=prep)" \
       fairseq-generate "$(databin "$m")" --gen-subset test --path "$M/model.pt" $(task_flags "$m" "$s" "$t") \
       "${spm[@]}" --score-reference --cpu --batch-size 16
   done
-  python -I - "$MANIFEST_LINES" "$FIX/manifest.json" <<'PYEOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-old = {}
-try:
-    old = json.load(open(sys.argv[2]))
-except FileNotFoundError:
-    pass
-goldens = {r["golden"]: {k: r[k] for k in ("argv", "input", "notes", "exit_code")} for r in rows}
-out = {
-    "made_by": "bash reference/family_goldens.sh (fairseq 0.12.2, torch 2.13, CPU fp32, OMP_NUM_THREADS=1, cwd = repository root)",
-    "kinds": {"stdout": "stdout verbatim (fairseq's log lines go to stderr and are dropped); W- lines hold wall-clock times"},
-    "goldens": {**old.get("goldens", {}), **goldens},
-    "tensors": old.get("tensors", {}),
-    "training": old.get("training", {}),
-}
-json.dump(out, open(sys.argv[2], "w"), indent=1)
-PYEOF
+  python -I reference/write_manifest.py "$MANIFEST_LINES" "$FIX/manifest.json" --fields argv,input,notes,exit_code --keep tensors,training \
+    --made-by "bash reference/family_goldens.sh (fairseq 0.12.2, torch 2.13, CPU fp32, OMP_NUM_THREADS=1, cwd = repository root)" \
+    --kinds '{"stdout": "stdout verbatim (fairseq'"'"'s log lines go to stderr and are dropped); W- lines hold wall-clock times"}'
 fi
 
 if run tensors; then

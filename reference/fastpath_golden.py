@@ -31,7 +31,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 
-from verify_reference import CALLS, instrument  # reference/, this script's directory
+from verify_reference import CALLS, instrument, tensors  # reference/, this script's directory
 
 # rows of tests/fixtures/models/inputs.src: the verify batch of goldens.py (fixtures.py
 # VERIFY_ROWS), and three sentences of 3 symbols plus one of 1 (4 tokens with EOS: B == S == 4)
@@ -116,19 +116,7 @@ def main():
             dec = model.decoder(prev_output_tokens, encoder_out=enc, src_lengths=src_lengths,
                                 return_all_hiddens=True)
             lprobs = model.get_normalized_probs(dec, log_probs=True)
-        out = {
-            "src_tokens": src_tokens,
-            "src_lengths": src_lengths,
-            "prev_output_tokens": prev_output_tokens,
-            "encoder_out": enc["encoder_out"][0],
-            "encoder_padding_mask": enc["encoder_padding_mask"][0],
-            "encoder_embedding": enc["encoder_embedding"][0],
-        }
-        out.update({f"encoder_states.{i}": st for i, st in enumerate(enc["encoder_states"])})
-        out.update({f"decoder_inner_states.{i}": st for i, st in enumerate(dec[1]["inner_states"])})
-        out["attn"] = dec[1]["attn"][0]
-        out["logits"] = dec[0]
-        out["lprobs"] = lprobs
+        out = tensors(src_tokens, src_lengths, prev_output_tokens, enc, dec, lprobs, fast=True, as_returned=True)
         path = os.path.join(args.fixture, f"verify_fastpath_{name}.pt")
         torch.save(out, path)
         summary[name] = {

@@ -122,8 +122,6 @@ fi
 # fairseq's log lines ("YYYY-MM-DD HH:MM:SS | LEVEL | logger | message") go to stderr:
 # fairseq/tasks/text_to_speech.py:23 calls logging.basicConfig() (stderr) at import, before
 # eval_lm.py:28 asks for stdout, which is then a no-op.
-LOG_RE='^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \| '
-strip_time() { sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \| //'; }
 
 MANIFEST_LINES="$WORK/manifest.jsonl"
 # record KIND GOLDEN INPUT NOTES ARGV...: run ARGV (stdin from INPUT unless INPUT is "-").
@@ -132,28 +130,7 @@ MANIFEST_LINES="$WORK/manifest.jsonl"
 #     ..."); Python warnings on stderr are dropped.
 #   KIND=stdout (interactive): GOLDEN = stdout verbatim (S-/W-/H-/D-/P- lines; logs dropped).
 # A failing run is recorded with its error message (stderr tail) and flagged in the manifest.
-record() {
-  local kind=$1 golden=$2 input=$3 notes=$4; shift 4
-  local rc=0 err="$golden.stderr"
-  [ "$input" = - ] && input=/dev/null
-  "${NICE_CMD[@]}" "$@" < "$input" > "$golden.raw" 2> "$err" || rc=$?
-  if [ "$kind" = log ]; then
-    { cat "$golden.raw"; grep -E "$LOG_RE" "$err" | strip_time || true; } > "$golden"
-  else
-    cat "$golden.raw" > "$golden"
-  fi
-  if [ "$rc" != 0 ]; then
-    { echo "FAILED (exit $rc); stderr tail:"; tail -n 5 "$err"; } >> "$golden"
-    notes="$notes FAILED in fairseq (exit $rc): the golden ends with the error message."
-    echo "  $golden: FAILED (exit $rc)" >&2
-  fi
-  mkdir -p "$WORK/stderr"
-  mv "$err" "$WORK/stderr/$(echo "$golden" | tr / _)"
-  rm -f "$golden.raw"
-  [ "$input" = /dev/null ] && input=-
-  python -I -c 'import json, sys; print(json.dumps({"golden": sys.argv[1], "input": sys.argv[2], "kind": sys.argv[3], "notes": sys.argv[4], "exit_code": int(sys.argv[5]), "argv": sys.argv[6:]}))' \
-    "$golden" "$input" "$kind" "$notes" "$rc" "$@" >> "$MANIFEST_LINES"
-}
+source reference/record.sh   # record(): one golden and its manifest row
 
 if run goldens; then
   rm -f "$MANIFEST_LINES"
@@ -198,26 +175,9 @@ if run goldens; then
     record stdout "$G/interactive_sampling_topk10.txt" "$P" "$inote" "${it[@]}" --buffer-size 1024 --batch-size 16 --sampling --sampling-topk 10 --seed 1 --beam 2 --nbest 2 --max-len-b 20
     record stdout "$G/interactive_beam4_lenpen_norepeat.txt" "$P" "$inote" "${it[@]}" --buffer-size 1024 --batch-size 16 --beam 4 --lenpen 0.6 --no-repeat-ngram-size 2 --max-len-b 20
   done
-  python -I - "$MANIFEST_LINES" "$FIX/manifest.json" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-old = {}
-try:
-    old = json.load(open(sys.argv[2]))
-except FileNotFoundError:
-    pass
-goldens = {r["golden"]: {k: r[k] for k in ("argv", "input", "kind", "notes", "exit_code")} for r in rows}
-out = {
-    "made_by": "bash reference/lm_goldens.sh (fairseq 0.12.2, torch 2.13, CPU fp32, OMP_NUM_THREADS=1, cwd = repository root)",
-    "kinds": {
-        "log": "eval-lm: stdout (empty) then every fairseq log line from stderr, 'YYYY-MM-DD HH:MM:SS | ' prefix removed, i.e. 'LEVEL | logger | message'; Python warnings dropped",
-        "stdout": "interactive: stdout verbatim (log lines, on stderr, dropped)",
-    },
-    "goldens": {**old.get("goldens", {}), **goldens},
-    "tensors": old.get("tensors", {}),
-}
-json.dump(out, open(sys.argv[2], "w"), indent=1)
-EOF
+  python -I reference/write_manifest.py "$MANIFEST_LINES" "$FIX/manifest.json" --fields argv,input,kind,notes,exit_code --keep tensors \
+    --made-by "bash reference/lm_goldens.sh (fairseq 0.12.2, torch 2.13, CPU fp32, OMP_NUM_THREADS=1, cwd = repository root)" \
+    --kinds '{"log": "eval-lm: stdout (empty) then every fairseq log line from stderr, '"'"'YYYY-MM-DD HH:MM:SS | '"'"' prefix removed, i.e. '"'"'LEVEL | logger | message'"'"'; Python warnings dropped", "stdout": "interactive: stdout verbatim (log lines, on stderr, dropped)"}'
 fi
 
 if run tensors; then

@@ -199,6 +199,21 @@ def with_options(argv, opts):
     return argv
 
 
+def interactive_jobs(prefix, runs_by_set):
+    """One job per fairseq-interactive run a manifest records ({set: {batching: {"argv": ...}}}),
+    named PREFIX + set (+ ".batching" but for the batched run)."""
+    return [
+        {
+            "name": f"{prefix}{set_name}{'' if batching == 'batched' else '.' + batching}",
+            "kind": "interactive",
+            "fairseq": g["argv"],
+            "tchseq": interactive_to_tchseq(g["argv"]),
+        }
+        for set_name, runs in runs_by_set.items()
+        for batching, g in runs.items()
+    ]
+
+
 def build_jobs():
     """Returns (preprocess jobs for fairseq, parity jobs)."""
     prep, jobs = [], []
@@ -208,15 +223,7 @@ def build_jobs():
     testpref = src_in[: -len(".src")]
     for fx in m["fixtures"]:
         name, d = fx["name"], fx["dir"]
-        for set_name, runs in fx["goldens"]["interactive"].items():
-            for batching, g in runs.items():
-                suffix = "" if batching == "batched" else "." + batching
-                jobs.append({
-                    "name": f"{name}/{set_name}{suffix}",
-                    "kind": "interactive",
-                    "fairseq": g["argv"],
-                    "tchseq": interactive_to_tchseq(g["argv"]),
-                })
+        jobs += interactive_jobs(f"{name}/", fx["goldens"]["interactive"])
         # fairseq's other searches, on the batched beam-5 run's command line
         base = fx["goldens"]["interactive"]["beam5"]["batched"]["argv"]
         for set_name, opts in DIVERSE_SETS:
@@ -247,15 +254,7 @@ def build_jobs():
                            "--tokenized", "--per-token", "--batch-size", bs, "-q"],
             })
     for w in load("tests/fixtures/wild/manifest.json")["models"]:
-        for set_name, runs in w["goldens"]["interactive"].items():
-            for batching, g in runs.items():
-                suffix = "" if batching == "batched" else "." + batching
-                jobs.append({
-                    "name": f"wild/{w['name']}/{set_name}{suffix}",
-                    "kind": "interactive",
-                    "fairseq": g["argv"],
-                    "tchseq": interactive_to_tchseq(g["argv"]),
-                })
+        jobs += interactive_jobs(f"wild/{w['name']}/", w["goldens"]["interactive"])
     # the bundled model on raw text: reference/bundled_goldens.sh's two runs, and --nbest 2
     base = ["fairseq-interactive", BUNDLED, "--path", f"{BUNDLED}/model.pt", "--cpu", "-s", "en", "-t", "de",
             "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", f"{BUNDLED}/bpecodes", "--beam", "5",

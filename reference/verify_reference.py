@@ -38,9 +38,10 @@ def forward(model, src_tokens, src_lengths, prev_output_tokens):
     return enc, dec, lprobs, fast, nested
 
 
-def tensors(src_tokens, src_lengths, prev_output_tokens, enc, dec, lprobs, fast):
+def tensors(src_tokens, src_lengths, prev_output_tokens, enc, dec, lprobs, fast, as_returned=False):
     """The verify format's tensors. The fast path keeps layer outputs batch-first ([B,S,C],
-    nested when the mask is left-aligned); the format is [S,B,C] (nested: padded with 0.0)."""
+    nested when the mask is left-aligned); the format is [S,B,C] (nested: padded with 0.0),
+    unless `as_returned` (the fast-path goldens keep fairseq's own layouts, nested included)."""
     out = {
         "src_tokens": src_tokens,
         "src_lengths": src_lengths,
@@ -50,9 +51,9 @@ def tensors(src_tokens, src_lengths, prev_output_tokens, enc, dec, lprobs, fast)
         "encoder_embedding": enc["encoder_embedding"][0],
     }
     for i, st in enumerate(enc["encoder_states"]):
-        if st.is_nested:
+        if not as_returned and st.is_nested:
             st = st.to_padded_tensor(0.0, (src_tokens.size(0), src_tokens.size(1), st.size(-1)))
-        if i > 0 and fast:
+        if not as_returned and i > 0 and fast:
             st = st.transpose(0, 1)
         out[f"encoder_states.{i}"] = st
     for i, st in enumerate(dec[1]["inner_states"]):
@@ -60,4 +61,4 @@ def tensors(src_tokens, src_lengths, prev_output_tokens, enc, dec, lprobs, fast)
     out["attn"] = dec[1]["attn"][0]
     out["logits"] = dec[0]
     out["lprobs"] = lprobs
-    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+    return out if as_returned else {k: v.detach().contiguous().clone() for k, v in out.items()}
