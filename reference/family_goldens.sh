@@ -228,11 +228,10 @@ directions() {
   esac
 }
 
+# fairseq's log lines go to stderr (fairseq/tasks/text_to_speech.py:23 calls logging.basicConfig()
+# at import): a `record stdout` golden is stdout verbatim.
 MANIFEST_LINES="$WORK/manifest.jsonl"
-# record GOLDEN INPUT NOTES ARGV...: run ARGV (stdin from INPUT unless "-"); GOLDEN = stdout
-# verbatim (fairseq's log lines go to stderr: fairseq/tasks/text_to_speech.py:23 calls
-# logging.basicConfig() at import). A failing run is recorded with its error message.
-source reference/record.sh   # record(): one golden and its manifest row
+source reference/record.sh
 
 if run goldens; then
   rm -f "$MANIFEST_LINES"

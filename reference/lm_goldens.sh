@@ -123,14 +123,10 @@ fi
 # fairseq/tasks/text_to_speech.py:23 calls logging.basicConfig() (stderr) at import, before
 # eval_lm.py:28 asks for stdout, which is then a no-op.
 
+# eval-lm's results are log lines: its goldens are `record log` (Python warnings on stderr are
+# dropped), the interactive ones `record stdout` (S-/W-/H-/D-/P- lines).
 MANIFEST_LINES="$WORK/manifest.jsonl"
-# record KIND GOLDEN INPUT NOTES ARGV...: run ARGV (stdin from INPUT unless INPUT is "-").
-#   KIND=log (eval-lm, whose results are log lines): GOLDEN = stdout (empty in practice), then every
-#     fairseq log line of stderr with the date/time prefix removed ("INFO | fairseq_cli.eval_lm |
-#     ..."); Python warnings on stderr are dropped.
-#   KIND=stdout (interactive): GOLDEN = stdout verbatim (S-/W-/H-/D-/P- lines; logs dropped).
-# A failing run is recorded with its error message (stderr tail) and flagged in the manifest.
-source reference/record.sh   # record(): one golden and its manifest row
+source reference/record.sh
 
 if run goldens; then
   rm -f "$MANIFEST_LINES"
