@@ -6,7 +6,7 @@
 //! holding links to the checkout's `weights/` and `tests/`, with this build's `tchseq` first on
 //! the PATH. In an expected line `[..]` stands for any text (timings, paths), a line `...` for
 //! any number of lines, and numbers need only be equal within 1e-4 (another CPU computes a
-//! score's last digits otherwise). `$ cat FILE` of a file that is not there
+//! score's last digits otherwise); runs of whitespace count as one. `$ cat FILE` of a file that is not there
 //! writes it from the lines shown (a transcript's input file is part of it). A block that cannot
 //! run here (a GPU, fairseq, `make`) follows a line `<!-- example: not run (why) -->`.
 
@@ -66,41 +66,58 @@ fn matches(expected: &[String], actual: &[&str]) -> bool {
     line_matches(first, line) && matches(rest, actual_rest)
 }
 
+/// One line against its expected form, token by token: `[..]` takes any tokens, runs of
+/// whitespace count as one (columns align to their widths), and numbers need only be equal
+/// within 1e-4 (relative beyond 1): a score's last digits are another CPU's to compute otherwise.
 fn line_matches(expected: &str, actual: &str) -> bool {
-    let parts: Vec<&str> = expected.trim_end().split("[..]").collect();
-    let actual = actual.trim_end();
-    if parts.len() == 1 {
-        return parts[0] == actual || same_but_for_last_digits(parts[0], actual);
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !actual.starts_with(first) || !actual[first.len()..].ends_with(last) || actual.len() < first.len() + last.len() {
-        return false;
-    }
-    let mut rest = &actual[first.len()..actual.len() - last.len()];
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
+    let mut want: Vec<Option<&str>> = Vec::new();
+    for (k, part) in expected.trim().split("[..]").enumerate() {
+        if k > 0 {
+            want.push(None);
         }
+        want.extend(tokens(part).into_iter().map(Some));
     }
-    true
+    tokens_match(&want, &tokens(actual.trim()))
 }
 
-/// The same text, with numbers equal within 1e-4 (relative beyond 1): a score's last digits are
-/// another CPU's to compute otherwise.
-fn same_but_for_last_digits(expected: &str, actual: &str) -> bool {
-    let separator = |c: char| " \t,:;[](){}\"=".contains(c);
-    let shape = |s: &str| s.chars().filter(|&c| separator(c)).collect::<String>();
-    if shape(expected) != shape(actual) {
-        return false;
+fn tokens(s: &str) -> Vec<&str> {
+    let separator = |c: char| c.is_whitespace() || ",:;[](){}\"=".contains(c);
+    let mut out: Vec<&str> = Vec::new();
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        if !separator(c) {
+            continue;
+        }
+        if start < i {
+            out.push(&s[start..i]);
+        }
+        if !c.is_whitespace() {
+            out.push(&s[i..i + c.len_utf8()]);
+        } else if out.last() != Some(&" ") {
+            out.push(" ");
+        }
+        start = i + c.len_utf8();
     }
-    expected.split(separator).zip(actual.split(separator)).all(|(e, a)| {
-        e == a
-            || match (e.parse::<f64>(), a.parse::<f64>()) {
-                (Ok(e), Ok(a)) => (e - a).abs() <= 1e-4 * e.abs().max(1.0),
-                _ => false,
-            }
-    })
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
+fn tokens_match(want: &[Option<&str>], got: &[&str]) -> bool {
+    match want.split_first() {
+        None => got.is_empty(),
+        Some((None, rest)) => (0..=got.len()).any(|skip| tokens_match(rest, &got[skip..])),
+        Some((Some(w), rest)) => got.first().is_some_and(|g| same_token(w, g)) && tokens_match(rest, &got[1..]),
+    }
+}
+
+fn same_token(want: &str, got: &str) -> bool {
+    want == got
+        || match (want.parse::<f64>(), got.parse::<f64>()) {
+            (Ok(w), Ok(g)) => (w - g).abs() <= 1e-4 * w.abs().max(1.0),
+            _ => false,
+        }
 }
 
 fn run_block(block: &[Command], bin: &Path) -> Vec<String> {
@@ -173,6 +190,9 @@ fn the_transcript_matcher_takes_wildcards_and_elided_lines() {
     assert!(!matches(&s(&["x", "z"]), &["x", "y", "z"]));
     assert!(!matches(&s(&["W-0\t[..]\tseconds"]), &["W-0\t0.1\tminutes"]));
     assert!(matches(&s(&["H-0\t-0.31810179352760315\tEin Mann"]), &["H-0\t-0.31810152530670166\tEin Mann"]));
+    assert!(matches(&s(&["attn   [7, 18]    4.768e-7  ok"]), &["attn   [7, 18]     0.000e0  ok"]));
+    assert!(matches(&s(&[r#"{"logprob":-32.68095,"t":[["A",-0.4],[..],["</s>",-0.001]]}"#]), &[r#"{"logprob":-32.680946,"t":[["A",-0.4],["b",1],["</s>",-0.001]]}"#]));
+    assert!(!matches(&s(&[r#"{"logprob":-32.68095,[..]}"#]), &[r#"{"logprob":-31.68095,"x":1}"#]));
     assert!(!matches(&s(&["H-0\t-0.3181\tEin Mann"]), &["H-0\t-0.3191\tEin Mann"]));
     assert!(!matches(&s(&["P-0\t-0.1 -0.2"]), &["P-0\t-0.1,-0.2"]));
     let blocks = transcripts("p", "<!-- example: not run (gpu) -->\n```text\n$ a\nb\n```\n\n```text\n$ c \\\n  d\ne\n```\n");
