@@ -59,15 +59,22 @@ def parse_args():
     p.add_argument("--pylib", default=os.path.join(ROOT, "gpu/pylib"),
                    help="fairseq and the packages it needs, from gpu/fairseq.sh (used when it exists)")
     p.add_argument("--sentences", type=int, help="test_2016_flickr sentences (default: 1000 on cuda, 100 on cpu)")
+    p.add_argument("--deadline", type=float, help="seconds the whole check may take: a run that would pass it is cut short or "
+                   "skipped, and the report is written with what finished")
     a = p.parse_args()
     a.dry = a.device == "cpu"
     a.sentences = a.sentences or (100 if a.dry else 1000)
     return a
 
 
+class OutOfTime(Exception):
+    pass
+
+
 class Check:
     def __init__(self, a):
         self.a = a
+        self.ends = time.monotonic() + a.deadline if a.deadline else None
         self.out = os.path.abspath(a.out)
         self.raw = os.path.join(self.out, "raw")
         os.makedirs(self.raw, exist_ok=True)
@@ -86,6 +93,11 @@ class Check:
 
     def run(self, name, cmd, stdin=None, env=None, timeout=900):
         """Runs cmd, keeps its stdout/stderr under raw/, returns (rc, stdout, seconds)."""
+        if self.ends is not None:
+            left = self.ends - time.monotonic()
+            if left < 3:
+                raise OutOfTime(f"{name} not run: the --deadline has passed")
+            timeout = min(timeout, left)
         started = time.perf_counter()
         try:
             p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, env=env or self.env, timeout=timeout)
@@ -98,6 +110,7 @@ class Check:
             f.write(out)
         with open(os.path.join(self.raw, f"{name}.err"), "w") as f:
             f.write(f"$ {' '.join(map(str, cmd))}\n# rc {rc}, {seconds:.2f} s\n{err}")
+        print(f"   {name}: rc {rc}, {seconds:.1f} s", file=sys.stderr, flush=True)
         if rc != 0:
             self.fail(f"{name}: exit {rc}: {err.strip().splitlines()[-1] if err.strip() else ''}")
         return rc, out, seconds
@@ -197,7 +210,7 @@ def option_value(opts, flag, default):
 
 def parity(check):
     a = check.a
-    rows = []
+    rows = check.results["parity"] = []
     bundled = ["-m", BUNDLED]
     for tag, opts in [("batch16", ["--buffer-size", "1024", "--batch-size", "16"]), ("batch1", ["--batch-size", "1"])]:
         name = f"parity.bundled.{tag}"
@@ -223,7 +236,7 @@ def parity(check):
             settle_near_ties(check, name, ["-m", d, "-s", "src", "-t", "tgt"], c,
                              lenpen=option_value(opts, "--lenpen", 1.0), unkpen=option_value(opts, "--unkpen", 0.0))
             rows.append(parity_row(check, f"{fx['name']} {s}", c, seconds))
-    verify = []
+    verify = check.results["verify"] = []
     for fx in manifest["fixtures"]:
         d = os.path.join(ROOT, fx["dir"])
         for ref in sorted(f for f in os.listdir(d) if f.startswith("verify_") and f.endswith(".pt")):
@@ -235,8 +248,6 @@ def parity(check):
             except (ValueError, KeyError):
                 verify.append({"fixture": fx["name"], "reference": ref, "passed": 0, "failed": None})
                 check.fail(f"{name}: no report (exit {rc})")
-    check.results["parity"] = rows
-    check.results["verify"] = verify
 
 
 def parity_row(check, what, c, seconds):
@@ -364,7 +375,7 @@ def speed(check):
                   "--max-len-a", "0", "--max-len-b", "25"], os.path.join(base, "input.src")),
     }
     latency_lines = 10 if check.a.dry else 100
-    rows = []
+    rows = check.results["speed"] = []
     for model, (margs, input_path) in models.items():
         first = open(input_path).readline().strip()
         latency_input = "".join(open(input_path).readlines()[:latency_lines])
@@ -383,7 +394,6 @@ def speed(check):
             row["b1_ms_per_sentence"] = 1000 * max(seconds - startup, 0) / latency_lines if rc == 0 else None
             row["peak_rss_mb"] = (mem or {}).get("peak_rss_bytes", 0) / 2**20 if mem else None
             rows.append(row)
-    check.results["speed"] = rows
 
 
 def peak_mb(mem):
@@ -510,9 +520,15 @@ def main():
         print(f"== {name}", file=sys.stderr, flush=True)
         try:
             step(check)
+        except OutOfTime as e:
+            check.results.setdefault("out_of_time", []).append(f"{name}: {e}")
+            check.fail(f"{name}: {e}")
         except Exception as e:  # a broken step must not lose the others' results
             check.fail(f"{name}: {type(e).__name__}: {e}")
         timings[name] = time.perf_counter() - started
+        if name == "environment" and a.device == "cuda" and not check.results.get("environment", {}).get("cuda_available"):
+            check.fail("tchseq sees no CUDA device (raw/doctor.err); the other steps are not run")
+            break
         with open(os.path.join(check.out, "results.json"), "w") as f:
             json.dump({**check.results, "step_seconds": timings}, f, indent=1)
     check.results["step_seconds"] = timings
