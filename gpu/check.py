@@ -59,6 +59,7 @@ def parse_args():
     p.add_argument("--pylib", default=os.path.join(ROOT, "gpu/pylib"),
                    help="fairseq and the packages it needs, from gpu/fairseq.sh (used when it exists)")
     p.add_argument("--sentences", type=int, help="test_2016_flickr sentences (default: 1000 on cuda, 100 on cpu)")
+    p.add_argument("--steps", help="a comma-separated subset of parity,fidelity,speed,fairseq (the environment always runs)")
     p.add_argument("--deadline", type=float, help="seconds the whole check may take: a run that would pass it is cut short or "
                    "skipped, and the report is written with what finished")
     a = p.parse_args()
@@ -515,6 +516,9 @@ def main():
     check = Check(a)
     steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("fairseq", fairseq)]
     timings = {}
+    if a.steps:
+        wanted = set(a.steps.split(","))
+        steps = [(n, f) for n, f in steps if n == "environment" or n in wanted]
     for name, step in steps:
         started = time.perf_counter()
         print(f"== {name}", file=sys.stderr, flush=True)

@@ -4,7 +4,7 @@
 # Options pass to gpu/check.sh (for example --deadline 540, under the device tool's limit).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-out="${OUT:?OUT is the device tool's folder of files that come back}"
+out="${OUT:?OUT: the folder whose files come back}"
 work=/tmp/gpu-check
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/nvidia-smi.txt" 2>&1
 bash gpu/check.sh "$work" --device cuda "$@"

@@ -23,6 +23,9 @@ Loaded automatically when reference/ is on PYTHONPATH (see reference/env.sh).
    assignment to `args` (none in 0.12.2) would be stored and returned instead. Done with a
    post-import hook (a sys.meta_path finder that wraps that one module's exec_module), so fairseq
    is not imported by every Python start.
+6. Python 3.12 removed `FileFinder.find_module`, which hydra-core 1.0's plugin scan calls
+   (hydra/core/plugins.py: `importer.find_module(modname).load_module(modname)`). Where it is
+   missing, give FileFinder the old method: the loader of `find_spec(name)`, or None.
 """
 import dataclasses
 
@@ -145,3 +148,19 @@ def _install_post_import_hooks():
 
 
 _install_post_import_hooks()
+
+
+def _restore_find_module():
+    from importlib.machinery import FileFinder
+
+    if hasattr(FileFinder, "find_module"):
+        return
+
+    def find_module(self, fullname, path=None):
+        spec = self.find_spec(fullname)
+        return spec.loader if spec is not None else None
+
+    FileFinder.find_module = find_module
+
+
+_restore_find_module()
