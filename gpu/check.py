@@ -422,8 +422,7 @@ setup(name="fairseq-cython", ext_modules=cythonize(exts, language_level=3, quiet
 def install_pylib(check):
     """gpu/fairseq.sh's wheels and fairseq sources into OUT/site, with fairseq's Cython modules built."""
     site = os.path.join(check.out, "site")
-    if os.path.exists(os.path.join(site, "fairseq", "data")):
-        return site
+    shutil.rmtree(site, ignore_errors=True)
     wheels = [os.path.join(check.a.pylib, "wheels", w) for w in sorted(os.listdir(os.path.join(check.a.pylib, "wheels")))]
     rc, _, _ = check.run("fairseq.install", [check.a.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                                              "--target", site, *wheels])
@@ -479,6 +478,20 @@ def fairseq(check):
     c = compare(parse_fairseq(theirs), parse_fairseq(ours))
     result.update({"fp16_hypotheses": c["hyps"], "fp16_same_hypotheses": c["same_tokens"],
                    "fp16_b128_seconds": seconds if rc == 0 else None, "tchseq_float16_b128_seconds": ours_seconds})
+    # fairseq's own --fp16 beside fp32 (fidelity's exact run, which the parity step ties to
+    # fairseq's fp32): what float16 can be held to
+    detok = {}
+    for line in theirs.splitlines():
+        m = re.match(r"^D-(\d+)\t[^\t]*\t(.*)$", line)
+        if m:
+            detok[int(m.group(1))] = m.group(2)
+    exact_path = os.path.join(check.raw, "fidelity.exact.out")
+    if rc == 0 and os.path.exists(exact_path):
+        exact = open(exact_path).read().splitlines()
+        hyps = [detok.get(i, "") for i in range(len(exact))]
+        _, refs = test_set(check)
+        result.update({"fp16_same_as_fp32": sum(h == e for h, e in zip(hyps, exact)), "fp16_sentences": len(exact),
+                       "fp16_bleu": corpus_bleu(hyps, refs)[0]})
     check.results["fairseq"] = result
 
 

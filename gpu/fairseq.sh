@@ -2,7 +2,8 @@
 # fairseq 0.12.2 for a machine without network (the GPU machines): writes DIR (default gpu/pylib)
 #   wheels/      what fairseq-interactive needs that the GPU machines' image lacks, for Python
 #                PYVER (default 3.12): hydra-core 1.0.7, omegaconf 2.0.6, antlr4-python3-runtime
-#                4.8 (built here: PyPI has its source only) and bitarray;
+#                4.8 (built here: PyPI has its source only), bitarray, and the bundled model's
+#                tokenizer and BPE: sacremoses (with click and joblib) and subword-nmt (with mock);
 #   fairseq.tgz  fairseq's own Python sources from its PyPI sdist, without its examples/, with the
 #                Cython sources gpu/check.py compiles there (numpy, Cython and a C++ compiler are
 #                in the image).
@@ -20,7 +21,8 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
   platforms+=(--platform "$p")
 done
 "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
-  "${platforms[@]}" -d "$dir/wheels" hydra-core==1.0.7 omegaconf==2.0.6 bitarray==3.12.3
+  "${platforms[@]}" -d "$dir/wheels" hydra-core==1.0.7 omegaconf==2.0.6 bitarray==3.12.3 \
+  sacremoses==0.1.1 click==8.5.1 joblib==1.6.0 subword-nmt==0.3.8 mock==5.2.0
 "$python" -m pip wheel --quiet --no-deps -w "$dir/wheels" antlr4-python3-runtime==4.8
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

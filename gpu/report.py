@@ -64,7 +64,11 @@ def render(r):
             out += [f"  - {x['run']}: {x['identical']} of {x['lines']} lines identical" for x in f.get("line_for_line", [])]
             out.append(f"- fairseq `--fp16` beside tchseq `--compute-type float16`, test set at batch 128: {f['fp16_same_hypotheses']} of {f['fp16_hypotheses']} "
                        f"hypotheses the same; fairseq {num(f.get('fp16_b128_seconds'), '.2f')} s, tchseq "
-                       f"{num(f.get('tchseq_float16_b128_seconds'), '.2f')} s (both with start-up)\n")
+                       f"{num(f.get('tchseq_float16_b128_seconds'), '.2f')} s (both with start-up)")
+            if "fp16_same_as_fp32" in f:
+                out.append(f"- fairseq `--fp16` beside fp32 (exact), test set: {f['fp16_same_as_fp32']} of {f['fp16_sentences']} hypotheses "
+                           f"the same, BLEU {f['fp16_bleu']:.2f}")
+            out.append("")
     return "\n".join(out)
 
 

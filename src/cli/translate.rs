@@ -3,7 +3,6 @@
 //! Lines are read `--buffer-size` at a time, encoded, ordered and batched as fairseq-interactive
 //! does (`generate::batching`), decoded with `SequenceGenerator`, and printed in input order.
 
-use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 
@@ -13,10 +12,10 @@ use super::lines::{BadLine, Failures};
 use super::partial::OutputSink;
 use super::shard::{self, Shard};
 use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_terminal, resolve_buffer_size, Sentence};
-use super::translate_output::{refuse_what_text_cannot_show, write_result, LineResult, Output};
+use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output};
 use super::Outcome;
 use tchseq::generate::SequenceGenerator;
-use tchseq::hub::{Batching, TargetGuide, TextMode, Translation, Translator, Weights};
+use tchseq::hub::{Batching, TargetGuide, TextMode, Translator, Weights};
 
 struct Session {
     translator: Translator,
@@ -105,25 +104,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
         let t = &ctx.translator;
         let translated = t.translate_tokens_guided(&ctx.generator, tokens, &guides, &ctx.batching, ctx.print_alignment)?;
-        let mut translated = translated.into_iter().map(LineResult::Translated);
-        let n = buffer.len();
-        for (i, entry) in buffer.drain(..).enumerate() {
-            let (line, result) = match entry {
-                Ok(sentence) => {
-                    let result = translated.next().context("internal error: a line was not translated")?;
-                    (Some(sentence), result)
-                }
-                Err(bad) => (None, LineResult::Unreadable(bad)),
-            };
-            match &result {
-                LineResult::Translated(Translation::TooLong { .. }) => failures.add(&too_long),
-                LineResult::Unreadable(bad) => failures.add(bad.kind),
-                LineResult::Translated(Translation::Done { .. }) => {}
-            }
-            write_result(&ctx.output(), &mut out, next_id + i, line.as_ref(), &result)?;
-        }
-        out.flush()?;
-        next_id += n;
+        next_id += write_buffer(&ctx.output(), &mut out, &mut failures, &too_long, next_id, buffer, translated)?;
         Ok(())
     })?;
     out.commit()?;

@@ -2,7 +2,6 @@
 //! fairseq-interactive `--task language_modeling` does (the line is the forced prefix of every
 //! hypothesis, which includes it). Read, batched and printed as `translate` does.
 
-use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use tch::Device;
@@ -12,10 +11,10 @@ use super::common;
 use super::lines::Failures;
 use super::partial::OutputSink;
 use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_terminal, resolve_buffer_size};
-use super::translate_output::{refuse_what_text_cannot_show, write_result, LineResult, Output, Strings};
+use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output, Strings};
 use super::Outcome;
 use tchseq::generate::Hypothesis;
-use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel, Translation};
+use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel};
 use tchseq::text::pipeline::PipelineError;
 
 impl Strings for LanguageModel {
@@ -76,22 +75,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let mut next_id = 0usize;
     for_each_buffer(a, false, buffer_size, |buffer| {
         let prompts: Vec<Vec<i64>> = buffer.iter().filter_map(|l| l.as_ref().ok()).map(|s| lm.encode_prompt(&s.src)).collect();
-        let mut done = if prompts.is_empty() { Vec::new() } else { lm.complete(&generator, &prompts, &batching)? }.into_iter();
-        let n = buffer.len();
-        for (i, entry) in buffer.drain(..).enumerate() {
-            let (line, result) = match entry {
-                Ok(s) => (Some(s), LineResult::Translated(done.next().context("internal error: a line was not continued")?)),
-                Err(bad) => (None, LineResult::Unreadable(bad)),
-            };
-            match &result {
-                LineResult::Translated(Translation::TooLong { .. }) => failures.add(&too_long),
-                LineResult::Unreadable(bad) => failures.add(bad.kind),
-                LineResult::Translated(Translation::Done { .. }) => {}
-            }
-            write_result(&output, &mut out, next_id + i, line.as_ref(), &result)?;
-        }
-        out.flush()?;
-        next_id += n;
+        let done = if prompts.is_empty() { Vec::new() } else { lm.complete(&generator, &prompts, &batching)? };
+        next_id += write_buffer(&output, &mut out, &mut failures, &too_long, next_id, buffer, done)?;
         Ok(())
     })?;
     out.commit()?;

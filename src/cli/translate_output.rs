@@ -3,11 +3,11 @@
 
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tch::Device;
 
 use super::args::{TranslateArgs, TranslateFormat};
-use super::lines::BadLine;
+use super::lines::{BadLine, Failures};
 use super::output::{python_fixed4, python_float_repr};
 use super::translate_input::Sentence;
 use tchseq::generate::{base2, Hypothesis};
@@ -18,6 +18,37 @@ use tchseq::text::pipeline::PipelineError;
 pub enum LineResult {
     Translated(Translation),
     Unreadable(BadLine),
+}
+
+/// Prints a finished buffer in input order, numbered from `first_id`, and empties it: each read
+/// line takes the next of `done` (one per read line, in order), and each line that is too long
+/// or unreadable is counted in `failures` (`too_long` names the limit). Returns how many lines
+/// the buffer held.
+pub fn write_buffer(
+    ctx: &Output,
+    out: &mut dyn Write,
+    failures: &mut Failures,
+    too_long: &str,
+    first_id: usize,
+    buffer: &mut Vec<Result<Sentence, BadLine>>,
+    done: Vec<Translation>,
+) -> Result<usize> {
+    let mut done = done.into_iter();
+    let n = buffer.len();
+    for (i, entry) in buffer.drain(..).enumerate() {
+        let (line, result) = match entry {
+            Ok(sentence) => (Some(sentence), LineResult::Translated(done.next().context("internal error: a line has no result")?)),
+            Err(bad) => (None, LineResult::Unreadable(bad)),
+        };
+        match &result {
+            LineResult::Translated(Translation::TooLong { .. }) => failures.add(too_long),
+            LineResult::Unreadable(bad) => failures.add(bad.kind),
+            LineResult::Translated(Translation::Done { .. }) => {}
+        }
+        write_result(ctx, out, first_id + i, line.as_ref(), &result)?;
+    }
+    out.flush()?;
+    Ok(n)
 }
 
 /// Text output is one line per input line: the best hypothesis' text, nothing else.
@@ -89,7 +120,7 @@ pub struct Output<'a> {
     pub print_alignment: bool,
 }
 
-pub fn write_result(ctx: &Output, out: &mut dyn Write, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
+fn write_result(ctx: &Output, out: &mut dyn Write, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
     let line = sentence;
     let (src_tokens, hypos, seconds) = match result {
         LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),

@@ -173,15 +173,7 @@ impl LanguageModel {
         let max = self.max_positions();
         let sizes: Vec<usize> = prompts.iter().map(|p| p.len() + 1).collect();
         let mut results: Vec<Option<Translation>> = vec![None; prompts.len()];
-        let order: Vec<usize> = (0..prompts.len())
-            .filter(|&i| {
-                let ok = sizes[i] <= max;
-                if !ok {
-                    results[i] = Some(Translation::TooLong { len: sizes[i], max });
-                }
-                ok
-            })
-            .collect();
+        let order = super::translator::within_max((0..prompts.len()).collect(), &sizes, max, &mut results);
         let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
         if !prompts.is_empty() {
             // fairseq-interactive's per-buffer DataLoader iterator draws from the generator

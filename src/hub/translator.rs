@@ -146,6 +146,21 @@ pub struct AttentionMatrix {
 
 /// Every line's result, in order; a line without one is an invariant broken (`missing` names it,
 /// with `{i}` for its index).
+/// The lines of `order` whose size fits `max`, in order; each one that does not gets its
+/// `TooLong` result.
+pub(super) fn within_max(order: Vec<usize>, sizes: &[usize], max: usize, results: &mut [Option<Translation>]) -> Vec<usize> {
+    order
+        .into_iter()
+        .filter(|&i| {
+            let ok = sizes[i] <= max;
+            if !ok {
+                results[i] = Some(Translation::TooLong { len: sizes[i], max });
+            }
+            ok
+        })
+        .collect()
+}
+
 pub(super) fn all_done(results: Vec<Option<Translation>>, missing: &str) -> Result<Vec<Translation>, GenerateError> {
     results
         .into_iter()
@@ -387,16 +402,7 @@ impl Translator {
         let mut results: Vec<Option<Translation>> = vec![None; tokens.len()];
         let max = self.max_source_positions;
         // fairseq orders the whole buffer first and filters afterwards
-        let order: Vec<usize> = ordered_indices(&sizes)
-            .into_iter()
-            .filter(|&i| {
-                let ok = sizes[i] <= max;
-                if !ok {
-                    results[i] = Some(Translation::TooLong { len: sizes[i], max });
-                }
-                ok
-            })
-            .collect();
+        let order = within_max(ordered_indices(&sizes), &sizes, max, &mut results);
         // fairseq-interactive's get_batch_iterator keeps required_batch_size_multiple = 1
         let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
         let batches = batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1);

@@ -2,10 +2,11 @@
 //! ops than fairseq's path. A self-attention projects its query, key and value in one matrix
 //! product, with the query's scaling folded into the weights; an encoder attention projects its
 //! key and value once per sentence in one product; both attend with
-//! `scaled_dot_product_attention`. The arithmetic differs from fairseq's in the last bits, so
-//! `exact` never takes this path.
+//! `scaled_dot_product_attention` (on the host for a few rows, `one_query.rs`; in half precision
+//! on a GPU, as fairseq's own path computes: see [`attend`]). The arithmetic differs from
+//! fairseq's in the last bits, so `exact` never takes this path.
 
-use tch::Tensor;
+use tch::{Device, Kind, Tensor};
 
 use super::incremental::AttentionState;
 use super::nn::Linear;
@@ -90,8 +91,7 @@ pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut 
         Some(out) => a.out_proj.forward(&out)?,
         None => {
             let q = heads.f_select(0, 0)?;
-            let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<&Tensor>, 0.0, false, Some(1.0), false)?;
-            merge_heads(a, &out)?
+            merge_heads(a, &attend(&q, &k, &v, None)?)?
         }
     };
     state.prev_key = Some(k);
@@ -130,6 +130,57 @@ pub fn encoder_attention_step(
         return a.out_proj.forward(&out);
     }
     let q = split_heads(&projected, 1, a.num_heads, a.head_dim)?.f_select(0, 0)?;
-    let out = Tensor::f_scaled_dot_product_attention(&q, k, v, state.attn_bias.as_ref(), 0.0, false, Some(1.0), false)?;
-    merge_heads(a, &out)
+    merge_heads(a, &attend(&q, k, v, state.attn_bias.as_ref())?)
+}
+
+/// `softmax(q·kᵀ + bias)·v` for `[B, H, 1, D]` queries already scaled. In float16 and bfloat16
+/// on a GPU, libtorch 2.11's `scaled_dot_product_attention` picks cuDNN's attention, which plans
+/// a graph for every new key length: on an H200 that cost 7.7 ms a call (docs/gpu.md). There the
+/// step takes fairseq's own path instead: two batched products and a softmax in fp32
+/// (`utils.softmax(attn_weights, dim=-1)`, then `type_as`).
+fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
+    if q.device() == Device::Cpu || q.kind() == Kind::Float {
+        return Ok(Tensor::f_scaled_dot_product_attention(q, k, v, bias, 0.0, false, Some(1.0), false)?);
+    }
+    attend_in_steps(q, k, v, bias)
+}
+
+fn attend_in_steps(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
+    let mut weights = q.f_matmul(&k.f_transpose(-2, -1)?)?;
+    if let Some(bias) = bias {
+        weights = weights.f_add(bias)?;
+    }
+    let probs = weights.f_softmax(-1, Kind::Float)?.f_to_kind(q.kind())?;
+    Ok(probs.f_matmul(v)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_in_steps_is_scaled_dot_product_attention() {
+        let (b, h, s, d) = (3, 4, 7, 16);
+        let q = Tensor::randn([b, h, 1, d], (Kind::Float, Device::Cpu)) * 0.25;
+        let k = Tensor::randn([b, h, s, d], (Kind::Float, Device::Cpu));
+        let v = Tensor::randn([b, h, s, d], (Kind::Float, Device::Cpu));
+        let padding = Tensor::from_slice(&[0i64, 0, 2]).view([b, 1, 1, 1]);
+        let position = Tensor::arange(s, (Kind::Int64, Device::Cpu)).view([1, 1, 1, s]);
+        let mask = position.ge_tensor(&(-padding + s));
+        let bias = Tensor::zeros([b, 1, 1, s], (Kind::Float, Device::Cpu)).masked_fill(&mask, f64::NEG_INFINITY);
+        for bias in [None, Some(&bias)] {
+            let want = Tensor::scaled_dot_product_attention(&q, &k, &v, bias, 0.0, false, Some(1.0), false);
+            let got = attend_in_steps(&q, &k, &v, bias).unwrap();
+            assert_eq!(got.size(), want.size());
+            let diff = (&got - &want).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{diff}");
+            for kind in [Kind::Half, Kind::BFloat16] {
+                let half = |t: &Tensor| t.to_kind(kind);
+                let got = attend_in_steps(&half(&q), &half(&k), &half(&v), bias.map(half).as_ref()).unwrap();
+                assert_eq!(got.kind(), kind);
+                let diff = (got.to_kind(Kind::Float) - &want).abs().max().double_value(&[]);
+                assert!(diff < 0.05, "{kind:?}: {diff}");
+            }
+        }
+    }
 }
