@@ -8,10 +8,16 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator as HubTranslator};
+use tchseq::generate::Hypothesis;
+use tchseq::hub::{
+    Batching, HypothesisText, LoadOptions, ModelBundle, ModelSpec, TargetGuide, TextMode, TranslateOptions, Translation, Translator as HubTranslator,
+};
+use tchseq::text::pipeline::PipelineError;
+
+mod language_model;
 
 /// CTranslate2's keyword names, mapped to ours.
-const ALIASES: [(&str, &str); 7] = [
+const ALIASES: [(&str, &str); 8] = [
     ("beam_size", "beam"),
     ("num_hypotheses", "nbest"),
     ("length_penalty", "lenpen"),
@@ -19,7 +25,17 @@ const ALIASES: [(&str, &str); 7] = [
     ("sampling_temperature", "temperature"),
     ("return_alignment", "alignment"),
     ("return_attention", "attention"),
+    ("constraint_order", "constraints"),
 ];
+
+fn parse_device(device: &str) -> PyResult<tch::Device> {
+    match device {
+        "cpu" => Ok(tch::Device::Cpu),
+        "cuda" if tch::Cuda::is_available() => Ok(tch::Device::Cuda(0)),
+        "cuda" => Err(value_error("device \"cuda\": libtorch sees no GPU")),
+        other => Err(value_error(format!("device {other:?}: use \"cpu\" or \"cuda\""))),
+    }
+}
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -151,6 +167,7 @@ fn translate_all(
     t: &HubTranslator,
     input: Input,
     prefixes: &[Prefix],
+    constraints: &[Vec<String>],
     options: &TranslateOptions,
     batching: &Batching,
 ) -> Result<Vec<TranslationResult>, String> {
@@ -158,18 +175,31 @@ fn translate_all(
         Input::Text(lines) => lines.iter().map(|l| t.encode(l.trim())).collect(),
         Input::Tokens(toks) => toks.iter().map(|s| t.src_dict.encode_line(&s.join(" "), true)).collect(),
     };
-    let prefixes: Vec<Vec<i64>> = prefixes
-        .iter()
-        .map(|p| match p {
-            Prefix::None => Vec::new(),
-            Prefix::Text(text) => t.encode_target_prefix(text.trim()),
-            Prefix::Tokens(tokens) => t.tgt_dict.encode_line(&tokens.join(" "), false),
+    let n = prefixes.len().max(constraints.len());
+    let guides: Vec<TargetGuide> = (0..n)
+        .map(|i| {
+            let prefix = match prefixes.get(i).unwrap_or(&Prefix::None) {
+                Prefix::None => Vec::new(),
+                Prefix::Text(text) => t.encode_target_prefix(text.trim()),
+                Prefix::Tokens(tokens) => t.tgt_dict.encode_line(&tokens.join(" "), false),
+            };
+            t.guide(prefix, constraints.get(i).map_or(&[][..], Vec::as_slice)).map_err(|e| format!("sentence {i}: {e}"))
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let (generator, batching) = t.search(options, *batching).map_err(|e| e.to_string())?;
     let translations = t
-        .translate_tokens_with_prefixes(&generator, tokens, &prefixes, &batching, options.alignment)
+        .translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment)
         .map_err(|e| e.to_string())?;
+    to_results(translations, options, |h| t.hypothesis_text(h))
+}
+
+/// Each translation's hypotheses, the first `options.nbest`, as `TranslationResult`s; a
+/// sentence that was not translated fails the call, naming its index.
+fn to_results(
+    translations: Vec<Translation>,
+    options: &TranslateOptions,
+    text_of: impl Fn(&Hypothesis) -> Result<HypothesisText, PipelineError>,
+) -> Result<Vec<TranslationResult>, String> {
     translations
         .into_iter()
         .enumerate()
@@ -187,7 +217,7 @@ fn translate_all(
                 alignments: options.alignment.then(Vec::new),
             };
             for h in top {
-                let text = t.hypothesis_text(h).map_err(|e| format!("sentence {i}: {e}"))?;
+                let text = text_of(h).map_err(|e| format!("sentence {i}: {e}"))?;
                 r.hypotheses.push(text.tokens.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect());
                 r.texts.push(text.text);
                 r.scores.push(h.score);
@@ -212,12 +242,7 @@ impl Translator {
         if threads < 0 || inter_threads == 0 {
             return Err(value_error("threads must be at least 0 (0: libtorch's default) and inter_threads at least 1"));
         }
-        let device = match device {
-            "cpu" => tch::Device::Cpu,
-            "cuda" if tch::Cuda::is_available() => tch::Device::Cuda(0),
-            "cuda" => return Err(value_error("device \"cuda\": libtorch sees no GPU")),
-            other => return Err(value_error(format!("device {other:?}: use \"cpu\" or \"cuda\""))),
-        };
+        let device = parse_device(device)?;
         tchseq::libtorch::mute_nested_tensor_warning();
         let spec = ModelSpec { model: Some(model_dir), source_lang, target_lang, ..Default::default() };
         let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
@@ -236,7 +261,7 @@ impl Translator {
     fn translate(&self, py: Python<'_>, sentences: Vec<String>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
         let (opts, batch_size, max_tokens) = self::options(options)?;
         let batching = self.batching(batch_size, max_tokens)?;
-        let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &[], &opts, &batching))?;
+        let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &[], &[], &opts, &batching))?;
         Ok(results.into_iter().map(|r| r.texts.into_iter().next().unwrap_or_default()).collect())
     }
 
@@ -248,15 +273,27 @@ impl Translator {
     /// batch_size=1 for fairseq-interactive's one sentence at a time).
     /// `target_prefix`: per sentence, target text (or a list of subword tokens, or None) that
     /// its hypotheses must begin with (fairseq's `prefix_tokens`).
-    #[pyo3(signature = (source, target_prefix = None, **options))]
+    /// `constraints`: per sentence, a list of texts its hypotheses must contain (or None);
+    /// `constraint_order="unordered"` lets them come in any order (fairseq's
+    /// `--constraints unordered`; `ordered` is the default).
+    #[pyo3(signature = (source, target_prefix = None, constraints = None, **options))]
     fn translate_batch(
         &self,
         py: Python<'_>,
         source: &Bound<'_, PyList>,
         target_prefix: Option<&Bound<'_, PyList>>,
+        constraints: Option<Vec<Option<Vec<String>>>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Vec<TranslationResult>> {
-        let (opts, batch_size, max_tokens) = self::options(options)?;
+        let (mut opts, batch_size, max_tokens) = self::options(options)?;
+        let constraints: Vec<Vec<String>> = constraints.unwrap_or_default().into_iter().map(Option::unwrap_or_default).collect();
+        if !constraints.is_empty() && constraints.len() != source.len() {
+            return Err(value_error(format!("{} constraint lists for {} sentences", constraints.len(), source.len())));
+        }
+        if constraints.iter().any(|c| !c.is_empty()) && opts.constraints.is_none() {
+            opts.constraints = Some("ordered".into());
+            opts.check().map_err(value_error)?;
+        }
         let batching = self.batching(batch_size, max_tokens)?;
         let input = if source.iter().all(|s| s.is_instance_of::<PyString>()) {
             Input::Text(source.extract()?)
@@ -285,7 +322,7 @@ impl Translator {
                     .collect::<PyResult<_>>()?
             }
         };
-        self.run(py, move |t| translate_all(t, input, &prefixes, &opts, &batching))
+        self.run(py, move |t| translate_all(t, input, &prefixes, &constraints, &opts, &batching))
     }
 
     /// (source, target) pairs scored as `fairseq-generate --score-reference` does.
@@ -329,6 +366,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Translator>()?;
     m.add_class::<TranslationResult>()?;
     m.add_class::<ScoringResult>()?;
+    m.add_class::<language_model::LanguageModel>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

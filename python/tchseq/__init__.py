@@ -17,9 +17,9 @@ one at a time). Errors are ValueError with the library's one-line message.
 # Loads libtorch (torch 2.13.0) into the process: the extension links against it by name.
 import torch  # noqa: F401
 
-from ._native import ScoringResult, TranslationResult, Translator, __version__
+from ._native import LanguageModel, ScoringResult, TranslationResult, Translator, __version__
 
 Scorer = Translator
 """`Scorer(model_dir).score_batch(sources, targets)`: the same object, named for scoring."""
 
-__all__ = ["Translator", "Scorer", "TranslationResult", "ScoringResult", "__version__"]
+__all__ = ["Translator", "Scorer", "LanguageModel", "TranslationResult", "ScoringResult", "__version__"]

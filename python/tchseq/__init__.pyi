@@ -48,6 +48,7 @@ class Translator:
         self,
         source: Sequence[Union[str, Sequence[str]]],
         target_prefix: Optional[Sequence[Union[str, Sequence[str], None]]] = None,
+        constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
         **options,
     ) -> List[TranslationResult]:
         """Options: beam_size, num_hypotheses, length_penalty, unk_penalty, max_len_a, max_len_b, min_len,
@@ -57,7 +58,9 @@ class Translator:
         Without batch_size or max_tokens, batches of up to 512 tokens, as the CLI batches a file
         (batch_size=1: fairseq-interactive's one sentence at a time).
         target_prefix: per sentence, target text (or subword tokens, or None) that its hypotheses
-        begin with (fairseq's prefix_tokens)."""
+        begin with (fairseq's prefix_tokens).
+        constraints: per sentence, texts (or None) that its hypotheses must contain (fairseq's
+        --constraints); constraint_order="unordered" allows any order ("ordered" by default)."""
     def score_batch(self, source: Sequence[str], target: Sequence[str], max_tokens: int = 4096) -> List[ScoringResult]:
         """(source, target) pairs scored as fairseq-generate --score-reference does."""
     @property
@@ -65,3 +68,12 @@ class Translator:
         """The load report as JSON text."""
 
 Scorer = Translator
+
+class LanguageModel:
+    """A fairseq transformer_lm, loaded once (tchseq score --lm and translate with an LM)."""
+    def __init__(self, model_dir: Union[str, PathLike], device: str = "cpu", threads: int = 0) -> None: ...
+    def score_batch(self, texts: Sequence[str], batch_size: int = 16) -> List[ScoringResult]:
+        """Each text as one sample (score --lm --sample-break-mode eos): tokens, EOS included, and
+        their natural-log probabilities, fairseq-eval-lm's numbers."""
+    def generate(self, prompts: Sequence[str], **options) -> List[TranslationResult]:
+        """Continues each prompt; keywords as Translator.translate_batch takes them."""

@@ -144,6 +144,33 @@ def test_target_prefix_as_tokens_and_its_errors(translator):
         translator.translate_batch(["A dog."], target_prefix=[["</s>"]])
 
 
+@pytest.mark.parametrize("order", ["ordered", "unordered"])
+def test_constraints_give_the_clis_constrained_bits(translator, order):
+    # fairseq-interactive's lines: the constraints after tabs
+    lines = (ROOT / "tests" / "fixtures" / "decoding" / "constraints.en").read_text().splitlines()[:5]
+    out = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(MODEL), "--format", "jsonl", "--batch-size", "1",
+                          "--nbest", "2", "--constraints", order],
+                         input="".join(l + "\n" for l in lines), check=True, capture_output=True, text=True).stdout
+    cli = [json.loads(l) for l in out.splitlines()]
+    sources = [l.split("\t")[0] for l in lines]
+    constraints = [l.split("\t")[1:] for l in lines]
+    results = translator.translate_batch(sources, constraints=constraints, constraint_order=order, batch_size=1, num_hypotheses=2)
+    assert len(results) == len(cli) == 5
+    for r, c, cs in zip(results, cli, constraints):
+        assert r.texts == [h["text"] for h in c["hypotheses"]]
+        assert r.scores == pytest.approx([h["score"] for h in c["hypotheses"]], abs=0, rel=1e-7)
+        assert all(x in t for t in r.texts for x in cs)
+
+
+def test_constraint_errors(translator):
+    with pytest.raises(ValueError, match="1 constraint lists for 2 sentences"):
+        translator.translate_batch(["A dog.", "A cat."], constraints=[["Hund"]])
+    with pytest.raises(ValueError, match="sentence 0: constraint 1 is empty"):
+        translator.translate_batch(["A dog."], constraints=[[""]])
+    with pytest.raises(ValueError, match="cannot be combined with sampling"):
+        translator.translate_batch(["A dog."], constraints=[["Hund"]], sampling=True, beam_size=1)
+
+
 # float16 and bfloat16 halve the fp32 model the Translator loaded; the CLI loads it halved
 @pytest.mark.parametrize("compute_type", ["float32", "int8", "float16", "bfloat16"])
 def test_a_compute_type_is_the_cli_s(compute_type):
@@ -167,3 +194,53 @@ def test_a_multilingual_model_translates_the_pair_it_is_loaded_with():
     assert t.translate(SENTENCES) == cli
     with pytest.raises(ValueError, match="give the source and target languages"):
         tchseq.Translator(m2m, threads=1)
+
+
+LM = ROOT / "tests" / "fixtures" / "lm" / "lm-gpt"
+LM_INPUT = ROOT / "tests" / "fixtures" / "lm" / "input.en"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tchseq.LanguageModel(LM, threads=1)
+
+
+def test_language_model_scores_as_score_lm_does(lm, tmp_path):
+    texts = LM_INPUT.read_text().splitlines()[:24]
+    (tmp_path / "texts").write_text("".join(t + "\n" for t in texts))
+    out = subprocess.run([str(BIN), "--threads", "1", "score", "--lm", "-m", str(LM), "--sample-break-mode", "eos",
+                          "--format", "jsonl", "--per-token", "--input", str(tmp_path / "texts")],
+                         check=True, capture_output=True, text=True).stdout
+    cli = [json.loads(l) for l in out.splitlines()]
+    results = lm.score_batch(texts)
+    assert len(results) == len(cli) == len(texts)
+    for r, c in zip(results, cli):
+        assert r.tokens == [t for t, _ in c["token_logprobs"]]
+        assert r.log_probs == pytest.approx([s for _, s in c["token_logprobs"]], abs=0, rel=1e-7)
+        assert r.logprob == pytest.approx(c["logprob"], rel=1e-6)
+        assert len(r.tokens) == c["tokens"]
+
+
+def test_language_model_continues_prompts_as_the_cli_does(lm):
+    prompts = (ROOT / "tests" / "fixtures" / "lm" / "prompts.en").read_text().splitlines()
+    out = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(LM), "--format", "jsonl", "--beam", "4",
+                          "--nbest", "2", "--max-len-b", "12"],
+                         input="".join(p + "\n" for p in prompts), check=True, capture_output=True, text=True).stdout
+    cli = [json.loads(l) for l in out.splitlines()]
+    results = lm.generate(prompts, beam_size=4, num_hypotheses=2, max_len_b=12)
+    assert len(results) == len(cli) == len(prompts) > 0
+    for p, r, c in zip(prompts, results, cli):
+        assert r.texts == [h["text"] for h in c["hypotheses"]]
+        assert r.scores == pytest.approx([h["score"] for h in c["hypotheses"]], abs=0, rel=1e-7)
+        assert all(t.startswith(p.split()[0]) for t in r.texts)
+
+
+def test_language_model_errors(lm):
+    with pytest.raises(ValueError, match="need a translation model"):
+        lm.generate(["A dog"], return_alignment=True)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        lm.score_batch(["A dog."], batch_size=0)
+    with pytest.raises(ValueError, match="longer than the model's"):
+        lm.score_batch([" ".join(["dog"] * 5000)])
+    with pytest.raises(ValueError):
+        tchseq.LanguageModel(MODEL)

@@ -130,12 +130,10 @@ fn validate(a: &TranslateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The sentence's prefix and constraints as target token ids; a prefix holding `</s>` (fairseq's
-/// prefix search cannot take one) or a constraint that is empty or holds a special symbol is
-/// this line's error. With `--prefix-size N` and a reference target, the prefix is the
+/// The sentence's prefix and constraints as target token ids (`Translator::guide`: its refusal
+/// is this line's error). With `--prefix-size N` and a reference target, the prefix is the
 /// reference's first N tokens, as fairseq-generate takes them.
 fn guide(t: &Translator, s: &Sentence, prefix_size: usize) -> Result<TargetGuide, BadLine> {
-    let d = &t.tgt_dict;
     let prefix = match (&s.prefix, &s.tgt) {
         (Some(_), Some(_)) if prefix_size > 0 => {
             let reason = "give `prefix` or `tgt` with --prefix-size, not both".to_string();
@@ -152,23 +150,6 @@ fn guide(t: &Translator, s: &Sentence, prefix_size: usize) -> Result<TargetGuide
         }
         (p, _) => p.as_deref().map_or_else(Vec::new, |p| t.encode_target_prefix(p)),
     };
-    if prefix.contains(&d.eos()) {
-        let reason = "the prefix holds the end-of-sentence symbol </s>".to_string();
-        return Err(BadLine { kind: "a prefix with </s>", reason });
-    }
-    let mut constraints = Vec::with_capacity(s.constraints.len());
-    for (i, text) in s.constraints.iter().enumerate() {
-        let ids = t.encode_constraint(text);
-        if ids.is_empty() {
-            let reason = format!("constraint {} is empty", i + 1);
-            return Err(BadLine { kind: "an empty constraint", reason });
-        }
-        if ids.iter().any(|&id| id == d.bos() || id == d.eos() || id == d.pad()) {
-            let reason = format!("constraint {} holds one of the symbols <s>, </s>, <pad>", i + 1);
-            return Err(BadLine { kind: "a constraint with a special symbol", reason });
-        }
-        constraints.push(ids);
-    }
-    Ok(TargetGuide { prefix, constraints })
+    t.guide(prefix, &s.constraints).map_err(|e| BadLine { kind: e.kind(), reason: e.to_string() })
 }
 

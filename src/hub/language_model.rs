@@ -12,7 +12,7 @@ use super::{HubError, ModelSpec, PipelineOverrides};
 use crate::checkpoint::{load_checkpoint, read_summary};
 use crate::config::TransformerConfig;
 use crate::generate::batching::batch_by_size;
-use crate::generate::lm_samples::{LmRow, LmSpecials};
+use crate::generate::lm_samples::{BreakMode, LmRow, LmSamples, LmSpecials};
 use crate::generate::lm_step::LanguageModelStep;
 use crate::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
 use crate::generate::sequence_generator::Specials;
@@ -221,6 +221,34 @@ impl LanguageModel {
     /// `model.max_positions()`: longer samples are skipped, as fairseq-eval-lm skips them.
     pub fn max_positions(&self) -> usize {
         self.model.max_positions()
+    }
+
+    /// Each text scored as one sample, as `tchseq score --lm --sample-break-mode eos` (and
+    /// fairseq-eval-lm) scores a file of those lines with `--batch-size batch_size`: the
+    /// model's own `add_bos_token` and `tokens_per_sample`. A text longer than the model's
+    /// positions is its own error.
+    pub fn score_texts(&self, texts: &[&str], batch_size: usize) -> Result<Vec<Result<LmScored, String>>, GenerateError> {
+        if batch_size == 0 {
+            return Err(GenerateError::InvalidOption("batch_size must be at least 1".into()));
+        }
+        let add_bos = self.config.add_bos_token;
+        let tokens_per_sample = self.config.tokens_per_sample.and_then(|t| usize::try_from(t).ok()).unwrap_or(1024);
+        let mut samples =
+            LmSamples::new(BreakMode::Eos, tokens_per_sample, 0, add_bos, self.specials()).map_err(GenerateError::InvalidOption)?;
+        let rows: Vec<LmRow> = texts.iter().flat_map(|t| samples.push(&self.encode(t))).collect();
+        let max = self.max_positions();
+        let mut out: Vec<Result<LmScored, String>> = rows
+            .iter()
+            .map(|r| Err(format!("{} tokens, longer than the model's {max} positions", r.size)))
+            .collect();
+        let fit: Vec<&LmRow> = rows.iter().filter(|r| r.size <= max).collect();
+        for chunk in fit.chunks(batch_size) {
+            for scored in self.score(chunk, add_bos)? {
+                let id = scored.id;
+                out[id] = Ok(scored);
+            }
+        }
+        Ok(out)
     }
 
     /// fairseq's `SequenceScorer` on one batch of rows (right-padded): the log-probability of

@@ -4,6 +4,7 @@
 //! Every door (CLI commands, and later the server and the Python API) loads through
 //! [`ModelBundle::load`].
 
+mod guide;
 mod language_model;
 mod languages;
 pub mod model_dir;
@@ -24,13 +25,14 @@ use crate::model::{ModelError, TransformerModel};
 use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
+pub use guide::{GuideError, TargetGuide};
 pub use language_model::{language_model_checkpoint, LanguageModel, LmScored};
 pub use languages::{LanguageTokens, Languages};
 pub use model_dir::ModelFiles;
 pub use options::TranslateOptions;
 pub use pipeline::{build as build_pipeline, PipelineOverrides};
-pub use scorer::{Encoded, Scored};
-pub use translator::{AttentionMatrix, Batching, HypothesisText, TargetGuide, TextMode, Translation, Translator};
+pub use scorer::{Encoded, Scored, Scorer};
+pub use translator::{AttentionMatrix, Batching, HypothesisText, TextMode, Translation, Translator};
 
 /// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
 pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;

@@ -49,9 +49,8 @@ pub struct TranslateOptions {
     /// `LengthConstrainedBeamSearch`: hypotheses as long as their source.
     pub match_source_len: bool,
     /// `LexicallyConstrainedBeamSearch`: `ordered` or `unordered` (fairseq's `--constraints`);
-    /// each sentence's hypotheses then contain its constraints. Set by the CLI only: the server
-    /// and the Python API take no per-sentence constraints yet, so their JSON cannot name it.
-    #[serde(skip)]
+    /// each sentence's hypotheses then contain its constraints (the CLI's tab-separated fields,
+    /// a request's `constraints`, Python's `constraints=`).
     pub constraints: Option<String>,
     /// Seed of libtorch's generator for this request (sampling).
     pub seed: u64,

@@ -45,6 +45,25 @@ pub struct Scored {
     pub positional_scores: Vec<f32>,
 }
 
+/// [`Translator`] named for its scoring role, as CTranslate2 puts `score_batch` on its
+/// `Translator` (and Python has `tchseq.Scorer`): (source, target) pairs in,
+/// `fairseq-generate --score-reference`'s numbers out.
+///
+/// ```rust
+/// use tchseq::hub::{LoadOptions, ModelBundle, ModelSpec, Scorer, TextMode};
+///
+/// let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/../weights/multi30k.en-de");
+/// let spec = ModelSpec { model: Some(model.into()), ..Default::default() };
+/// let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu))?;
+/// let scorer = Scorer::new(bundle, tch::Device::Cpu, TextMode::Raw)?;
+/// let pairs = [scorer.encode_pair("A dog runs.", "Ein Hund rennt.")?, scorer.encode_pair("A dog runs.", "Eine Katze schläft.")?];
+/// let scored = scorer.score_pairs(&pairs, 4096, 1);
+/// let (right, wrong) = (scored[0].clone()?, scored[1].clone()?);
+/// assert!(right.avg_logprob > wrong.avg_logprob);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub type Scorer = Translator;
+
 /// What scoring a batch needs besides the models (apart from them so that worker threads can
 /// share it).
 #[derive(Clone, Copy)]

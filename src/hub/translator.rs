@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tch::Device;
 
+use super::guide::{batch_prefixes, TargetGuide};
 use super::options::TranslateOptions;
 use super::scorer::PairScoring;
 use super::{HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
@@ -66,17 +67,6 @@ impl Default for Batching {
     fn default() -> Self {
         Batching { max_tokens: None, batch_size: Some(1), inter_threads: 1 }
     }
-}
-
-/// What a sentence's hypotheses must hold, as target token ids without EOS: a forced prefix
-/// (fairseq's `prefix_tokens`; empty forces nothing) and lexical constraints (fairseq's
-/// `constraints`, for a generator made with `constraints` set).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TargetGuide {
-    /// Forced first tokens (fairseq's `prefix_tokens`).
-    pub prefix: Vec<i64>,
-    /// Token sequences every hypothesis must contain (fairseq's `constraints`).
-    pub constraints: Vec<Vec<i64>>,
 }
 
 /// What became of one sentence.
@@ -355,23 +345,7 @@ impl Translator {
         batching: &Batching,
         alignment: bool,
     ) -> Result<Vec<Translation>, GenerateError> {
-        self.translate_tokens_with_prefixes(generator, tokens, &[], batching, alignment)
-    }
-
-    /// [`Translator::translate_tokens`] where sentence `i`'s hypotheses begin with `prefixes[i]`
-    /// (target token ids, no EOS; fairseq's `prefix_tokens`). `prefixes` is empty, or one per
-    /// sentence (an empty prefix forces nothing).
-    pub fn translate_tokens_with_prefixes(
-        &self,
-        generator: &SequenceGenerator,
-        tokens: Vec<Vec<i64>>,
-        prefixes: &[Vec<i64>],
-        batching: &Batching,
-        alignment: bool,
-    ) -> Result<Vec<Translation>, GenerateError> {
-        let guides: Vec<TargetGuide> =
-            prefixes.iter().map(|p| TargetGuide { prefix: p.clone(), constraints: Vec::new() }).collect();
-        self.translate_tokens_guided(generator, tokens, &guides, batching, alignment)
+        self.translate_tokens_guided(generator, tokens, &[], batching, alignment)
     }
 
     /// [`Translator::translate_tokens`] where sentence `i`'s hypotheses follow `guides[i]`
@@ -516,17 +490,3 @@ fn hard_alignment(h: &Hypothesis, src: &[i64], pad: i64, eos: i64) -> Vec<(i64, 
     out
 }
 
-/// The prefixes of a batch's rows, right-padded with `pad` (fairseq's `prefix_tokens`), or
-/// `None` when no row has one.
-fn batch_prefixes(guides: &[TargetGuide], ids: &[usize], pad: i64) -> Result<Option<tch::Tensor>, GenerateError> {
-    let rows: Vec<&[i64]> = ids.iter().map(|&i| guides.get(i).map_or(&[][..], |g| g.prefix.as_slice())).collect();
-    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    if width == 0 {
-        return Ok(None);
-    }
-    let mut flat = vec![pad; rows.len() * width];
-    for (r, row) in rows.iter().enumerate() {
-        flat[r * width..r * width + row.len()].copy_from_slice(row);
-    }
-    Ok(Some(tch::Tensor::from_slice(&flat).f_view([rows.len() as i64, width as i64])?))
-}

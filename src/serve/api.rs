@@ -150,6 +150,10 @@ pub struct TranslateRequest {
     /// Per sentence, target text its hypotheses must begin with (`null`: none).
     #[serde(default)]
     pub target_prefix: Option<Vec<Option<String>>>,
+    /// Per sentence, texts its hypotheses must contain (`null`: none); `options.constraints`
+    /// says whether in order (`ordered`, the default) or not (`unordered`).
+    #[serde(default)]
+    pub constraints: Option<Vec<Option<Vec<String>>>>,
     #[serde(default)]
     pub options: TranslateOptions,
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use tchseq::hub::{AttentionMatrix, Batching, Encoded, Scored, TranslateOptions, Translation, Translator};
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, Scored, TargetGuide, TranslateOptions, Translation, Translator};
 
 use super::metrics::Metrics;
 
@@ -53,10 +53,12 @@ pub type SentenceResult = Result<Vec<Hypothesis>, String>;
 pub type PairResult = Result<(Scored, Vec<String>), String>;
 
 pub enum Work {
-    /// `prefixes`: empty, or per sentence the target text its hypotheses must begin with.
+    /// `prefixes`: empty, or per sentence the target text its hypotheses must begin with;
+    /// `constraints`: empty, or per sentence the texts its hypotheses must contain.
     Translate {
         sentences: Vec<String>,
         prefixes: Vec<Option<String>>,
+        constraints: Vec<Vec<String>>,
         options: TranslateOptions,
         reply: oneshot::Sender<Vec<SentenceResult>>,
     },
@@ -152,13 +154,13 @@ struct Worker {
     held: VecDeque<Job>,
 }
 
-/// An encoded sentence of a gathered buffer: which job, which sentence, its tokens and the
-/// target prefix it must begin with.
+/// An encoded sentence of a gathered buffer: which job, which sentence, its tokens and what its
+/// hypotheses must hold.
 struct Slot {
     job: usize,
     index: usize,
     tokens: Vec<i64>,
-    prefix: Vec<i64>,
+    guide: TargetGuide,
 }
 
 impl Worker {
@@ -243,7 +245,7 @@ impl Worker {
         let mut results: Vec<Vec<SentenceResult>> = Vec::new();
         let mut options = None;
         for (j, job) in group.into_iter().enumerate() {
-            let Work::Translate { sentences, prefixes, options: o, reply } = job.work else { continue };
+            let Work::Translate { sentences, prefixes, constraints, options: o, reply } = job.work else { continue };
             let mut out: Vec<SentenceResult> = Vec::with_capacity(sentences.len());
             for (index, s) in sentences.iter().enumerate() {
                 let tokens = self.translator.encode(s.trim());
@@ -254,12 +256,18 @@ impl Worker {
                         self.policy.max_sentence_tokens
                     )));
                 } else {
-                    out.push(Err(String::new()));
                     let prefix = match prefixes.get(index) {
                         Some(Some(p)) => self.translator.encode_target_prefix(p),
                         _ => Vec::new(),
                     };
-                    slots.push(Slot { job: j, index, tokens, prefix });
+                    let texts = constraints.get(index).map_or(&[][..], Vec::as_slice);
+                    match self.translator.guide(prefix, texts) {
+                        Ok(guide) => {
+                            out.push(Err(String::new()));
+                            slots.push(Slot { job: j, index, tokens, guide });
+                        }
+                        Err(e) => out.push(Err(e.to_string())),
+                    }
                 }
             }
             results.push(out);
@@ -273,16 +281,16 @@ impl Worker {
         let outcome: Result<Vec<Failable>, String> =
             self.translator.search(&options, self.batching()).map_err(|e| e.to_string()).map(|(generator, batching)| {
                 let tokens: Vec<Vec<i64>> = slots.iter().map(|s| s.tokens.clone()).collect();
-                let prefixes: Vec<Vec<i64>> = slots.iter().map(|s| s.prefix.clone()).collect();
+                let guides: Vec<TargetGuide> = slots.iter().map(|s| s.guide.clone()).collect();
                 let t = &self.translator;
-                match t.translate_tokens_with_prefixes(&generator, tokens, &prefixes, &batching, options.alignment) {
+                match t.translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment) {
                     Ok(t) => t.into_iter().map(Ok).collect(),
                     // a failing batch fails only the sentences that fail alone
                     Err(_) => slots
                         .iter()
                         .map(|s| {
-                            let (one_tokens, one_prefix) = (vec![s.tokens.clone()], [s.prefix.clone()]);
-                            let one = t.translate_tokens_with_prefixes(&generator, one_tokens, &one_prefix, &batching, options.alignment);
+                            let one_guide = std::slice::from_ref(&s.guide);
+                            let one = t.translate_tokens_guided(&generator, vec![s.tokens.clone()], one_guide, &batching, options.alignment);
                             one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
                         })
                         .collect(),

@@ -71,21 +71,30 @@ fn submit_error(e: SubmitError) -> ApiError {
 
 /// Queues the sentences on the model's engine and waits for their results.
 async fn translate(app: &AppState, m: &Served, sentences: Vec<String>, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
-    translate_with_prefixes(app, m, sentences, Vec::new(), options).await
+    translate_guided(app, m, sentences, Vec::new(), Vec::new(), options).await
 }
 
 /// [`translate`] where each sentence's hypotheses begin with its target prefix (`prefixes` is
-/// empty or one per sentence; `None` forces nothing).
-async fn translate_with_prefixes(
+/// empty or one per sentence; `None` forces nothing) and contain its constraints
+/// (`constraints` likewise; with any, the search is `options.constraints`, `ordered` unless
+/// named).
+async fn translate_guided(
     app: &AppState,
     m: &Served,
     sentences: Vec<String>,
     prefixes: Vec<Option<String>>,
-    options: TranslateOptions,
+    constraints: Vec<Option<Vec<String>>>,
+    mut options: TranslateOptions,
 ) -> Result<Vec<SentenceResult>, ApiError> {
     check_count(app, sentences.len())?;
-    if !prefixes.is_empty() && prefixes.len() != sentences.len() {
-        return Err(ApiError::bad_request(format!("{} target prefixes for {} sentences", prefixes.len(), sentences.len())));
+    for (what, n) in [("target prefixes", prefixes.len()), ("constraint lists", constraints.len())] {
+        if n != 0 && n != sentences.len() {
+            return Err(ApiError::bad_request(format!("{n} {what} for {} sentences", sentences.len())));
+        }
+    }
+    let constraints: Vec<Vec<String>> = constraints.into_iter().map(Option::unwrap_or_default).collect();
+    if constraints.iter().any(|c| !c.is_empty()) && options.constraints.is_none() {
+        options.constraints = Some("ordered".into());
     }
     options.check().map_err(ApiError::bad_request)?;
     options.check_compute_type(m.compute_type).map_err(ApiError::bad_request)?;
@@ -93,7 +102,7 @@ async fn translate_with_prefixes(
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }
     let (reply, rx) = oneshot::channel();
-    m.engine.submit(Work::Translate { sentences, prefixes, options, reply }).map_err(submit_error)?;
+    m.engine.submit(Work::Translate { sentences, prefixes, constraints, options, reply }).map_err(submit_error)?;
     rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))
 }
 
@@ -101,7 +110,8 @@ pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
     let m = model(&app, req.model.as_deref())?;
     let sentences = req.text.into_vec();
     let prefixes = req.target_prefix.unwrap_or_default();
-    let results = translate_with_prefixes(&app, m, sentences.clone(), prefixes, req.options).await?;
+    let constraints = req.constraints.unwrap_or_default();
+    let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, req.options).await?;
     let translations = sentences
         .into_iter()
         .zip(results)

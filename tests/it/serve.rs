@@ -297,6 +297,56 @@ fn a_target_prefix_gives_fairseqs_prefix_tokens_hypotheses() {
     s.post("/v1/translate", &json!({ "text": ["a", "b"], "target_prefix": ["x"] })).assert_error(400, "1 target prefixes for 2 sentences");
 }
 
+/// `constraints` in `/v1/translate`, one request per sentence as the deterministic server
+/// answers it: the bits of `tchseq translate --constraints --batch-size 1` on the same lines
+/// (whose tab-separated fields are the constraints, fairseq-interactive's format).
+#[test]
+fn constraints_in_a_request_give_the_clis_constrained_bits() {
+    let lines: Vec<String> = std::fs::read_to_string(crate::util::fixture("decoding/constraints.en")).unwrap().lines().take(5).map(str::to_string).collect();
+    let s = Server::start(&["--deterministic"]);
+    for order in ["ordered", "unordered"] {
+        let out = tchseq()
+            .args(["translate", "--batch-size", "1", "--format", "jsonl", "--nbest", "2", "--constraints", order, "-m"])
+            .arg(repo(MODEL))
+            .write_stdin(lines.iter().map(|l| format!("{l}\n")).collect::<String>())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let cli: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(cli.len(), lines.len());
+        for (line, want) in lines.iter().zip(&cli) {
+            let mut fields = line.split('\t');
+            let text = fields.next().unwrap();
+            let constraints: Vec<&str> = fields.collect();
+            let mut options = json!({ "nbest": 2 });
+            if order == "unordered" {
+                options["constraints"] = json!("unordered");
+            }
+            let r = s.post("/v1/translate", &json!({ "text": [text], "constraints": [constraints], "options": options }));
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+            let got = r.json()["translations"][0]["hypotheses"].clone();
+            let want = want["hypotheses"].as_array().unwrap();
+            assert_eq!(got.as_array().unwrap().len(), want.len(), "{line}: {got}");
+            for (g, w) in got.as_array().unwrap().iter().zip(want) {
+                assert_eq!(g["text"], w["text"], "{order} {line}");
+                assert_eq!(g["score"].as_f64().unwrap() as f32, w["score"].as_f64().unwrap() as f32, "{order} {line}");
+                for c in &constraints {
+                    assert!(g["text"].as_str().unwrap().contains(c), "{order}: {g} lacks {c}");
+                }
+            }
+        }
+    }
+    // a bad constraint costs only its sentence; a count that does not fit is the request's error
+    let r = s.post("/v1/translate", &json!({ "text": ["A dog runs.", "A cat sleeps."], "constraints": [[""], ["Katze"]] }));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let t = r.json()["translations"].clone();
+    assert_eq!(t[0]["error"], "constraint 1 is empty", "{t}");
+    assert!(t[1]["hypotheses"][0]["text"].as_str().unwrap().contains("Katze"), "{t}");
+    s.post("/v1/translate", &json!({ "text": ["a", "b"], "constraints": [["x"]] })).assert_error(400, "1 constraint lists for 2 sentences");
+    s.post("/v1/translate", &json!({ "text": ["a"], "constraints": [["x"]], "options": { "sampling": true, "beam": 1 } }))
+        .assert_error(400, "constraints cannot be combined with sampling");
+}
+
 #[test]
 fn libretranslate_and_opennmt_clients_work_unchanged() {
     let s = Server::start(&[]);
