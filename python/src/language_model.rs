@@ -90,7 +90,7 @@ impl LanguageModel {
             }
             let encoded: Vec<Vec<i64>> = prompts.iter().map(|p| lm.encode_prompt(p.trim())).collect();
             let done = lm.complete(&generator, &encoded, &batching).map_err(|e| e.to_string())?;
-            to_results(done, &opts, |h| lm.hypothesis_text(h))
+            to_results(done, &opts, |_, h| lm.hypothesis_text(h))
         })
     }
 }

@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{
-    Batching, HypothesisText, LoadOptions, ModelBundle, ModelSpec, TargetGuide, TextMode, TranslateOptions, Translation, Translator as HubTranslator,
+    Batching, HypothesisText, LanguageTokens, LoadOptions, ModelBundle, ModelSpec, TargetGuide, TextMode, TranslateOptions, Translation, Translator as HubTranslator,
 };
 use tchseq::text::pipeline::PipelineError;
 
@@ -131,6 +131,8 @@ pub struct Translator {
     inner: Mutex<HubTranslator>,
     threads: i32,
     inter_threads: usize,
+    /// A multilingual model loaded without a pair: each call names its languages.
+    open: bool,
 }
 
 impl Translator {
@@ -163,34 +165,94 @@ enum Prefix {
     Tokens(Vec<String>),
 }
 
-fn translate_all(
-    t: &HubTranslator,
-    input: Input,
-    prefixes: &[Prefix],
-    constraints: &[Vec<String>],
-    options: &TranslateOptions,
-    batching: &Batching,
-) -> Result<Vec<TranslationResult>, String> {
+/// What each sentence's hypotheses must hold, and the language pair of each (all empty, or one
+/// per sentence).
+#[derive(Default)]
+struct Guidance {
+    prefixes: Vec<Prefix>,
+    constraints: Vec<Vec<String>>,
+    pairs: Vec<(String, String)>,
+}
+
+fn translate_all(t: &HubTranslator, input: Input, g: &Guidance, options: &TranslateOptions, batching: &Batching) -> Result<Vec<TranslationResult>, String> {
+    let languages: Vec<LanguageTokens> = g
+        .pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (s, tg))| t.pair_tokens(s, tg).map_err(|e| format!("sentence {i}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let language = |i: usize| languages.get(i).unwrap_or(&t.language_tokens);
     let tokens: Vec<Vec<i64>> = match &input {
-        Input::Text(lines) => lines.iter().map(|l| t.encode(l.trim())).collect(),
+        Input::Text(lines) => lines.iter().enumerate().map(|(i, l)| t.encode_in(l.trim(), language(i))).collect(),
         Input::Tokens(toks) => toks.iter().map(|s| t.src_dict.encode_line(&s.join(" "), true)).collect(),
     };
-    let n = prefixes.len().max(constraints.len());
+    let n = g.prefixes.len().max(g.constraints.len()).max(languages.len());
     let guides: Vec<TargetGuide> = (0..n)
         .map(|i| {
-            let prefix = match prefixes.get(i).unwrap_or(&Prefix::None) {
+            let prefix = match g.prefixes.get(i).unwrap_or(&Prefix::None) {
                 Prefix::None => Vec::new(),
                 Prefix::Text(text) => t.encode_target_prefix(text.trim()),
                 Prefix::Tokens(tokens) => t.tgt_dict.encode_line(&tokens.join(" "), false),
             };
-            t.guide(prefix, constraints.get(i).map_or(&[][..], Vec::as_slice)).map_err(|e| format!("sentence {i}: {e}"))
+            let mut guide = t.guide(prefix, g.constraints.get(i).map_or(&[][..], Vec::as_slice)).map_err(|e| format!("sentence {i}: {e}"))?;
+            guide.language = languages.get(i).and_then(|l| l.target_prefix);
+            Ok::<_, String>(guide)
         })
         .collect::<Result<_, _>>()?;
     let (generator, batching) = t.search(options, *batching).map_err(|e| e.to_string())?;
     let translations = t
         .translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment)
         .map_err(|e| e.to_string())?;
-    to_results(translations, options, |h| t.hypothesis_text(h))
+    to_results(translations, options, |i, h| t.hypothesis_text_in(h, language(i)))
+}
+
+/// `source_lang=` or `target_lang=` of a call: a language for every sentence, or one each.
+#[derive(Clone)]
+enum LangArg {
+    Loaded,
+    All(String),
+    Each(Vec<String>),
+}
+
+impl LangArg {
+    fn extract(v: Option<&Bound<'_, PyAny>>, n: usize, what: &str) -> PyResult<Self> {
+        match v {
+            None => Ok(LangArg::Loaded),
+            Some(v) if v.is_none() => Ok(LangArg::Loaded),
+            Some(v) if v.is_instance_of::<PyString>() => Ok(LangArg::All(v.extract()?)),
+            Some(v) => {
+                let list: Vec<String> = v.extract().map_err(|_| value_error(format!("{what} must be a language code or a list of one per sentence")))?;
+                if list.len() != n {
+                    return Err(value_error(format!("{} {what} values for {n} sentences", list.len())));
+                }
+                Ok(LangArg::Each(list))
+            }
+        }
+    }
+
+    fn resolve(&self, n: usize, loaded: &str) -> Vec<String> {
+        match self {
+            LangArg::Loaded => vec![loaded.to_string(); n],
+            LangArg::All(l) => vec![l.clone(); n],
+            LangArg::Each(list) => list.clone(),
+        }
+    }
+}
+
+/// Per sentence, the pair a call names (empty when it names none). A Translator loaded without
+/// a pair (`open`) on a multilingual model needs both languages named.
+fn sentence_pairs(t: &HubTranslator, n: usize, source: &LangArg, target: &LangArg, open: bool) -> Result<Vec<(String, String)>, String> {
+    let named = |a: &LangArg| !matches!(a, LangArg::Loaded);
+    if open && !(named(source) && named(target)) {
+        return Err(format!(
+            "a multilingual model loaded without a pair: give source_lang and target_lang (its pairs: {})",
+            t.languages.pairs().join(", ")
+        ));
+    }
+    if !named(source) && !named(target) {
+        return Ok(Vec::new());
+    }
+    Ok(source.resolve(n, &t.report.source_lang).into_iter().zip(target.resolve(n, &t.report.target_lang)).collect())
 }
 
 /// Each translation's hypotheses, the first `options.nbest`, as `TranslationResult`s; a
@@ -198,7 +260,7 @@ fn translate_all(
 fn to_results(
     translations: Vec<Translation>,
     options: &TranslateOptions,
-    text_of: impl Fn(&Hypothesis) -> Result<HypothesisText, PipelineError>,
+    text_of: impl Fn(usize, &Hypothesis) -> Result<HypothesisText, PipelineError>,
 ) -> Result<Vec<TranslationResult>, String> {
     translations
         .into_iter()
@@ -217,7 +279,7 @@ fn to_results(
                 alignments: options.alignment.then(Vec::new),
             };
             for h in top {
-                let text = text_of(h).map_err(|e| format!("sentence {i}: {e}"))?;
+                let text = text_of(i, h).map_err(|e| format!("sentence {i}: {e}"))?;
                 r.hypotheses.push(text.tokens.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect());
                 r.texts.push(text.text);
                 r.scores.push(h.score);
@@ -235,7 +297,8 @@ fn to_results(
 impl Translator {
     /// Loads a model directory (model.pt, dict.*.txt, bpecodes) or a checkpoint file.
     #[new]
-    /// A multilingual model translates `source_lang` into `target_lang`.
+    /// A multilingual model translates `source_lang` into `target_lang`; loaded without them,
+    /// each call names its pair (`source_lang=`/`target_lang=`, per call or per sentence).
     #[pyo3(signature = (model_dir, device = "cpu", compute_type = "exact", threads = 0, inter_threads = 1, tokenized = false, source_lang = None, target_lang = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(py: Python<'_>, model_dir: std::path::PathBuf, device: &str, compute_type: &str, threads: i32, inter_threads: usize, tokenized: bool, source_lang: Option<String>, target_lang: Option<String>) -> PyResult<Self> {
@@ -244,7 +307,8 @@ impl Translator {
         }
         let device = parse_device(device)?;
         tchseq::libtorch::mute_nested_tensor_warning();
-        let spec = ModelSpec { model: Some(model_dir), source_lang, target_lang, ..Default::default() };
+        let open = source_lang.is_none() && target_lang.is_none();
+        let spec = ModelSpec { model: Some(model_dir), source_lang, target_lang, any_pair: open, ..Default::default() };
         let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
         let translator = py
             .detach(|| {
@@ -253,15 +317,29 @@ impl Translator {
                 Ok::<_, tchseq::hub::HubError>(t)
             })
             .map_err(value_error)?;
-        Ok(Translator { inner: Mutex::new(translator), threads, inter_threads })
+        let open = open && translator.languages.is_multilingual() && translator.language_pairs().len() > 1;
+        Ok(Translator { inner: Mutex::new(translator), threads, inter_threads, open })
     }
 
     /// Raw sentences in, the best translation of each out (`tchseq translate --format text`).
-    #[pyo3(signature = (sentences, **options))]
-    fn translate(&self, py: Python<'_>, sentences: Vec<String>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+    #[pyo3(signature = (sentences, source_lang = None, target_lang = None, **options))]
+    fn translate(
+        &self,
+        py: Python<'_>,
+        sentences: Vec<String>,
+        source_lang: Option<&Bound<'_, PyAny>>,
+        target_lang: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Vec<String>> {
         let (opts, batch_size, max_tokens) = self::options(options)?;
         let batching = self.batching(batch_size, max_tokens)?;
-        let results = self.run(py, move |t| translate_all(t, Input::Text(sentences), &[], &[], &opts, &batching))?;
+        let n = sentences.len();
+        let (source, target) = (LangArg::extract(source_lang, n, "source_lang")?, LangArg::extract(target_lang, n, "target_lang")?);
+        let open = self.open;
+        let results = self.run(py, move |t| {
+            let g = Guidance { pairs: sentence_pairs(t, n, &source, &target, open)?, ..Default::default() };
+            translate_all(t, Input::Text(sentences), &g, &opts, &batching)
+        })?;
         Ok(results.into_iter().map(|r| r.texts.into_iter().next().unwrap_or_default()).collect())
     }
 
@@ -276,15 +354,22 @@ impl Translator {
     /// `constraints`: per sentence, a list of texts its hypotheses must contain (or None);
     /// `constraint_order="unordered"` lets them come in any order (fairseq's
     /// `--constraints unordered`; `ordered` is the default).
-    #[pyo3(signature = (source, target_prefix = None, constraints = None, **options))]
+    /// `source_lang`/`target_lang`: the pair of a multilingual model, for every sentence or a
+    /// list of one per sentence (sentences of different pairs share batches).
+    #[pyo3(signature = (source, target_prefix = None, constraints = None, source_lang = None, target_lang = None, **options))]
+    #[allow(clippy::too_many_arguments)]
     fn translate_batch(
         &self,
         py: Python<'_>,
         source: &Bound<'_, PyList>,
         target_prefix: Option<&Bound<'_, PyList>>,
         constraints: Option<Vec<Option<Vec<String>>>>,
+        source_lang: Option<&Bound<'_, PyAny>>,
+        target_lang: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Vec<TranslationResult>> {
+        let n = source.len();
+        let (source_langs, target_langs) = (LangArg::extract(source_lang, n, "source_lang")?, LangArg::extract(target_lang, n, "target_lang")?);
         let (mut opts, batch_size, max_tokens) = self::options(options)?;
         let constraints: Vec<Vec<String>> = constraints.unwrap_or_default().into_iter().map(Option::unwrap_or_default).collect();
         if !constraints.is_empty() && constraints.len() != source.len() {
@@ -322,22 +407,42 @@ impl Translator {
                     .collect::<PyResult<_>>()?
             }
         };
-        self.run(py, move |t| translate_all(t, input, &prefixes, &constraints, &opts, &batching))
+        let open = self.open;
+        self.run(py, move |t| {
+            let pairs = sentence_pairs(t, n, &source_langs, &target_langs, open)?;
+            translate_all(t, input, &Guidance { prefixes, constraints, pairs }, &opts, &batching)
+        })
     }
 
-    /// (source, target) pairs scored as `fairseq-generate --score-reference` does.
-    #[pyo3(signature = (source, target, max_tokens = 4096))]
-    fn score_batch(&self, py: Python<'_>, source: Vec<String>, target: Vec<String>, max_tokens: usize) -> PyResult<Vec<ScoringResult>> {
+    /// (source, target) pairs scored as `fairseq-generate --score-reference` does; in
+    /// `source_lang`/`target_lang` (per call or per pair) for a multilingual model.
+    #[pyo3(signature = (source, target, max_tokens = 4096, source_lang = None, target_lang = None))]
+    fn score_batch(
+        &self,
+        py: Python<'_>,
+        source: Vec<String>,
+        target: Vec<String>,
+        max_tokens: usize,
+        source_lang: Option<&Bound<'_, PyAny>>,
+        target_lang: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<ScoringResult>> {
         if source.len() != target.len() {
             return Err(value_error(format!("{} sources but {} targets", source.len(), target.len())));
         }
-        let inter_threads = self.inter_threads;
+        let n = source.len();
+        let (source_langs, target_langs) = (LangArg::extract(source_lang, n, "source_lang")?, LangArg::extract(target_lang, n, "target_lang")?);
+        let (inter_threads, open) = (self.inter_threads, self.open);
         self.run(py, move |t| {
+            let pairs = sentence_pairs(t, n, &source_langs, &target_langs, open)?;
             let encoded = source
                 .iter()
                 .zip(&target)
                 .enumerate()
-                .map(|(i, (s, g))| t.encode_pair(s.trim(), g.trim()).map_err(|e| format!("pair {i}: {e}")))
+                .map(|(i, (s, g))| match pairs.get(i) {
+                    Some((sl, tl)) if (sl, tl) != (&t.report.source_lang, &t.report.target_lang) => t.encode_pair_in(s.trim(), g.trim(), sl, tl),
+                    _ => t.encode_pair(s.trim(), g.trim()),
+                }
+                .map_err(|e| format!("pair {i}: {e}")))
                 .collect::<Result<Vec<_>, _>>()?;
             let scored = t.score_pairs(&encoded, max_tokens, inter_threads);
             encoded

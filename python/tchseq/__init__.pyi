@@ -41,14 +41,26 @@ class Translator:
         threads: int = 0,
         inter_threads: int = 1,
         tokenized: bool = False,
-    ) -> None: ...
-    def translate(self, sentences: Sequence[str], **options) -> List[str]:
+        source_lang: Optional[str] = None,
+        target_lang: Optional[str] = None,
+    ) -> None:
+        """A multilingual model loaded without source_lang/target_lang serves every pair it
+        knows on one copy of its weights; each call then names its pair."""
+    def translate(
+        self,
+        sentences: Sequence[str],
+        source_lang: Union[str, Sequence[str], None] = None,
+        target_lang: Union[str, Sequence[str], None] = None,
+        **options,
+    ) -> List[str]:
         """Raw text in, the best translation of each sentence out (tchseq translate --format text)."""
     def translate_batch(
         self,
         source: Sequence[Union[str, Sequence[str]]],
         target_prefix: Optional[Sequence[Union[str, Sequence[str], None]]] = None,
         constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
+        source_lang: Union[str, Sequence[str], None] = None,
+        target_lang: Union[str, Sequence[str], None] = None,
         **options,
     ) -> List[TranslationResult]:
         """Options: beam_size, num_hypotheses, length_penalty, unk_penalty, max_len_a, max_len_b, min_len,
@@ -60,8 +72,17 @@ class Translator:
         target_prefix: per sentence, target text (or subword tokens, or None) that its hypotheses
         begin with (fairseq's prefix_tokens).
         constraints: per sentence, texts (or None) that its hypotheses must contain (fairseq's
-        --constraints); constraint_order="unordered" allows any order ("ordered" by default)."""
-    def score_batch(self, source: Sequence[str], target: Sequence[str], max_tokens: int = 4096) -> List[ScoringResult]:
+        --constraints); constraint_order="unordered" allows any order ("ordered" by default).
+        source_lang, target_lang: a multilingual model's pair, for every sentence or one each
+        (sentences of different pairs share batches)."""
+    def score_batch(
+        self,
+        source: Sequence[str],
+        target: Sequence[str],
+        max_tokens: int = 4096,
+        source_lang: Union[str, Sequence[str], None] = None,
+        target_lang: Union[str, Sequence[str], None] = None,
+    ) -> List[ScoringResult]:
         """(source, target) pairs scored as fairseq-generate --score-reference does."""
     @property
     def report(self) -> str:

@@ -192,8 +192,38 @@ def test_a_multilingual_model_translates_the_pair_it_is_loaded_with():
     cli = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(m2m), "-s", "en", "-t", "fr", *SENTENCES],
                          check=True, capture_output=True, text=True).stdout.splitlines()
     assert t.translate(SENTENCES) == cli
-    with pytest.raises(ValueError, match="give the source and target languages"):
-        tchseq.Translator(m2m, threads=1)
+
+
+def test_a_multilingual_model_loaded_once_translates_every_pair():
+    m2m = ROOT / "tests" / "fixtures" / "multilingual" / "m2m"
+    line = lambda lang, n: (ROOT / "tests" / "fixtures" / "multilingual" / f"input.{lang}").read_text().splitlines()[n]
+    items = [("en", "de", line("en", 0)), ("fr", "en", line("fr", 1)), ("de", "fr", line("de", 2))]
+    cli = []
+    for src, tgt, text in items:
+        out = subprocess.run([str(BIN), "--threads", "1", "translate", "-m", str(m2m), "-s", src, "-t", tgt, "--format", "jsonl",
+                              "--batch-size", "1", text], check=True, capture_output=True, text=True).stdout
+        cli.append(json.loads(out)["hypotheses"][0])
+    t = tchseq.Translator(m2m, threads=1)
+    # one call, a pair per sentence; one sentence a batch gives each the CLI's bits
+    results = t.translate_batch([x[2] for x in items], source_lang=[x[0] for x in items], target_lang=[x[1] for x in items], batch_size=1)
+    for r, c in zip(results, cli):
+        assert r.texts[0] == c["text"]
+        assert r.scores[0] == pytest.approx(c["score"], abs=0, rel=1e-7)
+    # sentences of three pairs in one batch: the same translations
+    together = t.translate_batch([x[2] for x in items], source_lang=[x[0] for x in items], target_lang=[x[1] for x in items])
+    assert [r.texts[0] for r in together] == [c["text"] for c in cli]
+    assert t.translate([items[1][2]], source_lang="fr", target_lang="en") == [cli[1]["text"]]
+    # scoring in a pair is what a Translator loaded for that pair scores
+    fr_en = tchseq.Translator(m2m, threads=1, source_lang="fr", target_lang="en")
+    want = fr_en.score_batch([items[1][2]], [cli[1]["text"]])[0]
+    got = t.score_batch([items[1][2]], [cli[1]["text"]], source_lang="fr", target_lang="en")[0]
+    assert (got.tokens, got.log_probs) == (want.tokens, want.log_probs)
+    with pytest.raises(ValueError, match="loaded without a pair: give source_lang and target_lang"):
+        t.translate(["A dog."])
+    with pytest.raises(ValueError, match="2 target_lang values for 1 sentences"):
+        t.translate_batch(["A dog."], source_lang="en", target_lang=["de", "fr"])
+    with pytest.raises(ValueError, match="xx"):
+        t.translate(["A dog."], source_lang="en", target_lang="xx")
 
 
 LM = ROOT / "tests" / "fixtures" / "lm" / "lm-gpt"

@@ -110,6 +110,7 @@ pub fn model_spec(m: &ModelArgs) -> ModelSpec {
         source_lang: m.source_lang.clone(),
         target_lang: m.target_lang.clone(),
         task: task_overrides(&m.task),
+        any_pair: false,
     }
 }
 

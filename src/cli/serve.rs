@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use super::args::{DtypeArg, GlobalArgs, ModelArgs, ServeArgs};
 use super::common;
 use super::Outcome;
-use crate::serve::{self, BatchPolicy, Limits, Settings};
-use tchseq::hub::{TextMode, Translator, Weights};
+use crate::serve::{self, BatchPolicy, Limits, ModelToServe, Settings};
+use tchseq::hub::{LoadOptions, ModelBundle, ModelSpec, TextMode, Translator, Weights};
 
 pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
     let host: IpAddr = a.host.parse().with_context(|| format!("--host {:?} is not an IP address", a.host))?;
@@ -49,19 +49,27 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
                 (name, dir)
             }
         };
-        if models.iter().any(|(n, _): &(String, Translator)| *n == name) {
+        if models.iter().any(|m: &ModelToServe| m.name == name) {
             bail!("two models are named {name:?}; name them with --model NAME=DIR (or NAME=DIR@SRC-TGT for a pair of a multilingual model)");
         }
         let (source_lang, target_lang) = pair.clone().unzip();
         let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang, target_lang, task: Default::default() };
         let weights = Weights::Load { device, kind: common::weight_kind(a.compute_type, DtypeArg::Fp32)?, replay_init: false };
-        let hint = format!("serve one pair of it as --model {name}={}@SRC-TGT, once per pair", model_args.model.as_deref().unwrap_or(Path::new("")).display());
-        let bundle = common::load_bundle_naming(&model_args, None, weights, &hint)?;
+        let hint = format!("name the pair as --model {name}={}@SRC-TGT", model_args.model.as_deref().unwrap_or(Path::new("")).display());
+        // without @SRC-TGT a multilingual model serves every pair it knows, on one copy of its weights
+        let spec = ModelSpec { any_pair: pair.is_none(), ..common::model_spec(&model_args) };
+        let options = LoadOptions { weights, pipeline: Default::default() };
+        let bundle = ModelBundle::load(&spec, &options).map_err(|e| common::hub_error_naming(e, &hint))?;
         let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
         translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&translator.report);
         max_positions = max_positions.min(translator.max_source_positions);
-        models.push((name, translator));
+        let loaded = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
+        let mut pairs = vec![loaded.clone()];
+        if pair.is_none() {
+            pairs.extend(translator.language_pairs().into_iter().filter(|p| *p != loaded && translator.pair_tokens(&p.0, &p.1).is_ok()));
+        }
+        models.push(ModelToServe { name, translator, pairs });
     }
     let settings = Settings {
         addr: SocketAddr::new(host, a.port),

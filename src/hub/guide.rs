@@ -14,6 +14,9 @@ pub struct TargetGuide {
     pub prefix: Vec<i64>,
     /// Token sequences every hypothesis must contain (fairseq's `constraints`).
     pub constraints: Vec<Vec<i64>>,
+    /// The decoder's language token of a multilingual model when the sentence goes into another
+    /// target language than the loaded pair's ([`Translator::pair_tokens`]'s `target_prefix`).
+    pub language: Option<i64>,
 }
 
 /// Why a sentence's prefix or constraints cannot guide its search.
@@ -60,7 +63,7 @@ impl Translator {
             }
             ids.push(c);
         }
-        Ok(TargetGuide { prefix, constraints: ids })
+        Ok(TargetGuide { prefix, constraints: ids, language: None })
     }
 }
 

@@ -9,6 +9,7 @@ mod language_model;
 mod languages;
 pub mod model_dir;
 mod options;
+mod pairs;
 mod pipeline;
 mod scorer;
 mod translator;
@@ -112,6 +113,9 @@ pub struct ModelSpec {
     pub target_lang: Option<String>,
     /// fairseq's task flags (`--lang-pairs`, `--encoder-langtok`, ...) over the checkpoint's.
     pub task: TaskOverrides,
+    /// A multilingual model given no languages loads for its first language pair instead of
+    /// asking for one (a caller that serves every pair, [`Translator::pair_tokens`]).
+    pub any_pair: bool,
 }
 
 /// What to load besides the files.

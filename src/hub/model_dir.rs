@@ -96,7 +96,7 @@ impl ModelFiles {
     /// The files `spec` points at. `summary` reads the first checkpoint (once: the caller keeps
     /// what it parsed); its languages and embedding sizes settle languages the spec leaves open.
     pub fn resolve(spec: &ModelSpec, summary: impl FnOnce(&Path) -> Result<CheckpointSummary, HubError>) -> Result<Self, HubError> {
-        let ModelSpec { model, path, data, source_lang, target_lang, .. } = spec;
+        let ModelSpec { model, path, data, source_lang, target_lang, any_pair, .. } = spec;
         let (model, path, data) = (model.as_deref(), path.as_deref(), data.as_deref());
         let (source_lang, target_lang) = (source_lang.as_deref(), target_lang.as_deref());
         let model_dir = match model {
@@ -161,6 +161,7 @@ impl ModelFiles {
             (Some(s), Some(t), _) => (s, t),
             (s, t, LanguageTask::Multilingual(m)) => match m.lang_pairs.as_slice() {
                 [(ps, pt)] if s.as_ref().is_none_or(|s| s == ps) && t.as_ref().is_none_or(|t| t == pt) => (ps.clone(), pt.clone()),
+                [(ps, pt), ..] if *any_pair && s.is_none() && t.is_none() => (ps.clone(), pt.clone()),
                 pairs => {
                     let pairs: Vec<String> = pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect();
                     return Err(err(format!("a multilingual model (language pairs {}): give the source and target languages", pairs.join(","))));

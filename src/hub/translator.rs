@@ -298,7 +298,7 @@ impl Translator {
 
     /// Source text → token ids (tokenizer, BPE, dictionary, EOS, and the task's language tokens).
     pub fn encode(&self, line: &str) -> Vec<i64> {
-        self.language_tokens.source(self.src_dict.encode_line(&self.pipeline.encode(line), true))
+        self.encode_in(line, &self.language_tokens)
     }
 
     /// Translates one buffer as fairseq-interactive does: the whole buffer is ordered by length,
@@ -395,7 +395,8 @@ impl Translator {
                 language_guides = (0..tokens.len())
                     .map(|i| {
                         let g = guides.get(i).cloned().unwrap_or_default();
-                        TargetGuide { prefix: [t].into_iter().chain(g.prefix).collect(), constraints: g.constraints }
+                        let t = g.language.unwrap_or(t);
+                        TargetGuide { prefix: [t].into_iter().chain(g.prefix).collect(), constraints: g.constraints, language: None }
                     })
                     .collect();
                 &language_guides
@@ -446,7 +447,7 @@ impl Translator {
 
     /// The subword tokens (`H-`) and detokenized text (`D-`) of a hypothesis.
     pub fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
-        HypothesisText::new(&self.tgt_dict, &self.pipeline, h, &self.language_tokens.output_strip(self.tgt_dict.eos()))
+        self.hypothesis_text_in(h, &self.language_tokens)
     }
 
     /// The hypothesis' attention with the symbols of both sides, or `None` when the generator

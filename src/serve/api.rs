@@ -154,6 +154,11 @@ pub struct TranslateRequest {
     /// says whether in order (`ordered`, the default) or not (`unordered`).
     #[serde(default)]
     pub constraints: Option<Vec<Option<Vec<String>>>>,
+    /// The pair to translate, for a model serving several (default: the model's own).
+    #[serde(default)]
+    pub source_lang: Option<String>,
+    #[serde(default)]
+    pub target_lang: Option<String>,
     #[serde(default)]
     pub options: TranslateOptions,
 }
@@ -228,6 +233,8 @@ pub struct ModelInfo {
     pub name: String,
     pub source_lang: String,
     pub target_lang: String,
+    /// Every `src-tgt` pair served, the loaded one first.
+    pub pairs: Vec<String>,
     pub report: tchseq::hub::LoadReport,
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use tchseq::hub::{AttentionMatrix, Batching, Encoded, Scored, TargetGuide, TranslateOptions, Translation, Translator};
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageTokens, Scored, TargetGuide, TranslateOptions, Translation, Translator};
 
 use super::metrics::Metrics;
 
@@ -59,6 +59,8 @@ pub enum Work {
         sentences: Vec<String>,
         prefixes: Vec<Option<String>>,
         constraints: Vec<Vec<String>>,
+        /// Another (source, target) pair of a multilingual model than the one it was loaded for.
+        pair: Option<(String, String)>,
         options: TranslateOptions,
         reply: oneshot::Sender<Vec<SentenceResult>>,
     },
@@ -245,10 +247,21 @@ impl Worker {
         let mut results: Vec<Vec<SentenceResult>> = Vec::new();
         let mut options = None;
         for (j, job) in group.into_iter().enumerate() {
-            let Work::Translate { sentences, prefixes, constraints, options: o, reply } = job.work else { continue };
+            let Work::Translate { sentences, prefixes, constraints, pair, options: o, reply } = job.work else { continue };
             let mut out: Vec<SentenceResult> = Vec::with_capacity(sentences.len());
+            let language = match pair.as_ref().map(|(s, t)| self.translator.pair_tokens(s, t)).transpose() {
+                Ok(l) => l,
+                Err(e) => {
+                    results.push(vec![Err(e.to_string()); sentences.len()]);
+                    replies.push((reply, o, None));
+                    continue;
+                }
+            };
             for (index, s) in sentences.iter().enumerate() {
-                let tokens = self.translator.encode(s.trim());
+                let tokens = match &language {
+                    Some(l) => self.translator.encode_in(s.trim(), l),
+                    None => self.translator.encode(s.trim()),
+                };
                 if tokens.len() > self.policy.max_sentence_tokens {
                     out.push(Err(format!(
                         "the sentence is {} tokens long (EOS included); this server accepts at most {}",
@@ -262,7 +275,8 @@ impl Worker {
                     };
                     let texts = constraints.get(index).map_or(&[][..], Vec::as_slice);
                     match self.translator.guide(prefix, texts) {
-                        Ok(guide) => {
+                        Ok(mut guide) => {
+                            guide.language = language.as_ref().and_then(|l| l.target_prefix);
                             out.push(Err(String::new()));
                             slots.push(Slot { job: j, index, tokens, guide });
                         }
@@ -271,8 +285,8 @@ impl Worker {
                 }
             }
             results.push(out);
-            replies.push((reply, o.clone()));
-            options.get_or_insert(o);
+            options.get_or_insert(o.clone());
+            replies.push((reply, o, language));
         }
         let Some(options) = options else {
             self.queued.fetch_sub(n, Ordering::SeqCst);
@@ -299,8 +313,8 @@ impl Worker {
         match outcome {
             Ok(translations) => {
                 for (slot, t) in slots.iter().zip(translations) {
-                    let reply_options = &replies[slot.job].1;
-                    results[slot.job][slot.index] = self.hypotheses(t, reply_options);
+                    let (_, reply_options, language) = &replies[slot.job];
+                    results[slot.job][slot.index] = self.hypotheses(t, reply_options, language.as_ref());
                 }
             }
             Err(e) => {
@@ -313,7 +327,7 @@ impl Worker {
         self.queued.fetch_sub(n, Ordering::SeqCst);
         let mut sentences = 0;
         let mut tokens = 0;
-        for ((reply, _), out) in replies.into_iter().zip(results) {
+        for ((reply, _, _), out) in replies.into_iter().zip(results) {
             sentences += out.iter().filter(|r| r.is_ok()).count();
             tokens += out.iter().flatten().filter_map(|h| h.first()).map(|h| h.tokens.len() + 1).sum::<usize>();
             let _ = reply.send(out);
@@ -321,7 +335,7 @@ impl Worker {
         self.metrics.add_work(&self.name, sentences, tokens);
     }
 
-    fn hypotheses(&self, t: Failable, options: &TranslateOptions) -> SentenceResult {
+    fn hypotheses(&self, t: Failable, options: &TranslateOptions, language: Option<&LanguageTokens>) -> SentenceResult {
         let t = t?;
         if let Some(e) = t.error() {
             return Err(e);
@@ -331,7 +345,8 @@ impl Worker {
             .iter()
             .take(options.nbest)
             .map(|h| {
-                let text = self.translator.hypothesis_text(h).map_err(|e| e.to_string())?;
+                let language = language.unwrap_or(&self.translator.language_tokens);
+                let text = self.translator.hypothesis_text_in(h, language).map_err(|e| e.to_string())?;
                 Ok(Hypothesis {
                     tokens: text.tokens.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect(),
                     text: text.text,

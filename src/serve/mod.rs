@@ -45,11 +45,23 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
+/// A model to serve: its name, the loaded translator, and the (source, target) pairs it serves
+/// (the loaded pair first; a multilingual model may serve every pair it knows on one copy of
+/// its weights).
+pub struct ModelToServe {
+    pub name: String,
+    pub translator: Translator,
+    pub pairs: Vec<(String, String)>,
+}
+
 /// A loaded model and its engine.
 pub struct Served {
     pub name: String,
+    /// The pair a request gets when it names none.
     pub source_lang: String,
     pub target_lang: String,
+    /// Every pair served, the loaded one first.
+    pub pairs: Vec<(String, String)>,
     pub compute_type: ComputeType,
     report: LoadReport,
     engine: Engine,
@@ -57,7 +69,23 @@ pub struct Served {
 
 impl Served {
     fn info(&self) -> ModelInfo {
-        ModelInfo { name: self.name.clone(), source_lang: self.source_lang.clone(), target_lang: self.target_lang.clone(), report: self.report.clone() }
+        ModelInfo {
+            name: self.name.clone(),
+            source_lang: self.source_lang.clone(),
+            target_lang: self.target_lang.clone(),
+            pairs: self.pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect(),
+            report: self.report.clone(),
+        }
+    }
+
+    fn serves(&self, source_lang: &str, target_lang: &str) -> bool {
+        self.pairs.iter().any(|(s, t)| s == source_lang && t == target_lang)
+    }
+
+    /// What a request for `source_lang` → `target_lang` asks of the engine: nothing for the
+    /// loaded pair, else the pair.
+    fn pair(&self, source_lang: &str, target_lang: &str) -> Option<(String, String)> {
+        (source_lang != self.source_lang || target_lang != self.target_lang).then(|| (source_lang.to_string(), target_lang.to_string()))
     }
 }
 
@@ -68,16 +96,16 @@ pub struct AppState {
     metrics: Arc<Metrics>,
 }
 
-/// Serves `models` (name, translator) until SIGTERM or Ctrl-C, then lets the requests in flight
-/// finish and returns. `on_listen` is told the bound address (the port may have been 0).
-pub fn run(models: Vec<(String, Translator)>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+/// Serves `models` until SIGTERM or Ctrl-C, then lets the requests in flight finish and
+/// returns. `on_listen` is told the bound address (the port may have been 0).
+pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let mut served = Vec::with_capacity(models.len());
-    for (name, translator) in models {
+    for ModelToServe { name, translator, pairs } in models {
         let (source_lang, target_lang) = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
         let (report, compute_type) = (translator.report.clone(), translator.compute_type);
         let engine = Engine::start(name.clone(), translator, settings.policy, metrics.clone())?;
-        served.push(Served { name, source_lang, target_lang, compute_type, report, engine });
+        served.push(Served { name, source_lang, target_lang, pairs, compute_type, report, engine });
     }
     let state = Arc::new(AppState { models: served, limits: settings.limits, api_key: settings.api_key.clone(), metrics });
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -71,19 +71,20 @@ fn submit_error(e: SubmitError) -> ApiError {
 
 /// Queues the sentences on the model's engine and waits for their results.
 async fn translate(app: &AppState, m: &Served, sentences: Vec<String>, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
-    translate_guided(app, m, sentences, Vec::new(), Vec::new(), options).await
+    translate_guided(app, m, sentences, Vec::new(), Vec::new(), None, options).await
 }
 
 /// [`translate`] where each sentence's hypotheses begin with its target prefix (`prefixes` is
 /// empty or one per sentence; `None` forces nothing) and contain its constraints
 /// (`constraints` likewise; with any, the search is `options.constraints`, `ordered` unless
-/// named).
+/// named), in `pair` when it is another of the pairs `m` serves ([`Served::pair`]).
 async fn translate_guided(
     app: &AppState,
     m: &Served,
     sentences: Vec<String>,
     prefixes: Vec<Option<String>>,
     constraints: Vec<Option<Vec<String>>>,
+    pair: Option<(String, String)>,
     mut options: TranslateOptions,
 ) -> Result<Vec<SentenceResult>, ApiError> {
     check_count(app, sentences.len())?;
@@ -102,7 +103,7 @@ async fn translate_guided(
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }
     let (reply, rx) = oneshot::channel();
-    m.engine.submit(Work::Translate { sentences, prefixes, constraints, options, reply }).map_err(submit_error)?;
+    m.engine.submit(Work::Translate { sentences, prefixes, constraints, pair, options, reply }).map_err(submit_error)?;
     rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))
 }
 
@@ -111,7 +112,14 @@ pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
     let sentences = req.text.into_vec();
     let prefixes = req.target_prefix.unwrap_or_default();
     let constraints = req.constraints.unwrap_or_default();
-    let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, req.options).await?;
+    let source_lang = req.source_lang.unwrap_or_else(|| m.source_lang.clone());
+    let target_lang = req.target_lang.unwrap_or_else(|| m.target_lang.clone());
+    if !m.serves(&source_lang, &target_lang) {
+        let pairs: Vec<String> = m.pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect();
+        return Err(ApiError::bad_request(format!("model {:?} does not serve {source_lang}-{target_lang} (it serves {})", m.name, pairs.join(", "))));
+    }
+    let pair = m.pair(&source_lang, &target_lang);
+    let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, pair, req.options).await?;
     let translations = sentences
         .into_iter()
         .zip(results)
@@ -181,11 +189,11 @@ pub async fn v1_attention(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
 
 pub async fn libre_languages(State(app): State<Arc<AppState>>) -> Json<Vec<LibreLanguage>> {
     let mut langs: Vec<LibreLanguage> = Vec::new();
-    for m in &app.models {
-        match langs.iter_mut().find(|l| l.code == m.source_lang) {
-            Some(l) if !l.targets.contains(&m.target_lang) => l.targets.push(m.target_lang.clone()),
+    for (source, target) in app.models.iter().flat_map(|m| &m.pairs) {
+        match langs.iter_mut().find(|l| l.code == *source) {
+            Some(l) if !l.targets.contains(target) => l.targets.push(target.clone()),
             Some(_) => {}
-            None => langs.push(LibreLanguage { code: m.source_lang.clone(), name: m.source_lang.clone(), targets: vec![m.target_lang.clone()] }),
+            None => langs.push(LibreLanguage { code: source.clone(), name: source.clone(), targets: vec![target.clone()] }),
         }
     }
     Json(langs)
@@ -195,11 +203,11 @@ pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): 
     if let Some(f) = req.format.as_deref().filter(|f| *f != "text") {
         return Err(ApiError::bad_request(format!("format {f:?} is not supported (only \"text\")")));
     }
-    let candidates: Vec<_> =
-        app.models.iter().filter(|m| m.target_lang == req.target && (req.source == "auto" || m.source_lang == req.source)).collect();
-    if req.source == "auto" {
+    let mut source = req.source.clone();
+    if source == "auto" {
         // no served model tells languages apart: "auto" stands only for the one source there is
-        let sources = served_sources(candidates.iter().copied());
+        let into_target = app.models.iter().flat_map(|m| &m.pairs).filter(|(_, t)| *t == req.target).map(|(s, _)| s.clone());
+        let sources: Vec<String> = into_target.collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         if sources.len() > 1 {
             return Err(ApiError::bad_request(format!(
                 "source \"auto\": the served models cannot detect languages, and more than one translates into {}: name the source, one of {}",
@@ -207,14 +215,20 @@ pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): 
                 sources.join(", ")
             )));
         }
+        source = sources.into_iter().next().unwrap_or(source);
     }
-    let m = candidates
-        .first()
+    // a model loaded for the pair first, then one that serves it among others
+    let m = app
+        .models
+        .iter()
+        .find(|m| m.source_lang == source && m.target_lang == req.target)
+        .or_else(|| app.models.iter().find(|m| m.serves(&source, &req.target)))
         .ok_or_else(|| ApiError::bad_request(format!("{} → {} is not supported by the loaded models", req.source, req.target)))?;
+    let pair = m.pair(&source, &req.target);
     let single = matches!(req.q, OneOrMany::One(_));
     let alternatives = req.alternatives.unwrap_or(0);
     let options = TranslateOptions { nbest: (alternatives + 1).min(TranslateOptions::default().beam), ..Default::default() };
-    let results = translate(&app, m, req.q.into_vec(), options).await?;
+    let results = translate_guided(&app, m, req.q.into_vec(), Vec::new(), Vec::new(), pair, options).await?;
     let mut texts = Vec::new();
     let mut alts = Vec::new();
     let mut errors = Vec::new();
@@ -246,8 +260,8 @@ pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): 
     Ok(Json(reply))
 }
 
-/// LibreTranslate's `/detect`. Every served model is one language pair (a bilingual model, or one
-/// pair of a multilingual one), so none can tell languages apart: the answer names the ones served.
+/// LibreTranslate's `/detect`. No served model tells languages apart (each translates from the
+/// languages it is given), so the answer names the sources served.
 pub async fn libre_detect(State(app): State<Arc<AppState>>) -> ApiError {
     ApiError::bad_request(format!(
         "language detection is not available: the served models cannot detect languages; name the source language, one of {}",
@@ -256,7 +270,7 @@ pub async fn libre_detect(State(app): State<Arc<AppState>>) -> ApiError {
 }
 
 fn served_sources<'a>(models: impl Iterator<Item = &'a super::Served>) -> Vec<String> {
-    let sources: std::collections::BTreeSet<String> = models.map(|m| m.source_lang.clone()).collect();
+    let sources: std::collections::BTreeSet<String> = models.flat_map(|m| &m.pairs).map(|(s, _)| s.clone()).collect();
     sources.into_iter().collect()
 }
 

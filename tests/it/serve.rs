@@ -579,6 +579,79 @@ fn a_multilingual_model_serves_the_pairs_it_is_given() {
 
 /// A client that sends its whole body before it reads (Python's urllib) still reads the 413 of
 /// a body over `--max-body-bytes`: the server reads and discards it first.
+/// The first line of a multilingual fixture's input in `lang`.
+fn multilingual_line(lang: &str, n: usize) -> String {
+    std::fs::read_to_string(crate::util::fixture(&format!("multilingual/input.{lang}"))).unwrap().lines().nth(n).unwrap().to_string()
+}
+
+/// `tchseq translate -s SRC -t TGT --format jsonl --batch-size 1` on the m2m fixture: (text, score).
+fn m2m_cli(src: &str, tgt: &str, text: &str) -> (String, f64) {
+    let out = crate::util::tchseq()
+        .args(["translate", "--batch-size", "1", "--format", "jsonl", "-m"])
+        .arg(repo("tests/fixtures/multilingual/m2m"))
+        .args(["-s", src, "-t", tgt, text])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim_end()).unwrap();
+    (v["hypotheses"][0]["text"].as_str().unwrap().to_string(), v["hypotheses"][0]["score"].as_f64().unwrap())
+}
+
+/// `--model NAME=DIR` on a multilingual model serves every pair it knows on one copy of the
+/// weights: each request names its pair, requests of three pairs share one batch, and each
+/// sentence gets what the CLI gives for its pair (the bits, when it is translated alone).
+#[test]
+fn a_multilingual_model_loaded_once_serves_every_pair() {
+    let m2m = format!("m2m={}", repo("tests/fixtures/multilingual/m2m").display());
+    let pairs = [("en", "de", multilingual_line("en", 0)), ("fr", "en", multilingual_line("fr", 1)), ("de", "fr", multilingual_line("de", 2))];
+    let cli: Vec<(String, f64)> = pairs.iter().map(|(s, t, text)| m2m_cli(s, t, text)).collect();
+
+    let s = Server::start(&["--model", &m2m, "--deterministic"]);
+    let models = s.get("/v1/models").json();
+    let served = &models["models"][1];
+    assert_eq!(served["name"], "m2m");
+    for (src, tgt, _) in &pairs {
+        assert!(served["pairs"].as_array().unwrap().contains(&json!(format!("{src}-{tgt}"))), "{served}");
+    }
+    for ((src, tgt, text), (want, score)) in pairs.iter().zip(&cli) {
+        let r = s.post("/v1/translate", &json!({ "model": "m2m", "text": [text], "source_lang": src, "target_lang": tgt }));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let best = r.json()["translations"][0]["hypotheses"][0].clone();
+        assert_eq!(best["text"], want.as_str(), "{src}-{tgt}");
+        assert_eq!(best["score"].as_f64().unwrap() as f32, *score as f32, "{src}-{tgt}: alone, the CLI's bits");
+    }
+    // LibreTranslate finds the pair on the model that serves it
+    let r = s.post("/translate", &json!({ "q": pairs[1].2, "source": "fr", "target": "en" }));
+    assert_eq!(r.json(), json!({ "translatedText": cli[1].0 }));
+    let langs = s.get("/languages").json();
+    let fr = langs.as_array().unwrap().iter().find(|l| l["code"] == "fr").unwrap();
+    assert!(fr["targets"].as_array().unwrap().contains(&json!("de")), "{langs}");
+    s.post("/v1/translate", &json!({ "model": "m2m", "text": ["x"], "source_lang": "en", "target_lang": "xx" }))
+        .assert_error(400, "does not serve en-xx");
+    s.post("/v1/translate", &json!({ "text": ["x"], "source_lang": "fr", "target_lang": "en" }))
+        .assert_error(400, "model \"multi30k.en-de\" does not serve fr-en (it serves en-de)");
+    drop(s);
+
+    // three pairs sent together share one batch (the budget is exactly their estimate)
+    let budget: usize = pairs.iter().map(|(_, _, t)| t.split_whitespace().count() + 1).sum();
+    let s = Server::start(&["--model", &m2m, "--max-wait-ms", "60000", "--max-tokens", &budget.to_string()]);
+    let port = s.port;
+    let handles: Vec<_> = pairs
+        .iter()
+        .map(|(src, tgt, text)| {
+            let body = json!({ "model": "m2m", "text": [text], "source_lang": src, "target_lang": tgt }).to_string();
+            std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(body.as_bytes())).json())
+        })
+        .collect();
+    for (h, (want, score)) in handles.into_iter().zip(&cli) {
+        let best = h.join().unwrap()["translations"][0]["hypotheses"][0].clone();
+        assert_eq!(best["text"], want.as_str());
+        crate::util::tolerance::SENTENCE_SCORE.assert(best["score"].as_f64().unwrap() / LN_2, score / LN_2, want);
+    }
+    let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
+    assert!(metrics.contains("tchseq_batch_sentences_count{model=\"m2m\"} 1"), "three pairs, one batch: {metrics}");
+}
+
 #[test]
 fn an_oversized_body_sent_whole_still_gets_its_413() {
     let s = Server::start(&["--max-body-bytes", "2000"]);
