@@ -579,6 +579,12 @@ fn a_multilingual_model_serves_the_pairs_it_is_given() {
 
 /// A client that sends its whole body before it reads (Python's urllib) still reads the 413 of
 /// a body over `--max-body-bytes`: the server reads and discards it first.
+/// The server's peak resident memory (`VmHWM`), in KiB.
+fn peak_rss_kib(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM")
+}
+
 /// The first line of a multilingual fixture's input in `lang`.
 fn multilingual_line(lang: &str, n: usize) -> String {
     std::fs::read_to_string(crate::util::fixture(&format!("multilingual/input.{lang}"))).unwrap().lines().nth(n).unwrap().to_string()
@@ -630,7 +636,15 @@ fn a_multilingual_model_loaded_once_serves_every_pair() {
         .assert_error(400, "does not serve en-xx");
     s.post("/v1/translate", &json!({ "text": ["x"], "source_lang": "fr", "target_lang": "en" }))
         .assert_error(400, "model \"multi30k.en-de\" does not serve fr-en (it serves en-de)");
+    // the weights are held once: peak RSS within 10% of a server of one pair that translated one sentence
+    let every_pair = peak_rss_kib(&s);
     drop(s);
+    let one = Server::start(&["--model", &format!("{m2m}@en-de"), "--deterministic"]);
+    let r = one.post("/v1/translate", &json!({ "model": "m2m", "text": [&pairs[0].2] }));
+    assert_eq!(r.json()["translations"][0]["hypotheses"][0]["text"], cli[0].0.as_str());
+    let one_pair = peak_rss_kib(&one);
+    drop(one);
+    assert!(every_pair * 10 <= one_pair * 11, "peak RSS serving every pair {every_pair} KiB, one pair {one_pair} KiB");
 
     // three pairs sent together share one batch (the budget is exactly their estimate)
     let budget: usize = pairs.iter().map(|(_, _, t)| t.split_whitespace().count() + 1).sum();
