@@ -28,6 +28,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh   # OMP_NUM_THREADS=1, sitecustomize fixes (4: numpy 2 aliases, 5: mBART task)
+source reference/record.sh   # record, start_manifest, goldens_dir
 
 DATA=${DATA:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/data/multi30k}
 WORK=${WORK:-reference/work/multilingual}
@@ -230,15 +231,10 @@ directions() {
 
 # fairseq's log lines go to stderr (fairseq/tasks/text_to_speech.py:23 calls logging.basicConfig()
 # at import): a `record stdout` golden is stdout verbatim.
-MANIFEST_LINES="$WORK/manifest.jsonl"
-source reference/record.sh
-
 if run goldens; then
-  rm -f "$MANIFEST_LINES"
+  start_manifest
   for m in $MODELS; do
-    M=$FIX/$m
-    G=$M/goldens
-    mkdir -p "$G"
+    M=$FIX/$m G=$(goldens_dir "$FIX/$m")
     spm=(--bpe sentencepiece --sentencepiece-model "$M/sentencepiece.bpe.model")
     beam=(--beam 5 --nbest 2)
     for d in $(directions "$m"); do

@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh   # OMP_NUM_THREADS=1, sitecustomize fixes (numpy 2 aliases: fix 4)
+source reference/record.sh   # record, start_manifest, goldens_dir
 
 DATA=${DATA:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/shared/data/multi30k}
 WORK=${WORK:-reference/work/lm}
@@ -125,15 +126,10 @@ fi
 
 # eval-lm's results are log lines: its goldens are `record log` (Python warnings on stderr are
 # dropped), the interactive ones `record stdout` (S-/W-/H-/D-/P- lines).
-MANIFEST_LINES="$WORK/manifest.jsonl"
-source reference/record.sh
-
 if run goldens; then
-  rm -f "$MANIFEST_LINES"
+  start_manifest
   for m in $MODELS; do
-    M=$FIX/$m
-    G=$M/goldens
-    mkdir -p "$G"
+    M=$FIX/$m G=$(goldens_dir "$FIX/$m")
     # The CLIs build the task from the command line, not from the checkpoint: lm-gpt was trained
     # with --add-bos-token, so its runs pass it too (eval-lm then also strips the bos score).
     bos=()

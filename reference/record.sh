@@ -2,7 +2,19 @@
 # into GOLDEN, and appends its manifest row to MANIFEST_LINES (see write_manifest.py). KIND
 # `stdout` keeps stdout; `log` keeps stdout, then fairseq's log lines from stderr without their
 # time. A failure is kept too: the golden ends with stderr's tail, the notes say so. Sourced by
-# lm_goldens.sh and family_goldens.sh, which set NICE_CMD, WORK and MANIFEST_LINES.
+# lm_goldens.sh and family_goldens.sh, which set NICE_CMD and WORK, and call start_manifest
+# first (and goldens_dir for each model's goldens/ folder).
+
+# A new, empty manifest of this run's goldens: MANIFEST_LINES.
+start_manifest() {
+  MANIFEST_LINES="$WORK/manifest.jsonl"
+  rm -f "$MANIFEST_LINES"
+}
+
+# goldens_dir MODEL_DIR: prints MODEL_DIR/goldens, made if missing.
+goldens_dir() {
+  mkdir -p "$1/goldens" && echo "$1/goldens"
+}
 
 LOG_RE='^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \| '
 strip_time() { sed -E 's/^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \| //'; }

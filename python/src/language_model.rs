@@ -8,7 +8,7 @@ use pyo3::types::PyDict;
 
 use tchseq::hub::{Batching, LanguageModel as HubLanguageModel, ModelSpec, PipelineOverrides};
 
-use super::{options, parse_device, to_results, value_error, ScoringResult, TranslationResult};
+use super::{options, parse_device, run_locked, to_results, value_error, ScoringResult, TranslationResult};
 
 /// A fairseq `transformer_lm`, loaded once: scores text as fairseq-eval-lm does and continues
 /// prompts as fairseq-interactive `--task language_modeling` does.
@@ -20,15 +20,7 @@ pub struct LanguageModel {
 
 impl LanguageModel {
     fn run<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&HubLanguageModel) -> Result<R, String> + Send) -> PyResult<R> {
-        let threads = self.threads;
-        py.detach(|| {
-            let lm = self.inner.lock().map_err(|_| "an earlier call panicked inside the model".to_string())?;
-            if threads > 0 {
-                tch::set_num_threads(threads);
-            }
-            f(&lm)
-        })
-        .map_err(value_error)
+        run_locked(py, &self.inner, self.threads, f)
     }
 }
 
@@ -52,7 +44,7 @@ impl LanguageModel {
     /// Each text scored as one sample (`tchseq score --lm --sample-break-mode eos`,
     /// fairseq-eval-lm's numbers): its tokens, EOS included, and their natural-log
     /// probabilities. A text longer than the model's positions raises ValueError.
-    #[pyo3(signature = (texts, batch_size = 16))]
+    #[pyo3(signature = (texts, batch_size = HubLanguageModel::SCORE_BATCH_SIZE))]
     fn score_batch(&self, py: Python<'_>, texts: Vec<String>, batch_size: usize) -> PyResult<Vec<ScoringResult>> {
         self.run(py, move |lm| {
             let refs: Vec<&str> = texts.iter().map(|t| t.trim()).collect();

@@ -135,17 +135,22 @@ pub struct Translator {
     open: bool,
 }
 
+/// Runs `f` on the model behind `model` without the GIL, one call at a time, on `threads`
+/// intra-op threads (0: libtorch's default).
+fn run_locked<M: Send, R: Send>(py: Python<'_>, model: &Mutex<M>, threads: i32, f: impl FnOnce(&M) -> Result<R, String> + Send) -> PyResult<R> {
+    py.detach(|| {
+        let m = model.lock().map_err(|_| "an earlier call panicked inside the model".to_string())?;
+        if threads > 0 {
+            tch::set_num_threads(threads);
+        }
+        f(&m)
+    })
+    .map_err(value_error)
+}
+
 impl Translator {
     fn run<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&HubTranslator) -> Result<R, String> + Send) -> PyResult<R> {
-        let threads = self.threads;
-        py.detach(|| {
-            let t = self.inner.lock().map_err(|_| "an earlier call panicked inside the model".to_string())?;
-            if threads > 0 {
-                tch::set_num_threads(threads);
-            }
-            f(&t)
-        })
-        .map_err(value_error)
+        run_locked(py, &self.inner, self.threads, f)
     }
 
     fn batching(&self, batch_size: Option<usize>, max_tokens: Option<usize>) -> PyResult<Batching> {

@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use super::args::{DtypeArg, GlobalArgs, ModelArgs, ServeArgs};
 use super::common;
 use super::Outcome;
-use crate::serve::{self, BatchPolicy, Limits, ModelToServe, Settings};
-use tchseq::hub::{LoadOptions, ModelBundle, ModelSpec, TextMode, Translator, Weights};
+use crate::serve::{self, BatchPolicy, Limits, Model, ModelToServe, Settings};
+use tchseq::hub::{language_model_checkpoint, LanguageModel, LoadOptions, ModelBundle, ModelSpec, TextMode, Translator, Weights};
 
 pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
     let host: IpAddr = a.host.parse().with_context(|| format!("--host {:?} is not an IP address", a.host))?;
@@ -58,18 +58,29 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         let hint = format!("name the pair as --model {name}={}@SRC-TGT", model_args.model.as_deref().unwrap_or(Path::new("")).display());
         // without @SRC-TGT a multilingual model serves every pair it knows, on one copy of its weights
         let spec = ModelSpec { any_pair: pair.is_none(), ..common::model_spec(&model_args) };
+        if pair.is_none() && language_model_checkpoint(&spec).is_some() {
+            if a.compute_type.name() != "exact" {
+                bail!("--model {name}: a language model is served with --compute-type exact only");
+            }
+            let lm = LanguageModel::load(&spec, &Default::default(), device, tch::Kind::Float, false).map_err(common::hub_error)?;
+            for w in &lm.warnings {
+                eprintln!("warning: {w}");
+            }
+            max_positions = max_positions.min(lm.max_positions());
+            models.push(ModelToServe { name, model: Model::Language(lm), pairs: Vec::new() });
+            continue;
+        }
         let options = LoadOptions { weights, pipeline: Default::default() };
         let bundle = ModelBundle::load(&spec, &options).map_err(|e| common::hub_error_naming(e, &hint))?;
         let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
         translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&translator.report);
         max_positions = max_positions.min(translator.max_source_positions);
-        let loaded = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
-        let mut pairs = vec![loaded.clone()];
-        if pair.is_none() {
-            pairs.extend(translator.language_pairs().into_iter().filter(|p| *p != loaded && translator.pair_tokens(&p.0, &p.1).is_ok()));
-        }
-        models.push(ModelToServe { name, translator, pairs });
+        let more = match pair {
+            Some(_) => Vec::new(),
+            None => translator.language_pairs().into_iter().filter(|p| translator.pair_tokens(&p.0, &p.1).is_ok()).collect(),
+        };
+        models.push(ModelToServe::translation(name, translator, more));
     }
     let settings = Settings {
         addr: SocketAddr::new(host, a.port),

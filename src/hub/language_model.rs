@@ -85,6 +85,10 @@ pub struct LmScored {
 }
 
 impl LanguageModel {
+    /// Samples a batch when scoring, unless told otherwise (fairseq-eval-lm's `--batch-size`
+    /// as `tchseq score --lm` defaults it).
+    pub const SCORE_BATCH_SIZE: usize = 16;
+
     /// Loads the language model of `spec` (a directory with `model.pt` and `dict.txt`, or a
     /// checkpoint with `--data` holding `dict.txt`).
     /// `replay_init` replays fairseq's random initialisation of the model first (sampling draws

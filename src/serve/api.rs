@@ -198,7 +198,12 @@ pub struct Pair {
 #[serde(deny_unknown_fields)]
 pub struct ScoreRequest {
     pub model: Option<String>,
+    /// (source, target) pairs, for a translation model.
+    #[serde(default)]
     pub pairs: Vec<Pair>,
+    /// Texts, for a language model: each scored as one sample.
+    #[serde(default)]
+    pub texts: Vec<String>,
     #[serde(default)]
     pub token_scores: bool,
 }
@@ -235,7 +240,9 @@ pub struct ModelInfo {
     pub target_lang: String,
     /// Every `src-tgt` pair served, the loaded one first.
     pub pairs: Vec<String>,
-    pub report: tchseq::hub::LoadReport,
+    /// `translation` or `language_model`.
+    pub kind: &'static str,
+    pub report: serde_json::Value,
 }
 
 // --- LibreTranslate --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageTokens, Scored, TargetGuide, TranslateOptions, Translation, Translator};
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageModel, LanguageTokens, Scored, TargetGuide, TranslateOptions, Translation, Translator};
 
 use super::metrics::Metrics;
 
@@ -51,6 +51,15 @@ pub struct Hypothesis {
 /// The hypotheses of one sentence, or why it was not translated.
 pub type SentenceResult = Result<Vec<Hypothesis>, String>;
 pub type PairResult = Result<(Scored, Vec<String>), String>;
+/// A text's tokens (EOS included) and their log-probabilities under a language model.
+pub type TextResult = Result<(Vec<String>, Vec<f32>), String>;
+
+/// What a worker runs.
+pub enum Model {
+    Translation(Translator),
+    /// A `transformer_lm`: it continues prompts and scores texts.
+    Language(LanguageModel),
+}
 
 pub enum Work {
     /// `prefixes`: empty, or per sentence the target text its hypotheses must begin with;
@@ -65,6 +74,8 @@ pub enum Work {
         reply: oneshot::Sender<Vec<SentenceResult>>,
     },
     Score { pairs: Vec<(String, String)>, reply: oneshot::Sender<Vec<PairResult>> },
+    /// Texts scored by a language model, each as one sample.
+    ScoreTexts { texts: Vec<String>, reply: oneshot::Sender<Vec<TextResult>> },
 }
 
 impl Work {
@@ -72,12 +83,13 @@ impl Work {
         match self {
             Work::Translate { sentences, .. } => sentences.len(),
             Work::Score { pairs, .. } => pairs.len(),
+            Work::ScoreTexts { texts, .. } => texts.len(),
         }
     }
 }
 
-struct Job {
-    work: Work,
+pub(super) struct Job {
+    pub(super) work: Work,
     enqueued: Instant,
 }
 
@@ -98,10 +110,10 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn start(name: String, translator: Translator, policy: BatchPolicy, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    pub fn start(name: String, model: Model, policy: BatchPolicy, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
-        let worker = Worker { name: name.clone(), translator, policy, metrics, queued: queued.clone(), held: VecDeque::new() };
+        let worker = Worker { name: name.clone(), model, policy, metrics, queued: queued.clone(), held: VecDeque::new() };
         // the worker thread owns the model from here on
         let handle = std::thread::Builder::new().name(format!("model-{name}")).spawn(move || {
             let mut worker = worker;
@@ -146,12 +158,12 @@ impl Drop for Engine {
     }
 }
 
-struct Worker {
-    name: String,
-    translator: Translator,
-    policy: BatchPolicy,
-    metrics: Arc<Metrics>,
-    queued: Arc<AtomicUsize>,
+pub(super) struct Worker {
+    pub(super) name: String,
+    pub(super) model: Model,
+    pub(super) policy: BatchPolicy,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) queued: Arc<AtomicUsize>,
     /// Jobs received while gathering that could not join the buffer being gathered.
     held: VecDeque<Job>,
 }
@@ -178,9 +190,11 @@ impl Worker {
             let group = self.gather(first, &rx);
             let n: usize = group.iter().map(|j| j.work.len()).sum();
             self.metrics.observe_batch(&self.name, n);
-            match &group[0].work {
-                Work::Translate { .. } => self.translate(group, n),
-                Work::Score { .. } => self.score(group, n),
+            match (&group[0].work, &self.model) {
+                (Work::Translate { .. }, Model::Translation(_)) => self.translate(group, n),
+                (Work::Translate { .. }, Model::Language(_)) => self.continue_prompts(group, n),
+                (Work::Score { .. }, _) => self.score(group, n),
+                (Work::ScoreTexts { .. }, _) => self.score_texts(group, n),
             }
         }
     }
@@ -188,7 +202,7 @@ impl Worker {
     fn joins(&self, first: &Job, next: &Job) -> bool {
         match (&first.work, &next.work) {
             (Work::Translate { options: a, .. }, Work::Translate { options: b, .. }) => !a.sampling && a.same_search(b),
-            (Work::Score { .. }, Work::Score { .. }) => true,
+            (Work::Score { .. }, Work::Score { .. }) | (Work::ScoreTexts { .. }, Work::ScoreTexts { .. }) => true,
             _ => false,
         }
     }
@@ -233,15 +247,17 @@ impl Worker {
         match &job.work {
             Work::Translate { sentences, .. } => sentences.iter().map(|s| s.split_whitespace().count() + 1).sum(),
             Work::Score { pairs, .. } => pairs.iter().map(|(s, t)| s.split_whitespace().count() + t.split_whitespace().count() + 2).sum(),
+            Work::ScoreTexts { texts, .. } => texts.iter().map(|t| t.split_whitespace().count() + 1).sum(),
         }
     }
 
-    fn batching(&self) -> Batching {
+    pub(super) fn batching(&self) -> Batching {
         Batching { max_tokens: Some(self.policy.max_tokens), batch_size: None, inter_threads: self.policy.inter_threads }
     }
 
     /// Translates the gathered `group` (`n` sentences) and replies to each job.
-    fn translate(&mut self, group: Vec<Job>, n: usize) {
+    fn translate(&self, group: Vec<Job>, n: usize) {
+        let Model::Translation(translator) = &self.model else { return self.refuse(group, n, "a language model") };
         let mut replies = Vec::new();
         let mut slots = Vec::new();
         let mut results: Vec<Vec<SentenceResult>> = Vec::new();
@@ -249,7 +265,7 @@ impl Worker {
         for (j, job) in group.into_iter().enumerate() {
             let Work::Translate { sentences, prefixes, constraints, pair, options: o, reply } = job.work else { continue };
             let mut out: Vec<SentenceResult> = Vec::with_capacity(sentences.len());
-            let language = match pair.as_ref().map(|(s, t)| self.translator.pair_tokens(s, t)).transpose() {
+            let language = match pair.as_ref().map(|(s, t)| translator.pair_tokens(s, t)).transpose() {
                 Ok(l) => l,
                 Err(e) => {
                     results.push(vec![Err(e.to_string()); sentences.len()]);
@@ -259,8 +275,8 @@ impl Worker {
             };
             for (index, s) in sentences.iter().enumerate() {
                 let tokens = match &language {
-                    Some(l) => self.translator.encode_in(s.trim(), l),
-                    None => self.translator.encode(s.trim()),
+                    Some(l) => translator.encode_in(s.trim(), l),
+                    None => translator.encode(s.trim()),
                 };
                 if tokens.len() > self.policy.max_sentence_tokens {
                     out.push(Err(format!(
@@ -270,11 +286,11 @@ impl Worker {
                     )));
                 } else {
                     let prefix = match prefixes.get(index) {
-                        Some(Some(p)) => self.translator.encode_target_prefix(p),
+                        Some(Some(p)) => translator.encode_target_prefix(p),
                         _ => Vec::new(),
                     };
                     let texts = constraints.get(index).map_or(&[][..], Vec::as_slice);
-                    match self.translator.guide(prefix, texts) {
+                    match translator.guide(prefix, texts) {
                         Ok(mut guide) => {
                             guide.language = language.as_ref().and_then(|l| l.target_prefix);
                             out.push(Err(String::new()));
@@ -293,10 +309,10 @@ impl Worker {
             return;
         };
         let outcome: Result<Vec<Failable>, String> =
-            self.translator.search(&options, self.batching()).map_err(|e| e.to_string()).map(|(generator, batching)| {
+            translator.search(&options, self.batching()).map_err(|e| e.to_string()).map(|(generator, batching)| {
                 let tokens: Vec<Vec<i64>> = slots.iter().map(|s| s.tokens.clone()).collect();
                 let guides: Vec<TargetGuide> = slots.iter().map(|s| s.guide.clone()).collect();
-                let t = &self.translator;
+                let t = &translator;
                 match t.translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment) {
                     Ok(t) => t.into_iter().map(Ok).collect(),
                     // a failing batch fails only the sentences that fail alone
@@ -314,7 +330,7 @@ impl Worker {
             Ok(translations) => {
                 for (slot, t) in slots.iter().zip(translations) {
                     let (_, reply_options, language) = &replies[slot.job];
-                    results[slot.job][slot.index] = self.hypotheses(t, reply_options, language.as_ref());
+                    results[slot.job][slot.index] = self.hypotheses(translator, t, reply_options, language.as_ref());
                 }
             }
             Err(e) => {
@@ -335,7 +351,7 @@ impl Worker {
         self.metrics.add_work(&self.name, sentences, tokens);
     }
 
-    fn hypotheses(&self, t: Failable, options: &TranslateOptions, language: Option<&LanguageTokens>) -> SentenceResult {
+    fn hypotheses(&self, translator: &Translator, t: Failable, options: &TranslateOptions, language: Option<&LanguageTokens>) -> SentenceResult {
         let t = t?;
         if let Some(e) = t.error() {
             return Err(e);
@@ -345,22 +361,23 @@ impl Worker {
             .iter()
             .take(options.nbest)
             .map(|h| {
-                let language = language.unwrap_or(&self.translator.language_tokens);
-                let text = self.translator.hypothesis_text_in(h, language).map_err(|e| e.to_string())?;
+                let language = language.unwrap_or(&translator.language_tokens);
+                let text = translator.hypothesis_text_in(h, language).map_err(|e| e.to_string())?;
                 Ok(Hypothesis {
                     tokens: text.tokens.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect(),
                     text: text.text,
                     score: h.score,
                     token_scores: options.token_scores.then(|| h.positional_scores.clone()),
                     alignment: if options.alignment { h.alignment.clone() } else { None },
-                    attention: if options.attention { self.translator.attention_matrix(h, &src_tokens) } else { None },
+                    attention: if options.attention { translator.attention_matrix(h, &src_tokens) } else { None },
                 })
             })
             .collect()
     }
 
     /// Scores the gathered `group` (`n` pairs) and replies to each job.
-    fn score(&mut self, group: Vec<Job>, n: usize) {
+    fn score(&self, group: Vec<Job>, n: usize) {
+        let Model::Translation(translator) = &self.model else { return self.refuse(group, n, "a language model") };
         let mut replies = Vec::new();
         let mut results: Vec<Vec<PairResult>> = Vec::new();
         let mut encoded: Vec<(usize, usize, Encoded)> = Vec::new();
@@ -368,7 +385,7 @@ impl Worker {
             let Work::Score { pairs, reply } = job.work else { continue };
             let mut out = Vec::with_capacity(pairs.len());
             for (index, (s, t)) in pairs.iter().enumerate() {
-                match self.translator.encode_pair(s.trim(), t.trim()) {
+                match translator.encode_pair(s.trim(), t.trim()) {
                     Ok(e) => {
                         out.push(Err(String::new()));
                         encoded.push((j, index, e));
@@ -380,9 +397,9 @@ impl Worker {
             replies.push(reply);
         }
         let pairs: Vec<Encoded> = encoded.iter().map(|(_, _, e)| e.clone()).collect();
-        let scored = self.translator.score_pairs(&pairs, self.policy.max_tokens, self.policy.inter_threads);
+        let scored = translator.score_pairs(&pairs, self.policy.max_tokens, self.policy.inter_threads);
         for ((j, index, e), result) in encoded.iter().zip(scored) {
-            results[*j][*index] = result.map(|s| (s, e.target.iter().map(|&id| self.translator.tgt_dict.symbol(id).to_string()).collect()));
+            results[*j][*index] = result.map(|s| (s, e.target.iter().map(|&id| translator.tgt_dict.symbol(id).to_string()).collect()));
         }
         self.queued.fetch_sub(n, Ordering::SeqCst);
         let mut pairs = 0;
@@ -397,3 +414,19 @@ impl Worker {
 }
 
 type Failable = Result<Translation, String>;
+
+impl Worker {
+    /// Answers every sentence of `group` with the error that this model (`what`) cannot do the
+    /// work (the routes refuse such requests first).
+    pub(super) fn refuse(&self, group: Vec<Job>, n: usize, what: &str) {
+        let why = format!("{} is {what}: it cannot do this", self.name);
+        self.queued.fetch_sub(n, Ordering::SeqCst);
+        for job in group {
+            match job.work {
+                Work::Translate { sentences, reply, .. } => drop(reply.send(vec![Err(why.clone()); sentences.len()])),
+                Work::Score { pairs, reply } => drop(reply.send(vec![Err(why.clone()); pairs.len()])),
+                Work::ScoreTexts { texts, reply } => drop(reply.send(vec![Err(why.clone()); texts.len()])),
+            }
+        }
+    }
+}

@@ -4,6 +4,7 @@
 
 mod api;
 mod engine;
+mod lm_work;
 mod metrics;
 mod routes;
 
@@ -20,10 +21,10 @@ use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use tchseq::hub::{LoadReport, Translator};
+use tchseq::hub::Translator;
 use tchseq::model::ComputeType;
 
-pub use engine::BatchPolicy;
+pub use engine::{BatchPolicy, Model};
 use api::{ApiError, ModelInfo};
 use engine::Engine;
 use metrics::Metrics;
@@ -45,13 +46,23 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
-/// A model to serve: its name, the loaded translator, and the (source, target) pairs it serves
-/// (the loaded pair first; a multilingual model may serve every pair it knows on one copy of
-/// its weights).
+/// A model to serve: its name, the loaded model, and the (source, target) pairs it serves (the
+/// loaded pair first; a multilingual model may serve every pair it knows on one copy of its
+/// weights; a language model none).
 pub struct ModelToServe {
     pub name: String,
-    pub translator: Translator,
+    pub model: Model,
     pub pairs: Vec<(String, String)>,
+}
+
+impl ModelToServe {
+    /// A translation model serving its loaded pair, and `more` pairs.
+    pub fn translation(name: String, translator: Translator, more: Vec<(String, String)>) -> Self {
+        let loaded = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
+        let mut pairs = vec![loaded.clone()];
+        pairs.extend(more.into_iter().filter(|p| *p != loaded));
+        ModelToServe { name, model: Model::Translation(translator), pairs }
+    }
 }
 
 /// A loaded model and its engine.
@@ -60,10 +71,12 @@ pub struct Served {
     /// The pair a request gets when it names none.
     pub source_lang: String,
     pub target_lang: String,
-    /// Every pair served, the loaded one first.
+    /// Every pair served, the loaded one first (none for a language model).
     pub pairs: Vec<(String, String)>,
     pub compute_type: ComputeType,
-    report: LoadReport,
+    /// A `transformer_lm`: it continues prompts and scores texts.
+    pub language_model: bool,
+    report: serde_json::Value,
     engine: Engine,
 }
 
@@ -74,6 +87,7 @@ impl Served {
             source_lang: self.source_lang.clone(),
             target_lang: self.target_lang.clone(),
             pairs: self.pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect(),
+            kind: if self.language_model { "language_model" } else { "translation" },
             report: self.report.clone(),
         }
     }
@@ -101,11 +115,19 @@ pub struct AppState {
 pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let mut served = Vec::with_capacity(models.len());
-    for ModelToServe { name, translator, pairs } in models {
-        let (source_lang, target_lang) = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
-        let (report, compute_type) = (translator.report.clone(), translator.compute_type);
-        let engine = Engine::start(name.clone(), translator, settings.policy, metrics.clone())?;
-        served.push(Served { name, source_lang, target_lang, pairs, compute_type, report, engine });
+    for ModelToServe { name, model, pairs } in models {
+        let (source_lang, target_lang, compute_type, report, language_model) = match &model {
+            Model::Translation(t) => {
+                let report = serde_json::to_value(&t.report).unwrap_or_default();
+                (t.report.source_lang.clone(), t.report.target_lang.clone(), t.compute_type, report, false)
+            }
+            Model::Language(lm) => {
+                let report = serde_json::json!({ "checkpoint": lm.checkpoint, "dictionary": lm.dict_path, "warnings": lm.warnings });
+                (String::new(), String::new(), ComputeType::Exact, report, true)
+            }
+        };
+        let engine = Engine::start(name.clone(), model, settings.policy, metrics.clone())?;
+        served.push(Served { name, source_lang, target_lang, pairs, compute_type, language_model, report, engine });
     }
     let state = Arc::new(AppState { models: served, limits: settings.limits, api_key: settings.api_key.clone(), metrics });
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -13,7 +13,7 @@ use tchseq::plot::render::{render_svg, Axis, Figure, Heatmap, Scale};
 
 use super::api::*;
 use tchseq::hub::TranslateOptions;
-use super::engine::{PairResult, SentenceResult, SubmitError, Work};
+use super::engine::{PairResult, SentenceResult, SubmitError, TextResult, Work};
 use super::{AppState, Served};
 
 const PAGE: &str = include_str!("page.html");
@@ -112,6 +112,18 @@ pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
     let sentences = req.text.into_vec();
     let prefixes = req.target_prefix.unwrap_or_default();
     let constraints = req.constraints.unwrap_or_default();
+    if m.language_model {
+        let o = &req.options;
+        let guided = !prefixes.is_empty() || !constraints.is_empty() || req.source_lang.is_some() || req.target_lang.is_some();
+        if guided || o.alignment || o.attention {
+            return Err(ApiError::bad_request(format!(
+                "model {:?} is a language model: it continues each text; target_prefix, constraints, languages, alignment and attention need a translation model",
+                m.name
+            )));
+        }
+        let results = translate(&app, m, sentences.clone(), req.options).await?;
+        return Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }));
+    }
     let source_lang = req.source_lang.unwrap_or_else(|| m.source_lang.clone());
     let target_lang = req.target_lang.unwrap_or_else(|| m.target_lang.clone());
     if !m.serves(&source_lang, &target_lang) {
@@ -120,19 +132,28 @@ pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
     }
     let pair = m.pair(&source_lang, &target_lang);
     let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, pair, req.options).await?;
-    let translations = sentences
+    Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }))
+}
+
+fn sentence_replies(sentences: Vec<String>, results: Vec<SentenceResult>) -> Vec<SentenceReply> {
+    sentences
         .into_iter()
         .zip(results)
         .map(|(source, r)| match r {
             Ok(h) => SentenceReply { source, hypotheses: Some(h), error: None },
             Err(e) => SentenceReply { source, hypotheses: None, error: Some(e) },
         })
-        .collect();
-    Ok(Json(TranslateReply { model: m.name.clone(), translations }))
+        .collect()
 }
 
 pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<ScoreRequest>) -> Result<Json<ScoreReply>, ApiError> {
     let m = model(&app, req.model.as_deref())?;
+    match (m.language_model, req.pairs.is_empty(), req.texts.is_empty()) {
+        (true, true, _) => return score_texts(&app, m, req.texts, req.token_scores).await,
+        (true, false, _) => return Err(ApiError::bad_request(format!("model {:?} is a language model: give \"texts\" to score, not \"pairs\"", m.name))),
+        (false, _, false) => return Err(ApiError::bad_request(format!("model {:?} is a translation model: give \"pairs\" to score, not \"texts\"", m.name))),
+        (false, _, true) => {}
+    }
     check_count(&app, req.pairs.len())?;
     let pairs: Vec<(String, String)> = req.pairs.into_iter().map(|p| (p.source, p.target)).collect();
     let (reply, rx) = oneshot::channel();
@@ -156,10 +177,42 @@ pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<
     Ok(Json(ScoreReply { model: m.name.clone(), scores }))
 }
 
+/// `/v1/score` with a language model: each text scored as one sample (`tchseq score --lm
+/// --sample-break-mode eos`), in the shape of a pair's score.
+async fn score_texts(app: &AppState, m: &Served, texts: Vec<String>, token_scores: bool) -> Result<Json<ScoreReply>, ApiError> {
+    check_count(app, texts.len())?;
+    let (reply, rx) = oneshot::channel();
+    m.engine.submit(Work::ScoreTexts { texts, reply }).map_err(submit_error)?;
+    let results: Vec<TextResult> = rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))?;
+    let scores = results
+        .into_iter()
+        .map(|r| match r {
+            Ok((symbols, scores)) => {
+                let logprob: f32 = scores.iter().sum();
+                let avg = if scores.is_empty() { 0.0 } else { logprob / scores.len() as f32 };
+                PairReply {
+                    logprob: Some(logprob),
+                    tokens: Some(scores.len()),
+                    avg_logprob: Some(avg),
+                    ppl: Some((-f64::from(avg)).exp()),
+                    target_tokens: token_scores.then_some(symbols),
+                    token_scores: token_scores.then_some(scores),
+                    error: None,
+                }
+            }
+            Err(e) => PairReply { error: Some(e), ..Default::default() },
+        })
+        .collect();
+    Ok(Json(ScoreReply { model: m.name.clone(), scores }))
+}
+
 /// The SVG heatmap of the best translation's attention (the model's alignment layer, heads
 /// averaged), drawn by the renderer of `tchseq attention`.
 pub async fn v1_attention(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<AttentionRequest>) -> Result<Response, ApiError> {
     let m = model(&app, req.model.as_deref())?;
+    if m.language_model {
+        return Err(ApiError::bad_request(format!("model {:?} is a language model: it has no encoder to attend to", m.name)));
+    }
     let options = TranslateOptions { nbest: 1, attention: true, ..req.options };
     let mut results = translate(&app, m, vec![req.text], options).await?;
     let best = results.pop().unwrap_or_else(|| Err("not translated".into())).map_err(ApiError::bad_request)?;

@@ -666,6 +666,63 @@ fn a_multilingual_model_loaded_once_serves_every_pair() {
     assert!(metrics.contains("tchseq_batch_sentences_count{model=\"m2m\"} 1"), "three pairs, one batch: {metrics}");
 }
 
+/// A `transformer_lm` behind `/v1/translate` (it continues each text) and `/v1/score` (with
+/// `texts`): the bits of `tchseq translate` and `tchseq score --lm --sample-break-mode eos` on the
+/// same input, in deterministic mode.
+#[test]
+fn a_language_model_continues_and_scores_as_the_cli_does() {
+    let dir = repo("tests/fixtures/lm/lm-gpt");
+    let s = Server::start(&["--model", &format!("lm={}", dir.display()), "--deterministic"]);
+    assert_eq!(s.get("/v1/models").json()["models"][1]["kind"], "language_model");
+
+    let prompts: Vec<String> = std::fs::read_to_string(crate::util::fixture("lm/prompts.en")).unwrap().lines().take(3).map(str::to_string).collect();
+    for prompt in &prompts {
+        let out = tchseq()
+            .args(["translate", "--batch-size", "1", "--format", "jsonl", "--beam", "4", "--nbest", "2", "--max-len-b", "12", "-m"])
+            .arg(&dir)
+            .arg(prompt)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let want: Value = serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim_end()).unwrap();
+        let r = s.post("/v1/translate", &json!({ "model": "lm", "text": [prompt], "options": { "beam": 4, "nbest": 2, "max_len_b": 12 } }));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let got = r.json()["translations"][0]["hypotheses"].clone();
+        let want = want["hypotheses"].as_array().unwrap();
+        assert_eq!(got.as_array().unwrap().len(), want.len(), "{prompt}");
+        for (g, w) in got.as_array().unwrap().iter().zip(want) {
+            assert_eq!(g["text"], w["text"], "{prompt}");
+            assert!(g["text"].as_str().unwrap().starts_with(prompt.as_str()), "{g}");
+            assert_eq!(g["score"].as_f64().unwrap() as f32, w["score"].as_f64().unwrap() as f32, "{prompt}");
+        }
+    }
+
+    let input = crate::util::fixture("lm/input.en");
+    let out = tchseq().args(["score", "--lm", "--sample-break-mode", "eos", "--format", "jsonl", "--per-token", "-m"]).arg(&dir).arg("--input").arg(&input).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let texts: Vec<String> = std::fs::read_to_string(&input).unwrap().lines().map(str::to_string).collect();
+    assert_eq!(cli.len(), texts.len());
+    let r = s.post("/v1/score", &json!({ "model": "lm", "texts": texts, "token_scores": true }));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let scores = r.json()["scores"].clone();
+    assert_eq!(scores.as_array().unwrap().len(), cli.len());
+    for (g, w) in scores.as_array().unwrap().iter().zip(&cli) {
+        let pairs = w["token_logprobs"].as_array().unwrap();
+        let want_tokens: Vec<&Value> = pairs.iter().map(|p| &p[0]).collect();
+        let want_scores: Vec<f32> = pairs.iter().map(|p| p[1].as_f64().unwrap() as f32).collect();
+        let got_scores: Vec<f32> = g["token_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        assert_eq!(g["target_tokens"].as_array().unwrap().iter().collect::<Vec<_>>(), want_tokens);
+        assert_eq!(got_scores, want_scores, "{}", w["text"]);
+        assert_eq!(g["tokens"], w["tokens"]);
+    }
+
+    s.post("/v1/score", &json!({ "model": "lm", "pairs": [{ "source": "a", "target": "b" }] })).assert_error(400, "is a language model: give \"texts\"");
+    s.post("/v1/score", &json!({ "texts": ["a"] })).assert_error(400, "is a translation model: give \"pairs\"");
+    s.post("/v1/translate", &json!({ "model": "lm", "text": ["A dog"], "target_prefix": ["x"] })).assert_error(400, "is a language model");
+    s.post("/v1/attention", &json!({ "model": "lm", "text": "A dog" })).assert_error(400, "is a language model");
+}
+
 #[test]
 fn an_oversized_body_sent_whole_still_gets_its_413() {
     let s = Server::start(&["--max-body-bytes", "2000"]);

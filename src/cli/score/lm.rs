@@ -18,7 +18,6 @@ use tchseq::generate::lm_samples::{BreakMode, LmRow, LmSamples};
 use tchseq::hub::{LanguageModel, LmScored};
 
 /// Rows per forward pass when `--batch-size` is not given.
-const DEFAULT_BATCH_SIZE: usize = 16;
 
 /// One output record: a scored sample, or a line or sample that could not be scored.
 enum Record {
@@ -62,7 +61,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     let add_bos = a.add_bos_token || lm.config.add_bos_token;
     let mut samples = LmSamples::new(mode, tokens_per_sample, a.context_window, add_bos, lm.specials())
         .map_err(|e| anyhow::anyhow!("{}", e.replace("tokens_per_sample", "--tokens-per-sample").replace("context_window", "--context-window")))?;
-    let batch_size = a.batch_size.unwrap_or(DEFAULT_BATCH_SIZE);
+    let batch_size = a.batch_size.unwrap_or(LanguageModel::SCORE_BATCH_SIZE);
     if batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }
