@@ -25,7 +25,7 @@ SLIM_INSTALL := --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda
 FULL_STAMP := $(VENV)/.full-torch-ok
 CARGO ?= cargo
 
-.PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser python python-test ray-test parity reference reference-venv fuzz venv clean doc \
+.PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser wheel wheel-test python python-test ray-test parity reference reference-venv fuzz venv clean doc \
 	torch-2.11-venv build-torch-2.11 test-torch-2.11 gpu-dry-run gpu-bundle
 
 all: build
@@ -57,6 +57,7 @@ test: $(FULL_STAMP) browser fonts
 	set -o pipefail; $(CARGO) test --release 2>&1 | tee target/cargo-test.log
 	@awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($$i ~ /^ignored/) n += $$(i-1) } END { printf "cargo test: %d ignored\n", n }' target/cargo-test.log
 	$(MAKE) python-test
+	$(MAKE) wheel-test
 	$(MAKE) parity
 	$(MAKE) parity PARITY_ARGS="--reproducible --threads 2 --only '$(REPRODUCIBLE_PARITY)'"
 
@@ -89,10 +90,24 @@ mutants: build
 drift: build
 	bash tests/drift.sh
 
-# The Python package (python/: pyo3 + maturin), installed into the venv beside torch 2.13.0.
-python: $(FULL_STAMP)
+# The wheel (dist/): the Python package and the `tchseq` command (the stripped launcher and
+# tchseq-core, in its scripts), for torch==2.13.*; python/check_wheel.py checks what its binaries
+# need, as auditwheel would.
+wheel: build $(FULL_STAMP)
 	@"$(VENV)/bin/python" -c "import maturin, pytest" 2>/dev/null || "$(VENV)/bin/python" -m pip install --quiet "maturin>=1.5,<2" pytest
-	PATH="$(VENV)/bin:$$PATH" "$(VENV)/bin/python" -m pip install --quiet --no-build-isolation ./python
+	rm -rf python/tchseq.data dist && mkdir -p python/tchseq.data/scripts
+	strip -o python/tchseq.data/scripts/tchseq target/release/tchseq
+	strip -o python/tchseq.data/scripts/tchseq-core target/release/tchseq-core
+	PATH="$(VENV)/bin:$$PATH" "$(VENV)/bin/maturin" build --release --quiet -m python/Cargo.toml --out dist --target-dir target/maturin
+	"$(VENV)/bin/python" python/check_wheel.py dist/tchseq-*.whl
+
+# The Python package, installed from the wheel into the venv beside torch 2.13.0.
+python: wheel
+	"$(VENV)/bin/python" -m pip install --quiet --no-deps --force-reinstall dist/tchseq-*.whl
+
+# The wheel in a fresh venv without Rust, beside the project's torch (python/wheel_test.sh).
+wheel-test: wheel
+	bash python/wheel_test.sh "$(VENV)"
 
 # pytest without third-party plugins (fairseq's hydra registers one that breaks on Python 3.11)
 python-test: python build
