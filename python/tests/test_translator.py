@@ -171,9 +171,19 @@ def test_constraint_errors(translator):
         translator.translate_batch(["A dog."], constraints=[["Hund"]], sampling=True, beam_size=1)
 
 
+def bfloat16_runs_here():
+    """`compute_type="bfloat16"` needs AVX512_BF16 on the CPU (else a ValueError naming it)."""
+    flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+    return "avx512_bf16" in flags.split()
+
+
 # float16 and bfloat16 halve the fp32 model the Translator loaded; the CLI loads it halved
 @pytest.mark.parametrize("compute_type", ["float32", "int8", "float16", "bfloat16"])
 def test_a_compute_type_is_the_cli_s(compute_type):
+    if compute_type == "bfloat16" and not bfloat16_runs_here():
+        with pytest.raises(ValueError, match="needs AVX512_BF16"):
+            tchseq.Translator(MODEL, compute_type=compute_type, threads=1)
+        return
     fast = tchseq.Translator(MODEL, compute_type=compute_type, threads=1)
     # the same default batching: int8 quantizes each batch's activations as one tensor
     cli = subprocess.run([str(BIN), "--threads", "1", "translate", "--compute-type", compute_type,
@@ -274,3 +284,10 @@ def test_language_model_errors(lm):
         lm.score_batch([" ".join(["dog"] * 5000)])
     with pytest.raises(ValueError):
         tchseq.LanguageModel(MODEL)
+
+
+def test_bfloat16_needs_avx512_bf16(monkeypatch):
+    # how a CPU without the instructions answers (the variable hides them from tchseq)
+    monkeypatch.setenv("TCHSEQ_CPU_FEATURES_OFF", "avx512bf16")
+    with pytest.raises(ValueError, match="compute type bfloat16 on the CPU needs AVX512_BF16, which this CPU lacks"):
+        tchseq.Translator(MODEL, compute_type="bfloat16", threads=1)

@@ -259,6 +259,12 @@ impl Translator {
         if self.device.is_cuda() && wanted.cpu_only() {
             return Err(HubError::ModelDir(format!("compute type {} runs on the CPU only", wanted.name())));
         }
+        if let (Device::Cpu, Some(needs)) = (self.device, wanted.missing_cpu_instructions()) {
+            return Err(HubError::ModelDir(format!(
+                "compute type {} on the CPU needs {needs}, which this CPU lacks (`tchseq doctor` lists its fast compute types); use float32 or int8",
+                wanted.name()
+            )));
+        }
         for model in &mut self.models {
             model.set_compute_type(wanted).map_err(model_error)?;
         }

@@ -113,6 +113,52 @@ fn an_unknown_compute_type_is_refused_by_name() {
     }
 }
 
+/// Whether `--compute-type bfloat16` runs on this CPU (it needs AVX512_BF16; elsewhere it is
+/// refused, which `bfloat16_needs_avx512_bf16_on_the_cpu` checks on every CPU).
+fn bfloat16_runs_here() -> bool {
+    std::arch::is_x86_feature_detected!("avx512bf16")
+}
+
+/// The half compute types this CPU runs: float16 always, bfloat16 with AVX512_BF16.
+fn half_types() -> Vec<&'static str> {
+    if bfloat16_runs_here() { vec!["float16", "bfloat16"] } else { vec!["float16"] }
+}
+
+/// Without AVX512_BF16 (here: `TCHSEQ_CPU_FEATURES_OFF` hides it) `--compute-type bfloat16` is a
+/// one-line error naming the instructions, in the CLI, the server and the library; `doctor`
+/// lists the compute types this CPU runs fast, bfloat16 among them only where it has them.
+#[test]
+fn bfloat16_needs_avx512_bf16_on_the_cpu() {
+    let model = repo("weights/multi30k.en-de");
+    let hidden = |args: &[&str]| {
+        let mut cmd = tchseq();
+        cmd.env("TCHSEQ_CPU_FEATURES_OFF", "avx512bf16").args(args);
+        cmd
+    };
+    let mut translate = hidden(&["translate", "--compute-type", "bfloat16", "-m"]);
+    translate.arg(&model).arg("A dog.");
+    let line = crate::util::one_line_error(&translate.output().unwrap(), "compute type bfloat16 on the CPU needs AVX512_BF16, which this CPU lacks");
+    assert!(line.contains("use float32 or int8"), "{line}");
+    let mut serve = hidden(&["serve", "--port", "0", "--compute-type", "bfloat16", "-m"]);
+    serve.arg(&model);
+    crate::util::one_line_error(&serve.output().unwrap(), "needs AVX512_BF16");
+    let fast = |cmd: &mut assert_cmd::Command| -> Vec<String> {
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let doctor: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doctor["fast_compute_types"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    };
+    let without = fast(&mut hidden(&["doctor", "--json"]));
+    assert!(without.starts_with(&["exact".to_string(), "float32".to_string()]) && !without.contains(&"bfloat16".to_string()), "{without:?}");
+    let here = fast(tchseq().args(["doctor", "--json"]));
+    assert_eq!(here.contains(&"bfloat16".to_string()), bfloat16_runs_here(), "{here:?}");
+    if !bfloat16_runs_here() {
+        let mut cmd = tchseq();
+        cmd.args(["translate", "--compute-type", "bfloat16", "-m"]).arg(&model).arg("A dog.");
+        crate::util::one_line_error(&cmd.output().unwrap(), "needs AVX512_BF16");
+    }
+}
+
 /// float16 and bfloat16 halve the model (fairseq's --fp16/--bf16): on the CPU as on a GPU, the
 /// BLEU of fairseq's fp32 hypotheses within a point (one changed hypothesis of 40 moves it by up
 /// to a point), at least 38 of 40 hypotheses fairseq's, and every score moved (the halved weights
@@ -123,7 +169,7 @@ fn float16_and_bfloat16_keep_fairseq_s_hypotheses_on_the_bundled_model() {
     let fairseq = fairseq_hypotheses();
     let exact = hypotheses("exact");
     let bleu_fairseq = bleu(&fairseq, &refs);
-    for compute_type in ["float16", "bfloat16"] {
+    for compute_type in half_types() {
         let half = hypotheses(compute_type);
         assert_eq!(half.len(), 40, "{compute_type}");
         let text: Vec<String> = half.iter().map(|(t, _)| t.clone()).collect();
@@ -151,7 +197,7 @@ fn a_model_halved_after_loading_computes_what_a_model_loaded_halved_does() {
     for f in manifest["fixtures"].as_array().unwrap() {
         models.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized));
     }
-    for compute_type in ["float16", "bfloat16"] {
+    for compute_type in half_types() {
         for (model, lang, text) in &models {
             let halved = hub_hypotheses(model, *lang, *text, &lines, compute_type);
             let spec = ModelSpec {
@@ -193,6 +239,9 @@ fn a_dtype_that_contradicts_the_compute_type_is_one_error() {
         crate::util::one_line_error(&cmd.output().unwrap(), &format!("--dtype {dtype} and --compute-type {compute_type} disagree"));
     }
     for (dtype, compute_type) in [("fp16", "float16"), ("bf16", "bfloat16"), ("fp16", "exact")] {
+        if compute_type == "bfloat16" && !bfloat16_runs_here() {
+            continue;
+        }
         let mut cmd = tchseq();
         cmd.args(["translate", "-m"]).arg(repo("weights/multi30k.en-de")).args(["--dtype", dtype, "--compute-type", compute_type, "A dog."]);
         crate::util::run_ok(&mut cmd);
