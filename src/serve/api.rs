@@ -183,6 +183,11 @@ pub struct SentenceReply {
 pub struct AttentionRequest {
     pub model: Option<String>,
     pub text: String,
+    /// The pair, for a model serving several (default: the model's own).
+    #[serde(default)]
+    pub source_lang: Option<String>,
+    #[serde(default)]
+    pub target_lang: Option<String>,
     #[serde(default)]
     pub options: TranslateOptions,
 }

@@ -124,15 +124,21 @@ pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
         let results = translate(&app, m, sentences.clone(), req.options).await?;
         return Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }));
     }
-    let source_lang = req.source_lang.unwrap_or_else(|| m.source_lang.clone());
-    let target_lang = req.target_lang.unwrap_or_else(|| m.target_lang.clone());
+    let pair = requested_pair(m, req.source_lang, req.target_lang)?;
+    let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, pair, req.options).await?;
+    Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }))
+}
+
+/// The engine's pair for a request naming `source_lang`/`target_lang` (each defaults to the
+/// model's own), or a 400 when the model does not serve it.
+fn requested_pair(m: &Served, source_lang: Option<String>, target_lang: Option<String>) -> Result<Option<(String, String)>, ApiError> {
+    let source_lang = source_lang.unwrap_or_else(|| m.source_lang.clone());
+    let target_lang = target_lang.unwrap_or_else(|| m.target_lang.clone());
     if !m.serves(&source_lang, &target_lang) {
         let pairs: Vec<String> = m.pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect();
         return Err(ApiError::bad_request(format!("model {:?} does not serve {source_lang}-{target_lang} (it serves {})", m.name, pairs.join(", "))));
     }
-    let pair = m.pair(&source_lang, &target_lang);
-    let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, pair, req.options).await?;
-    Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }))
+    Ok(m.pair(&source_lang, &target_lang))
 }
 
 fn sentence_replies(sentences: Vec<String>, results: Vec<SentenceResult>) -> Vec<SentenceReply> {
@@ -214,7 +220,8 @@ pub async fn v1_attention(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
         return Err(ApiError::bad_request(format!("model {:?} is a language model: it has no encoder to attend to", m.name)));
     }
     let options = TranslateOptions { nbest: 1, attention: true, ..req.options };
-    let mut results = translate(&app, m, vec![req.text], options).await?;
+    let pair = requested_pair(m, req.source_lang, req.target_lang)?;
+    let mut results = translate_guided(&app, m, vec![req.text], Vec::new(), Vec::new(), pair, options).await?;
     let best = results.pop().unwrap_or_else(|| Err("not translated".into())).map_err(ApiError::bad_request)?;
     let attention = best.into_iter().next().and_then(|h| h.attention).ok_or_else(|| ApiError::bad_request("no hypothesis"))?;
     let max = attention.weights.iter().flatten().fold(0f32, |m, &v| m.max(v));

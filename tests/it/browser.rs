@@ -151,7 +151,8 @@ fn the_web_page_translates_as_you_type_and_draws_the_heatmap() {
     let expected = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(!expected.is_empty());
 
-    let server = Server::start(&[]);
+    let m2m = format!("m2m={}", repo("tests/fixtures/multilingual/m2m").display());
+    let server = Server::start(&["--model", &m2m]);
     let mut b = Browser::start();
     let target = b.call("Target.createTarget", json!({ "url": "about:blank" }), None)["targetId"].clone();
     let session = b.call("Target.attachToTarget", json!({ "targetId": target, "flatten": true }), None)["sessionId"]
@@ -188,4 +189,17 @@ fn the_web_page_translates_as_you_type_and_draws_the_heatmap() {
     let scratch = tempfile::tempdir().unwrap();
     let path = std::env::var_os("TCHSEQ_SCREENSHOT").map_or_else(|| scratch.path().join("serve.png"), PathBuf::from);
     std::fs::write(&path, png).unwrap();
+
+    // a multilingual model served whole: one entry per pair; fr → en gives the CLI's translation
+    let french = "Deux chiens jouent dans la neige.";
+    let out = tchseq().args(["translate", "-m"]).arg(repo("tests/fixtures/multilingual/m2m")).args(["-s", "fr", "-t", "en", french]).output().unwrap();
+    let expected = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(!expected.is_empty());
+    let pick = "const sel = document.getElementById('model'); \
+                const o = [...sel.options].find((o) => o.textContent === 'm2m (fr → en)'); \
+                if (o) { sel.value = o.value; sel.dispatchEvent(new Event('change')); } !!o";
+    assert_eq!(b.eval(s, pick), json!(true), "the page lists m2m (fr → en)");
+    b.eval(s, &format!("document.getElementById('source').value = {}; translate()", json!(french)));
+    b.wait_for(s, &format!("document.getElementById('target').value === {}", json!(expected)), "the fr → en translation");
+    b.wait_for(s, "document.getElementById('heatmap').dataset.state === 'ready'", "the fr → en heatmap");
 }
