@@ -144,6 +144,22 @@ impl SequenceGenerator {
         constraints: Option<&[Vec<Vec<i64>>]>,
         bos_token: Option<i64>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
+        self.generate_observed(model, src_tokens, prefix_tokens, constraints, bos_token, None)
+    }
+
+    /// [`Self::generate_guided`] that tells `on_token(row, token)` each token a row's
+    /// hypothesis grows by, as it is decoded, when the beam is 1 (greedy or sampling: the one
+    /// hypothesis never changes its past; CTranslate2's `generate_tokens`). The final EOS is
+    /// not told.
+    pub fn generate_observed<M: StepModel>(
+        &self,
+        model: &mut M,
+        src_tokens: &Tensor,
+        prefix_tokens: Option<&Tensor>,
+        constraints: Option<&[Vec<Vec<i64>>]>,
+        bos_token: Option<i64>,
+        mut on_token: Option<&mut dyn FnMut(usize, i64)>,
+    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
         let Specials { pad, eos, unk } = self.specials;
@@ -217,6 +233,8 @@ impl SequenceGenerator {
         let cand_offsets = Tensor::f_arange(cand_size, i64opts)?;
         let mut reorder_state: Option<Tensor> = None;
         let mut batch_idxs: Option<Tensor> = None;
+        // the original row of each row still in the batch (for `on_token`)
+        let mut rows: Vec<usize> = (0..orig_bsz as usize).collect();
 
         for step in 0..=max_len {
             if let Some(rs) = reorder_state.as_mut() {
@@ -313,6 +331,7 @@ impl SequenceGenerator {
                     *keep.get_mut(s as usize).ok_or_else(|| bad("finalized index out of range"))? = false;
                 }
                 let kept: Vec<i64> = (0..bsz).filter(|&i| keep[i as usize]).collect();
+                rows = kept.iter().map(|&k| rows[k as usize]).collect();
                 let bi = Tensor::from_slice(&kept).f_to_device(device)?;
                 if let Some(search) = constrained.as_mut() {
                     search.prune_sentences(&kept);
@@ -367,6 +386,12 @@ impl SequenceGenerator {
             tokens.f_narrow(1, 0, step + 1)?.f_copy_(&selected)?;
             let next = cand_indices.f_gather(1, &active_hypos, false)?;
             tokens.f_view([bsz, beam_size, -1])?.f_select(2, step + 1)?.f_copy_(&next)?;
+            if let Some(tell) = on_token.as_mut().filter(|_| beam_size == 1) {
+                let next = Vec::<i64>::try_from(next.f_view([-1])?.f_to_device(Device::Cpu)?)?;
+                for (row, token) in rows.iter().zip(next) {
+                    tell(*row, token);
+                }
+            }
             if step > 0 {
                 let selected = scores.f_narrow(1, 0, step)?.f_index_select(0, &active_bbsz_idx)?;
                 scores.f_narrow(1, 0, step)?.f_copy_(&selected)?;

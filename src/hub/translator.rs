@@ -364,6 +364,32 @@ impl Translator {
         batching: &Batching,
         alignment: bool,
     ) -> Result<Vec<Translation>, GenerateError> {
+        self.translate_guided_observed(generator, tokens, guides, batching, alignment, None)
+    }
+
+    /// [`Translator::translate_tokens_guided`] that tells `on_token(sentence, token)` each target
+    /// token as it is decoded, when the generator's beam is 1 (greedy or sampling; the language
+    /// tokens and the final EOS are not told): what a stream shows while the batch decodes.
+    pub fn translate_tokens_streamed(
+        &self,
+        generator: &SequenceGenerator,
+        tokens: Vec<Vec<i64>>,
+        guides: &[TargetGuide],
+        batching: &Batching,
+        on_token: &(dyn Fn(usize, i64) + Sync),
+    ) -> Result<Vec<Translation>, GenerateError> {
+        self.translate_guided_observed(generator, tokens, guides, batching, false, Some(on_token))
+    }
+
+    fn translate_guided_observed(
+        &self,
+        generator: &SequenceGenerator,
+        tokens: Vec<Vec<i64>>,
+        guides: &[TargetGuide],
+        batching: &Batching,
+        alignment: bool,
+        on_token: Option<&(dyn Fn(usize, i64) + Sync)>,
+    ) -> Result<Vec<Translation>, GenerateError> {
         if !guides.is_empty() && guides.len() != tokens.len() {
             return Err(GenerateError::InvalidOption(format!(
                 "{} target prefixes or constraints for {} sentences",
@@ -408,6 +434,7 @@ impl Translator {
                 &language_guides
             }
         };
+        let opens_with_language = self.language_tokens.target_prefix.is_some();
         let translated = run_jobs(&self.models, batches, batching.inter_threads, |models, batch| {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
             let collated = collate(&samples, pad)?;
@@ -416,12 +443,22 @@ impl Translator {
             let constraints: Option<Vec<Vec<Vec<i64>>>> =
                 constrained.then(|| collated.ids.iter().map(|&i| guides[i].constraints.clone()).collect());
             let start = Instant::now();
-            let mut hypos = generator.generate_guided(
+            // a multilingual task's rows open with the forced language token, which is not told
+            let mut opening = vec![opens_with_language; collated.ids.len()];
+            let mut tell = |row: usize, token: i64| {
+                if !std::mem::take(&mut opening[row]) {
+                    if let Some(f) = on_token {
+                        f(collated.ids[row], token);
+                    }
+                }
+            };
+            let mut hypos = generator.generate_observed(
                 &mut EnsembleModel::new(models)?,
                 &src_tokens,
                 prefix_tokens.as_ref(),
                 constraints.as_deref(),
                 None,
+                on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64)),
             )?;
             let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
             if alignment {

@@ -159,6 +159,9 @@ pub struct TranslateRequest {
     pub source_lang: Option<String>,
     #[serde(default)]
     pub target_lang: Option<String>,
+    /// Server-sent events: each token as it is decoded (beam 1), then each sentence, then `done`.
+    #[serde(default)]
+    pub stream: bool,
     #[serde(default)]
     pub options: TranslateOptions,
 }

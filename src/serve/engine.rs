@@ -54,6 +54,9 @@ pub type PairResult = Result<(Scored, Vec<String>), String>;
 /// A text's tokens (EOS included) and their log-probabilities under a language model.
 pub type TextResult = Result<(Vec<String>, Vec<f32>), String>;
 
+/// A streamed request's tokens as they are decoded: (its sentence index, the target symbol).
+pub type TokenSender = tokio::sync::mpsc::UnboundedSender<(usize, String)>;
+
 /// What a worker runs.
 pub enum Model {
     Translation(Translator),
@@ -72,6 +75,9 @@ pub enum Work {
         pair: Option<(String, String)>,
         options: TranslateOptions,
         reply: oneshot::Sender<Vec<SentenceResult>>,
+        /// Where each target token goes as it is decoded (beam 1): (sentence, token). Dropped
+        /// after `reply` is sent.
+        tokens: Option<TokenSender>,
     },
     Score { pairs: Vec<(String, String)>, reply: oneshot::Sender<Vec<PairResult>> },
     /// Texts scored by a language model, each as one sample.
@@ -259,11 +265,13 @@ impl Worker {
     fn translate(&self, group: Vec<Job>, n: usize) {
         let Model::Translation(translator) = &self.model else { return self.refuse(group, n, "a language model") };
         let mut replies = Vec::new();
+        let mut streams: Vec<Option<TokenSender>> = Vec::new();
         let mut slots = Vec::new();
         let mut results: Vec<Vec<SentenceResult>> = Vec::new();
         let mut options = None;
         for (j, job) in group.into_iter().enumerate() {
-            let Work::Translate { sentences, prefixes, constraints, pair, options: o, reply } = job.work else { continue };
+            let Work::Translate { sentences, prefixes, constraints, pair, options: o, reply, tokens: stream } = job.work else { continue };
+            streams.push(stream);
             let mut out: Vec<SentenceResult> = Vec::with_capacity(sentences.len());
             let language = match pair.as_ref().map(|(s, t)| translator.pair_tokens(s, t)).transpose() {
                 Ok(l) => l,
@@ -313,7 +321,21 @@ impl Worker {
                 let tokens: Vec<Vec<i64>> = slots.iter().map(|s| s.tokens.clone()).collect();
                 let guides: Vec<TargetGuide> = slots.iter().map(|s| s.guide.clone()).collect();
                 let t = &translator;
-                match t.translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment) {
+                let streamed = streams.iter().any(Option::is_some) && options.beam == 1;
+                let first = if streamed {
+                    let dict = &t.tgt_dict;
+                    let slots = &slots;
+                    let streams = &streams;
+                    let tell = move |i: usize, token: i64| {
+                        if let Some(tx) = &streams[slots[i].job] {
+                            let _ = tx.send((slots[i].index, dict.symbol(token).to_string()));
+                        }
+                    };
+                    t.translate_tokens_streamed(&generator, tokens, &guides, &batching, &tell)
+                } else {
+                    t.translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment)
+                };
+                match first {
                     Ok(t) => t.into_iter().map(Ok).collect(),
                     // a failing batch fails only the sentences that fail alone
                     Err(_) => slots
@@ -348,6 +370,7 @@ impl Worker {
             tokens += out.iter().flatten().filter_map(|h| h.first()).map(|h| h.tokens.len() + 1).sum::<usize>();
             let _ = reply.send(out);
         }
+        drop(streams);
         self.metrics.add_work(&self.name, sentences, tokens);
     }
 

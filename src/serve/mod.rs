@@ -7,6 +7,7 @@ mod engine;
 mod lm_work;
 mod metrics;
 mod routes;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use tchseq::plot::render::{render_svg, Axis, Figure, Heatmap, Scale};
 
 use super::api::*;
 use tchseq::hub::TranslateOptions;
-use super::engine::{PairResult, SentenceResult, SubmitError, TextResult, Work};
+use super::engine::{PairResult, SentenceResult, SubmitError, TextResult, TokenSender, Work};
 use super::{AppState, Served};
 
 const PAGE: &str = include_str!("page.html");
@@ -71,29 +71,40 @@ fn submit_error(e: SubmitError) -> ApiError {
 
 /// Queues the sentences on the model's engine and waits for their results.
 async fn translate(app: &AppState, m: &Served, sentences: Vec<String>, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
-    translate_guided(app, m, sentences, Vec::new(), Vec::new(), None, options).await
+    translate_guided(app, m, sentences, Guided::default(), options).await
 }
 
-/// [`translate`] where each sentence's hypotheses begin with its target prefix (`prefixes` is
-/// empty or one per sentence; `None` forces nothing) and contain its constraints
-/// (`constraints` likewise; with any, the search is `options.constraints`, `ordered` unless
-/// named), in `pair` when it is another of the pairs `m` serves ([`Served::pair`]).
-async fn translate_guided(
-    app: &AppState,
-    m: &Served,
-    sentences: Vec<String>,
-    prefixes: Vec<Option<String>>,
-    constraints: Vec<Option<Vec<String>>>,
-    pair: Option<(String, String)>,
-    mut options: TranslateOptions,
-) -> Result<Vec<SentenceResult>, ApiError> {
+/// What a translate request asks besides its sentences: per sentence a target prefix its
+/// hypotheses begin with and constraints they contain (each empty, or one per sentence; `None`
+/// asks nothing; with any constraint the search is `options.constraints`, `ordered` unless
+/// named), another of the pairs the model serves ([`Served::pair`]), and where its tokens go as
+/// they are decoded (a stream).
+#[derive(Default)]
+pub struct Guided {
+    pub prefixes: Vec<Option<String>>,
+    pub constraints: Vec<Option<Vec<String>>>,
+    pub pair: Option<(String, String)>,
+    pub tokens: Option<TokenSender>,
+}
+
+/// [`translate`] with a [`Guided`] request.
+async fn translate_guided(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
+    submit(app, m, sentences, g, options)?.await.map_err(|_| worker_stopped())
+}
+
+fn worker_stopped() -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped")
+}
+
+/// Checks the request against the limits and queues it; the receiver gets its results.
+fn submit(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, mut options: TranslateOptions) -> Result<oneshot::Receiver<Vec<SentenceResult>>, ApiError> {
     check_count(app, sentences.len())?;
-    for (what, n) in [("target prefixes", prefixes.len()), ("constraint lists", constraints.len())] {
+    for (what, n) in [("target prefixes", g.prefixes.len()), ("constraint lists", g.constraints.len())] {
         if n != 0 && n != sentences.len() {
             return Err(ApiError::bad_request(format!("{n} {what} for {} sentences", sentences.len())));
         }
     }
-    let constraints: Vec<Vec<String>> = constraints.into_iter().map(Option::unwrap_or_default).collect();
+    let constraints: Vec<Vec<String>> = g.constraints.into_iter().map(Option::unwrap_or_default).collect();
     if constraints.iter().any(|c| !c.is_empty()) && options.constraints.is_none() {
         options.constraints = Some("ordered".into());
     }
@@ -103,17 +114,18 @@ async fn translate_guided(
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }
     let (reply, rx) = oneshot::channel();
-    m.engine.submit(Work::Translate { sentences, prefixes, constraints, pair, options, reply }).map_err(submit_error)?;
-    rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))
+    let work = Work::Translate { sentences, prefixes: g.prefixes, constraints, pair: g.pair, options, reply, tokens: g.tokens };
+    m.engine.submit(work).map_err(submit_error)?;
+    Ok(rx)
 }
 
-pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<TranslateRequest>) -> Result<Json<TranslateReply>, ApiError> {
+pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<TranslateRequest>) -> Result<Response, ApiError> {
     let m = model(&app, req.model.as_deref())?;
     let sentences = req.text.into_vec();
     let prefixes = req.target_prefix.unwrap_or_default();
     let constraints = req.constraints.unwrap_or_default();
+    let o = &req.options;
     if m.language_model {
-        let o = &req.options;
         let guided = !prefixes.is_empty() || !constraints.is_empty() || req.source_lang.is_some() || req.target_lang.is_some();
         if guided || o.alignment || o.attention {
             return Err(ApiError::bad_request(format!(
@@ -121,12 +133,20 @@ pub async fn v1_translate(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
                 m.name
             )));
         }
-        let results = translate(&app, m, sentences.clone(), req.options).await?;
-        return Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }));
     }
-    let pair = requested_pair(m, req.source_lang, req.target_lang)?;
-    let results = translate_guided(&app, m, sentences.clone(), prefixes, constraints, pair, req.options).await?;
-    Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }))
+    if req.stream && (o.alignment || o.attention) {
+        return Err(ApiError::bad_request("a stream sends text, tokens and scores: alignment and attention need \"stream\": false"));
+    }
+    let pair = if m.language_model { None } else { requested_pair(m, req.source_lang, req.target_lang)? };
+    let mut g = Guided { prefixes, constraints, pair, tokens: None };
+    if req.stream {
+        let (tokens, decoded) = tokio::sync::mpsc::unbounded_channel();
+        g.tokens = Some(tokens);
+        let results = submit(&app, m, sentences.clone(), g, req.options)?;
+        return Ok(super::stream::events(m.name.clone(), sentences, decoded, results).into_response());
+    }
+    let results = translate_guided(&app, m, sentences.clone(), g, req.options).await?;
+    Ok(Json(TranslateReply { model: m.name.clone(), translations: sentence_replies(sentences, results) }).into_response())
 }
 
 /// The engine's pair for a request naming `source_lang`/`target_lang` (each defaults to the
@@ -141,7 +161,7 @@ fn requested_pair(m: &Served, source_lang: Option<String>, target_lang: Option<S
     Ok(m.pair(&source_lang, &target_lang))
 }
 
-fn sentence_replies(sentences: Vec<String>, results: Vec<SentenceResult>) -> Vec<SentenceReply> {
+pub fn sentence_replies(sentences: Vec<String>, results: Vec<SentenceResult>) -> Vec<SentenceReply> {
     sentences
         .into_iter()
         .zip(results)
@@ -164,7 +184,7 @@ pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<
     let pairs: Vec<(String, String)> = req.pairs.into_iter().map(|p| (p.source, p.target)).collect();
     let (reply, rx) = oneshot::channel();
     m.engine.submit(Work::Score { pairs, reply }).map_err(submit_error)?;
-    let results: Vec<PairResult> = rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))?;
+    let results: Vec<PairResult> = rx.await.map_err(|_| worker_stopped())?;
     let scores = results
         .into_iter()
         .map(|r| match r {
@@ -189,7 +209,7 @@ async fn score_texts(app: &AppState, m: &Served, texts: Vec<String>, token_score
     check_count(app, texts.len())?;
     let (reply, rx) = oneshot::channel();
     m.engine.submit(Work::ScoreTexts { texts, reply }).map_err(submit_error)?;
-    let results: Vec<TextResult> = rx.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped"))?;
+    let results: Vec<TextResult> = rx.await.map_err(|_| worker_stopped())?;
     let scores = results
         .into_iter()
         .map(|r| match r {
@@ -221,7 +241,7 @@ pub async fn v1_attention(State(app): State<Arc<AppState>>, JsonBody(req): JsonB
     }
     let options = TranslateOptions { nbest: 1, attention: true, ..req.options };
     let pair = requested_pair(m, req.source_lang, req.target_lang)?;
-    let mut results = translate_guided(&app, m, vec![req.text], Vec::new(), Vec::new(), pair, options).await?;
+    let mut results = translate_guided(&app, m, vec![req.text], Guided { pair, ..Default::default() }, options).await?;
     let best = results.pop().unwrap_or_else(|| Err("not translated".into())).map_err(ApiError::bad_request)?;
     let attention = best.into_iter().next().and_then(|h| h.attention).ok_or_else(|| ApiError::bad_request("no hypothesis"))?;
     let max = attention.weights.iter().flatten().fold(0f32, |m, &v| m.max(v));
@@ -288,7 +308,7 @@ pub async fn libre_translate(State(app): State<Arc<AppState>>, JsonOrForm(req): 
     let single = matches!(req.q, OneOrMany::One(_));
     let alternatives = req.alternatives.unwrap_or(0);
     let options = TranslateOptions { nbest: (alternatives + 1).min(TranslateOptions::default().beam), ..Default::default() };
-    let results = translate_guided(&app, m, req.q.into_vec(), Vec::new(), Vec::new(), pair, options).await?;
+    let results = translate_guided(&app, m, req.q.into_vec(), Guided { pair, ..Default::default() }, options).await?;
     let mut texts = Vec::new();
     let mut alts = Vec::new();
     let mut errors = Vec::new();

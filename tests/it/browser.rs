@@ -170,6 +170,8 @@ fn the_web_page_translates_as_you_type_and_draws_the_heatmap() {
     b.call("Input.insertText", json!({ "text": sentence }), Some(s));
     b.wait_for(s, "document.body.dataset.state === 'done'", "the translation");
     assert_eq!(b.eval(s, "document.getElementById('target').value"), json!(expected));
+    // the streamed greedy preview's tokens arrived while it decoded
+    b.wait_for(s, "Number(document.body.dataset.partials || 0) > 0", "the streamed preview's tokens");
     let nbest = b.eval(s, "document.getElementById('nbest').textContent");
     assert!(nbest.as_str().unwrap().contains(&expected), "n-best list: {nbest}");
     assert!(nbest.as_str().unwrap().contains("-0."), "scores in the n-best list: {nbest}");

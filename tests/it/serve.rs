@@ -579,6 +579,57 @@ fn a_multilingual_model_serves_the_pairs_it_is_given() {
 
 /// A client that sends its whole body before it reads (Python's urllib) still reads the 413 of
 /// a body over `--max-body-bytes`: the server reads and discards it first.
+/// The events of a server-sent event stream: (event, data as JSON).
+fn sse_events(body: &[u8]) -> Vec<(String, Value)> {
+    String::from_utf8_lossy(body)
+        .split("\n\n")
+        .filter(|block| !block.trim().is_empty() && !block.starts_with(':'))
+        .map(|block| {
+            let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).unwrap_or_default();
+            (field("event:"), serde_json::from_str(&field("data:")).unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
+/// `"stream": true`: server-sent events, read by a plain HTTP client. With beam 1 (greedy, and
+/// sampling with a seed) each sentence's `token` events spell its final hypothesis as it was
+/// decoded; then one `sentence` event per sentence in order, each what the request without
+/// `stream` answers (the same bits, in deterministic mode), then `done`. With beam 5 there are no
+/// token events (a beam's past changes).
+#[test]
+fn a_streamed_translation_sends_tokens_as_decoded_then_each_sentence() {
+    let s = Server::start(&["--deterministic"]);
+    for options in [json!({ "beam": 1 }), json!({ "beam": 1, "nbest": 1, "sampling": true, "seed": 7 }), json!({ "beam": 5, "nbest": 2 })] {
+        let plain = s.post("/v1/translate", &json!({ "text": SENTENCES, "options": options }));
+        assert_eq!(plain.status, 200, "{}", String::from_utf8_lossy(&plain.body));
+        let want = plain.json()["translations"].clone();
+        let body = json!({ "text": SENTENCES, "stream": true, "options": options }).to_string();
+        let r = http(s.port, "POST", "/v1/translate", &[], Some(body.as_bytes()));
+        assert_eq!(r.status, 200);
+        assert!(r.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")), "{:?}", r.headers);
+        let events = sse_events(&r.body);
+        let kinds: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+        let tokens: Vec<&(String, Value)> = events.iter().filter(|(e, _)| e == "token").collect();
+        let sentences: Vec<&Value> = events.iter().filter(|(e, _)| e == "sentence").map(|(_, d)| d).collect();
+        assert_eq!(kinds.last(), Some(&"done"), "{kinds:?}");
+        let first_sentence = kinds.iter().position(|k| *k == "sentence").unwrap();
+        assert!(kinds[..first_sentence].iter().all(|k| *k == "token"), "tokens come first: {kinds:?}");
+        assert_eq!(sentences.len(), SENTENCES.len(), "{kinds:?}");
+        for (i, (got, want)) in sentences.iter().zip(want.as_array().unwrap()).enumerate() {
+            assert_eq!(got["index"], i, "in order");
+            assert_eq!(got["source"], want["source"]);
+            assert_eq!(got["hypotheses"], want["hypotheses"], "{options}: the reply without stream");
+            let spelled: Vec<&str> = tokens.iter().filter(|(_, d)| d["index"] == i).map(|(_, d)| d["token"].as_str().unwrap()).collect();
+            if options["beam"] == 1 {
+                assert_eq!(json!(spelled), got["hypotheses"][0]["tokens"], "{options}: sentence {i}'s tokens as decoded");
+            } else {
+                assert!(spelled.is_empty(), "no token events with a beam of 5");
+            }
+        }
+    }
+    s.post("/v1/translate", &json!({ "text": ["A dog."], "stream": true, "options": { "alignment": true } })).assert_error(400, "alignment and attention need \"stream\": false");
+}
+
 /// The server's peak resident memory (`VmHWM`), in KiB.
 fn peak_rss_kib(s: &Server) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
