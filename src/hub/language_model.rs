@@ -173,6 +173,29 @@ impl LanguageModel {
     /// hypotheses' prefix after the start symbol. `src_tokens` of a result is the start symbol
     /// and the prompt.
     pub fn complete(&self, generator: &SequenceGenerator, prompts: &[Vec<i64>], batching: &Batching) -> Result<Vec<Translation>, GenerateError> {
+        self.complete_observed(generator, prompts, batching, None)
+    }
+
+    /// [`Self::complete`] that tells `on_token(prompt, token)` each token a continuation grows
+    /// by as it is decoded, when the generator's beam is 1 (greedy or sampling); the prompt
+    /// itself and the final EOS are not told.
+    pub fn complete_streamed(
+        &self,
+        generator: &SequenceGenerator,
+        prompts: &[Vec<i64>],
+        batching: &Batching,
+        on_token: &dyn Fn(usize, i64),
+    ) -> Result<Vec<Translation>, GenerateError> {
+        self.complete_observed(generator, prompts, batching, Some(on_token))
+    }
+
+    fn complete_observed(
+        &self,
+        generator: &SequenceGenerator,
+        prompts: &[Vec<i64>],
+        batching: &Batching,
+        on_token: Option<&dyn Fn(usize, i64)>,
+    ) -> Result<Vec<Translation>, GenerateError> {
         let start = self.bos_token();
         let max = self.max_positions();
         let sizes: Vec<usize> = prompts.iter().map(|p| p.len() + 1).collect();
@@ -196,7 +219,16 @@ impl LanguageModel {
             let prefix = src_tokens.f_narrow(1, 1, width as i64)?;
             let began = std::time::Instant::now();
             let mut step = LanguageModelStep::new(&self.model);
-            let hypos = generator.generate_guided(&mut step, &src_tokens, Some(&prefix), None, Some(start))?;
+            // each row's first tokens are its forced prompt
+            let mut told = vec![0usize; batch.len()];
+            let mut tell = |row: usize, token: i64| {
+                told[row] += 1;
+                if let Some(f) = on_token.filter(|_| told[row] > prompts[batch[row]].len()) {
+                    f(batch[row], token);
+                }
+            };
+            let observer = on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64));
+            let hypos = generator.generate_observed(&mut step, &src_tokens, Some(&prefix), None, Some(start), observer)?;
             let seconds = began.elapsed().as_secs_f64() / batch.len().max(1) as f64;
             for (&i, hs) in batch.iter().zip(hypos) {
                 let mut src_tokens = vec![start];

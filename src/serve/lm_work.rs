@@ -1,10 +1,10 @@
 //! A language model's work in a worker: prompts continued (`/v1/translate` on a `transformer_lm`,
-//! as `tchseq translate` continues lines) and texts scored (`/v1/score` with `texts`, as
+//! as `tchseq translate` continues lines, streamed token by token at beam 1) and texts scored (`/v1/score` with `texts`, as
 //! `tchseq score --lm --sample-break-mode eos`).
 
 use std::sync::atomic::Ordering;
 
-use super::engine::{Hypothesis, Job, Model, SentenceResult, TextResult, Work, Worker};
+use super::engine::{Hypothesis, Job, Model, SentenceResult, TextResult, TokenSender, Work, Worker};
 use tchseq::hub::{LanguageModel, Translation};
 
 impl Worker {
@@ -13,9 +13,12 @@ impl Worker {
         let Model::Language(lm) = &self.model else { return self.refuse(group, n, "a translation model") };
         let mut jobs = Vec::new();
         let mut prompts = Vec::new();
+        // per prompt: its job's token stream (if it streams) and its index in the job
+        let mut streams: Vec<(Option<TokenSender>, usize)> = Vec::new();
         for job in group {
-            let Work::Translate { sentences, options, reply, .. } = job.work else { continue };
+            let Work::Translate { sentences, options, reply, tokens, .. } = job.work else { continue };
             prompts.extend(sentences.iter().map(|s| lm.encode_prompt(s.trim())));
+            streams.extend((0..sentences.len()).map(|i| (tokens.clone(), i)));
             jobs.push((sentences.len(), options, reply));
         }
         // the jobs share one search (`joins`): the first one's options make the generator
@@ -23,6 +26,14 @@ impl Worker {
             let generator = lm.generator(options.generator_config()).map_err(|e| e.to_string())?;
             if options.sampling {
                 tch::manual_seed(i64::try_from(options.seed).map_err(|_| format!("seed {} is too large", options.seed))?);
+            }
+            if options.beam == 1 && streams.iter().any(|(tx, _)| tx.is_some()) {
+                let tell = |prompt: usize, token: i64| {
+                    if let (Some(tx), index) = &streams[prompt] {
+                        let _ = tx.send((*index, lm.dict.symbol(token).to_string()));
+                    }
+                };
+                return lm.complete_streamed(&generator, &prompts, &self.batching(), &tell).map_err(|e| e.to_string());
             }
             lm.complete(&generator, &prompts, &self.batching()).map_err(|e| e.to_string())
         });
@@ -63,6 +74,8 @@ impl Worker {
             tokens += out.iter().flatten().filter_map(|h| h.first()).map(|h| h.tokens.len() + 1).sum::<usize>();
             let _ = reply.send(out);
         }
+        // the streams end after the replies went out
+        drop(streams);
         self.metrics.add_work(&self.name, sentences, tokens);
     }
 

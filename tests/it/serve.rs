@@ -768,6 +768,20 @@ fn a_language_model_continues_and_scores_as_the_cli_does() {
         assert_eq!(g["tokens"], w["tokens"]);
     }
 
+    // streamed at beam 1: the continuation's tokens as decoded (the prompt is not sent again)
+    let body = json!({ "model": "lm", "text": prompts, "stream": true, "options": { "beam": 1, "max_len_b": 12 } }).to_string();
+    let events = sse_events(&http(s.port, "POST", "/v1/translate", &[], Some(body.as_bytes())).body);
+    let plain = s.post("/v1/translate", &json!({ "model": "lm", "text": prompts, "options": { "beam": 1, "max_len_b": 12 } })).json();
+    for (i, want) in plain["translations"].as_array().unwrap().iter().enumerate() {
+        let spelled: Vec<Value> = events.iter().filter(|(e, d)| e == "token" && d["index"] == i).map(|(_, d)| d["token"].clone()).collect();
+        let tokens = want["hypotheses"][0]["tokens"].as_array().unwrap();
+        assert!(!spelled.is_empty() && spelled.len() < tokens.len(), "{spelled:?} of {tokens:?}");
+        assert_eq!(&tokens[tokens.len() - spelled.len()..], spelled.as_slice(), "prompt {i}: the continuation's tokens");
+        let sentence = events.iter().find(|(e, d)| e == "sentence" && d["index"] == i).map(|(_, d)| d).unwrap();
+        assert_eq!(sentence["hypotheses"], want["hypotheses"]);
+    }
+    assert_eq!(events.last().map(|(e, _)| e.as_str()), Some("done"));
+
     s.post("/v1/score", &json!({ "model": "lm", "pairs": [{ "source": "a", "target": "b" }] })).assert_error(400, "is a language model: give \"texts\"");
     s.post("/v1/score", &json!({ "texts": ["a"] })).assert_error(400, "is a translation model: give \"pairs\"");
     s.post("/v1/translate", &json!({ "model": "lm", "text": ["A dog"], "target_prefix": ["x"] })).assert_error(400, "is a language model");
