@@ -54,8 +54,7 @@ impl LanguageModel {
                 .enumerate()
                 .map(|(i, s)| {
                     let s = s.map_err(|e| format!("text {i}: {e}"))?;
-                    let logprob: f32 = s.scores.iter().sum();
-                    let avg_logprob = if s.scores.is_empty() { 0.0 } else { logprob / s.scores.len() as f32 };
+                    let (logprob, avg_logprob) = (s.logprob(), s.avg_logprob());
                     let tokens = s.tokens.iter().map(|&id| lm.dict.symbol(id).to_string()).collect();
                     Ok(ScoringResult { tokens, log_probs: s.scores, logprob, avg_logprob })
                 })

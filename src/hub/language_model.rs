@@ -84,6 +84,18 @@ pub struct LmScored {
     pub scores: Vec<f32>,
 }
 
+impl LmScored {
+    /// The sum of the tokens' log-probabilities.
+    pub fn logprob(&self) -> f32 {
+        self.scores.iter().sum()
+    }
+
+    /// [`Self::logprob`] per token (0 for no tokens).
+    pub fn avg_logprob(&self) -> f32 {
+        if self.scores.is_empty() { 0.0 } else { self.logprob() / self.scores.len() as f32 }
+    }
+}
+
 impl LanguageModel {
     /// Samples a batch when scoring, unless told otherwise (fairseq-eval-lm's `--batch-size`
     /// as `tchseq score --lm` defaults it).

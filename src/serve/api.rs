@@ -241,6 +241,26 @@ pub struct PairReply {
     pub error: Option<String>,
 }
 
+impl PairReply {
+    /// A scored pair (or text): its summed and per-token natural-log probability, and with
+    /// `token_scores` the target's symbols and each one's log-probability.
+    pub fn scored(logprob: f32, avg_logprob: f32, symbols: Vec<String>, scores: Vec<f32>, token_scores: bool) -> Self {
+        PairReply {
+            logprob: Some(logprob),
+            tokens: Some(scores.len()),
+            avg_logprob: Some(avg_logprob),
+            ppl: Some((-f64::from(avg_logprob)).exp()),
+            target_tokens: token_scores.then_some(symbols),
+            token_scores: token_scores.then_some(scores),
+            error: None,
+        }
+    }
+
+    pub fn failed(error: String) -> Self {
+        PairReply { error: Some(error), ..Default::default() }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct ModelInfo {
     pub name: String,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageModel, LanguageTokens, Scored, TargetGuide, TranslateOptions, Translation, Translator};
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageModel, LanguageTokens, LmScored, Scored, TargetGuide, TranslateOptions, Translation, Translator};
 
 use super::metrics::Metrics;
 
@@ -51,8 +51,8 @@ pub struct Hypothesis {
 /// The hypotheses of one sentence, or why it was not translated.
 pub type SentenceResult = Result<Vec<Hypothesis>, String>;
 pub type PairResult = Result<(Scored, Vec<String>), String>;
-/// A text's tokens (EOS included) and their log-probabilities under a language model.
-pub type TextResult = Result<(Vec<String>, Vec<f32>), String>;
+/// A text's symbols (EOS included) and their scores under a language model.
+pub type TextResult = Result<(Vec<String>, LmScored), String>;
 
 /// A streamed request's tokens as they are decoded: (its sentence index, the target symbol).
 pub type TokenSender = tokio::sync::mpsc::UnboundedSender<(usize, String)>;

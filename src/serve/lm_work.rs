@@ -94,7 +94,7 @@ impl Worker {
         let scored: Vec<TextResult> = match lm.score_texts(&refs, LanguageModel::SCORE_BATCH_SIZE) {
             Ok(all) => all
                 .into_iter()
-                .map(|r| r.map(|s| (s.tokens.iter().map(|&id| lm.dict.symbol(id).to_string()).collect(), s.scores)))
+                .map(|r| r.map(|s| (s.tokens.iter().map(|&id| lm.dict.symbol(id).to_string()).collect(), s)))
                 .collect(),
             Err(e) => vec![Err(e.to_string()); texts.len()],
         };

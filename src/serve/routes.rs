@@ -188,16 +188,8 @@ pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<
     let scores = results
         .into_iter()
         .map(|r| match r {
-            Ok((s, symbols)) => PairReply {
-                logprob: Some(s.logprob),
-                tokens: Some(s.positional_scores.len()),
-                avg_logprob: Some(s.avg_logprob),
-                ppl: Some((-f64::from(s.avg_logprob)).exp()),
-                target_tokens: req.token_scores.then_some(symbols),
-                token_scores: req.token_scores.then_some(s.positional_scores),
-                error: None,
-            },
-            Err(e) => PairReply { error: Some(e), ..Default::default() },
+            Ok((s, symbols)) => PairReply::scored(s.logprob, s.avg_logprob, symbols, s.positional_scores, req.token_scores),
+            Err(e) => PairReply::failed(e),
         })
         .collect();
     Ok(Json(ScoreReply { model: m.name.clone(), scores }))
@@ -213,20 +205,8 @@ async fn score_texts(app: &AppState, m: &Served, texts: Vec<String>, token_score
     let scores = results
         .into_iter()
         .map(|r| match r {
-            Ok((symbols, scores)) => {
-                let logprob: f32 = scores.iter().sum();
-                let avg = if scores.is_empty() { 0.0 } else { logprob / scores.len() as f32 };
-                PairReply {
-                    logprob: Some(logprob),
-                    tokens: Some(scores.len()),
-                    avg_logprob: Some(avg),
-                    ppl: Some((-f64::from(avg)).exp()),
-                    target_tokens: token_scores.then_some(symbols),
-                    token_scores: token_scores.then_some(scores),
-                    error: None,
-                }
-            }
-            Err(e) => PairReply { error: Some(e), ..Default::default() },
+            Ok((symbols, s)) => PairReply::scored(s.logprob(), s.avg_logprob(), symbols, s.scores, token_scores),
+            Err(e) => PairReply::failed(e),
         })
         .collect();
     Ok(Json(ScoreReply { model: m.name.clone(), scores }))
