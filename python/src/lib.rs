@@ -250,8 +250,8 @@ fn sentence_pairs(t: &HubTranslator, n: usize, source: &LangArg, target: &LangAr
     let named = |a: &LangArg| !matches!(a, LangArg::Loaded);
     if open && !(named(source) && named(target)) {
         return Err(format!(
-            "a multilingual model loaded without a pair: give source_lang and target_lang (its pairs: {})",
-            t.languages.pairs().join(", ")
+            "a multilingual model loaded without a pair: give source_lang and target_lang (any two of its languages: {})",
+            t.languages.langs.join(", ")
         ));
     }
     if !named(source) && !named(target) {
