@@ -69,7 +69,21 @@ fn compile_shim(lib: &std::path::Path) {
         .file("csrc/inference_mode.cpp")
         .file("csrc/cuda_registered.cpp")
         .file("csrc/cuda_memory.cpp")
-        .file("csrc/onednn_linear.cpp")
         .file("csrc/op_profile.cpp")
         .compile("tchseq_shim");
+    // at::parallel_for is a header template around `#pragma omp parallel`: it needs OpenMP, and
+    // the libgomp libtorch itself loads (in its lib directory), not a second runtime
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(lib.join("../include"))
+        .flag("-std=c++17")
+        .flag("-fopenmp")
+        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .flag("-DGLOG_USE_GLOG_EXPORT")
+        .file("csrc/parallel_for.cpp")
+        .compile("tchseq_parallel");
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    println!("cargo:rustc-link-arg=-l:libgomp.so.1");
 }

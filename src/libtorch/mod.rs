@@ -7,6 +7,7 @@ pub mod host;
 mod memory_report;
 pub mod omp_wait;
 mod op_profile;
+pub mod parallel;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
 pub use memory_report::{CudaPeak, MemoryReport};

@@ -2,33 +2,31 @@
 
 use tch::{Kind, Tensor};
 
-use super::few_rows::FewRowsWeight;
+use super::host_gemm::PackedWeight;
 use super::int8::Int8Weight;
-use super::onednn::{OneDnnWeight, MIN_ELEMENTS};
 use super::weights::Weights;
 use super::ModelError;
 
 /// `nn.Linear`: `F.linear(x, weight, bias)` with `weight` `[out, in]`; in int8 when
-/// [`Linear::quantize_int8`] was called, through oneDNN when [`Linear::reorder_for_onednn`] was,
-/// and on the host for a few rows when [`Linear::pack_for_few_rows`] was.
+/// [`Linear::quantize_int8`] was called, and on the host from packed panels when
+/// [`Linear::pack_for_host`] was.
 #[derive(Debug)]
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     int8: Option<Int8Weight>,
-    onednn: Option<OneDnnWeight>,
-    few_rows: Option<FewRowsWeight>,
+    packed: Option<PackedWeight>,
 }
 
 impl Linear {
     pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
-        Ok(Self { weight, bias, int8: None, onednn: None, few_rows: None })
+        Ok(Self { weight, bias, int8: None, packed: None })
     }
 
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias, int8: None, onednn: None, few_rows: None }
+        Self { weight, bias, int8: None, packed: None }
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
@@ -37,61 +35,46 @@ impl Linear {
 
     /// `F.linear(x, weight, bias)` with a bias from elsewhere (fairseq's concatenated in_proj bias).
     pub fn forward_with_bias(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
-        if let Some(y) = self.few_rows_linear(x, bias, false)? {
+        if let Some(y) = self.host_linear(x, bias, false)? {
             return Ok(y);
         }
-        match (&self.int8, &self.onednn) {
+        match &self.int8 {
             // the bias was packed with the weight; the only other bias handed in is the
             // in_proj slice of the same layer's own bias
-            (Some(q), _) => q.linear(x),
-            (None, Some(w)) => w.linear(x, bias, false),
-            (None, None) => Ok(x.f_linear(&self.weight, bias)?),
+            Some(q) => q.linear(x),
+            None => Ok(x.f_linear(&self.weight, bias)?),
         }
     }
 
-    /// `relu(F.linear(x, weight, bias))`, in one oneDNN call when the weight was reordered.
+    /// `relu(F.linear(x, weight, bias))`, in one pass on the host when the weight was packed.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor, ModelError> {
-        if let Some(y) = self.few_rows_linear(x, self.bias.as_ref(), true)? {
+        if let Some(y) = self.host_linear(x, self.bias.as_ref(), true)? {
             return Ok(y);
         }
-        match (&self.int8, &self.onednn) {
-            (None, Some(w)) => w.linear(x, self.bias.as_ref(), true),
-            _ => Ok(self.forward(x)?.f_relu()?),
-        }
+        Ok(self.forward(x)?.f_relu()?)
     }
 
-    /// Computes through oneDNN from now on, if the weight is large enough to gain by it (see
-    /// `onednn.rs`); returns whether it does.
-    pub fn reorder_for_onednn(&mut self) -> Result<bool, ModelError> {
-        let size = self.weight.size();
-        if self.int8.is_some() || size.iter().product::<i64>() < MIN_ELEMENTS {
-            return Ok(false);
-        }
-        self.onednn = Some(OneDnnWeight::reorder(&self.weight)?);
-        Ok(true)
-    }
-
-    /// The host path, for inputs of at most `few_rows::MAX_ROWS` rows and this layer's own bias.
-    fn few_rows_linear(&self, x: &Tensor, bias: Option<&Tensor>, relu: bool) -> Result<Option<Tensor>, ModelError> {
+    /// The packed path, for this layer's own bias and an f32 CPU input (made contiguous).
+    fn host_linear(&self, x: &Tensor, bias: Option<&Tensor>, relu: bool) -> Result<Option<Tensor>, ModelError> {
         let own_bias = match (bias, &self.bias) {
             (Some(a), Some(b)) => std::ptr::eq(a, b),
             (None, None) => true,
             _ => false,
         };
-        match &self.few_rows {
-            Some(w) if own_bias => w.linear(x, relu),
+        match &self.packed {
+            Some(w) if own_bias => w.linear(&x.f_contiguous()?, relu),
             _ => Ok(None),
         }
     }
 
-    /// Computes inputs of a few rows on the host from now on (`few_rows.rs`), where the CPU
+    /// Computes on the host from packed panels from now on (`host_gemm.rs`), where the CPU
     /// allows; returns whether it does.
-    pub fn pack_for_few_rows(&mut self) -> Result<bool, ModelError> {
+    pub fn pack_for_host(&mut self) -> Result<bool, ModelError> {
         if self.int8.is_some() {
             return Ok(false);
         }
-        self.few_rows = FewRowsWeight::pack(&self.weight, self.bias.as_ref())?;
-        Ok(self.few_rows.is_some())
+        self.packed = PackedWeight::pack(&self.weight, self.bias.as_ref())?;
+        Ok(self.packed.is_some())
     }
 
     pub fn quantize_int8(&mut self) -> Result<(), ModelError> {

@@ -60,27 +60,60 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
     Ok(Some(out))
 }
 
+/// Work below this many flops is not worth waking another thread for.
+const GRAIN_FLOPS: usize = 1 << 17;
+
 fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    let row_flops = (s.heads * s.len * s.head_dim * 4).max(1);
+    let width = s.heads * s.head_dim;
+    let out = SharedOut(out.as_mut_ptr());
+    crate::libtorch::parallel::parallel_for(s.rows, GRAIN_FLOPS.div_ceil(row_flops), |start, end| {
+        let out = &out;
+        // SAFETY: each range writes only its own rows of `out`.
+        let out = unsafe { std::slice::from_raw_parts_mut(out.0.add(start * width), (end - start) * width) };
+        rows(s, start..end, q, k, v, bias, out)
+    });
+}
+
+struct SharedOut(*mut f32);
+// SAFETY: `run` hands each thread disjoint rows.
+unsafe impl Sync for SharedOut {}
+
+fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { run_avx2(s, q, k, v, bias, out) };
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { rows_avx512(s, range, q, k, v, bias, out) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            return unsafe { rows_avx2(s, range, q, k, v, bias, out) };
+        }
     }
-    run_generic(s, q, k, v, bias, out)
+    rows_generic(s, range, q, k, v, bias, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn rows_avx512(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    rows_generic(s, range, q, k, v, bias, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn run_avx2(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
-    run_generic(s, q, k, v, bias, out)
+unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    rows_generic(s, range, q, k, v, bias, out)
 }
 
+/// Rows `range` of the output, into `out` (those rows only).
 #[inline(always)]
-fn run_generic(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
     let (d, len) = (s.head_dim, s.len);
     let per_kv = s.rows / s.kv_rows;
     let mut scores = vec![0f32; len];
-    for row in 0..s.rows {
+    let first = range.start;
+    for row in range {
         let kv_row = row / per_kv;
         let bias = bias.map(|b| &b[kv_row * len..][..len]);
         for h in 0..s.heads {
@@ -95,7 +128,7 @@ fn run_generic(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>,
                 *score = exp(*score - max);
             }
             let sum: f32 = sum8(&scores);
-            let o = &mut out[row * s.heads * d + h * d..][..d];
+            let o = &mut out[(row - first) * s.heads * d + h * d..][..d];
             o.fill(0.0);
             for (l, &p) in scores.iter().enumerate() {
                 let w = p / sum;

@@ -68,9 +68,8 @@ impl TransformerModel {
     /// Switches the model to `compute_type`. `float16` and `bfloat16` rebuild the model from its
     /// own tensors in that dtype (fairseq's `model.half()`). Every compute type but `exact` fuses
     /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
-    /// decoder's large linear layers through oneDNN (`onednn.rs`) and all of them on the host for
-    /// a few rows (`few_rows.rs`); `int8` quantizes every linear layer but the output projection,
-    /// which goes through oneDNN (or the host, for a few rows) in fp32 (embeddings, norms and
+    /// decoder's linear layers on the host from packed weights (`host_gemm.rs`); `int8` quantizes
+    /// every linear layer but the output projection, which runs on the host in fp32 (embeddings, norms and
     /// attention stay fp32 too), and turns the encoder's fast path off, as that kernel takes the
     /// fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
@@ -107,8 +106,7 @@ impl TransformerModel {
                 }
             }
             for linear in linears {
-                linear.reorder_for_onednn()?;
-                linear.pack_for_few_rows()?;
+                linear.pack_for_host()?;
             }
             return Ok(());
         }
@@ -131,8 +129,7 @@ impl TransformerModel {
         for linear in linears {
             linear.quantize_int8()?;
         }
-        self.decoder.output_projection.reorder_for_onednn()?;
-        self.decoder.output_projection.pack_for_few_rows()?;
+        self.decoder.output_projection.pack_for_host()?;
         Ok(())
     }
 

@@ -1,0 +1,401 @@
+//! `--compute-type float32` (and int8's fp32 output projection): a linear layer on the host, with
+//! its weight packed once into panels of 16 output columns, the one copy of it the layer keeps.
+//! CTranslate2 packs its weights once too. MKL's sgemm, which `F.linear` calls, copies the weight
+//! into its own layout on every call, and on AMD CPUs runs AVX2 code where the CPU has AVX-512
+//! (on a Zen 5: 108 GFLOP/s against 250 for oneDNN and for this kernel); oneDNN's linear costs
+//! some 15 µs a call and holds a second copy. Panels are shared out among libtorch's intra-op
+//! threads. Needs AVX2 and FMA (AVX-512F used where present); without them the layer stays on
+//! libtorch.
+
+use tch::{Device, Kind, Tensor};
+
+use super::ModelError;
+use crate::libtorch::host::{f32_view, f32_view_mut};
+use crate::libtorch::parallel::parallel_for;
+
+/// Output columns per panel: one AVX-512 register, two AVX ones.
+const PANEL: usize = 16;
+/// Input rows kept hot across a sweep of the panels (about 192 KiB of them, within L2).
+const CHUNK_BYTES: usize = 192 << 10;
+/// Work below this many flops is not worth waking another thread for.
+const GRAIN_FLOPS: usize = 1 << 19;
+
+/// One cache line of a panel; a `Vec` of them is 64-byte aligned.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Line([f32; PANEL]);
+
+/// The instructions the kernels use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Two panels a unit, 12 rows a pass.
+    Avx512,
+    /// One panel a unit, 6 rows a pass.
+    Avx2,
+}
+
+impl Isa {
+    /// The best this CPU has, unless `TCHSEQ_CPU_FEATURES_OFF` hides it (as in the tests).
+    pub fn detect() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let off = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
+            let hidden = |f: &str| off.split_whitespace().any(|o| o == f);
+            if std::arch::is_x86_feature_detected!("avx512f") && !hidden("avx512f") {
+                return Some(Self::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && !hidden("avx2") {
+                return Some(Self::Avx2);
+            }
+        }
+        None
+    }
+
+    fn panels_per_unit(self) -> usize {
+        match self {
+            Self::Avx512 => 2,
+            Self::Avx2 => 1,
+        }
+    }
+
+    fn rows_per_pass(self) -> usize {
+        match self {
+            Self::Avx512 => 12,
+            Self::Avx2 => 6,
+        }
+    }
+}
+
+/// A weight `[out, in]` as panels `[units · panels_per_unit][in][16]` and its bias (zeros
+/// without one), both zero-padded to whole units.
+#[derive(Debug)]
+pub struct PackedWeight {
+    panels: Vec<Line>,
+    bias: Vec<f32>,
+    in_features: usize,
+    out_features: usize,
+    isa: Isa,
+}
+
+impl PackedWeight {
+    /// `None` when the CPU lacks AVX2/FMA or the weight is not f32 on the CPU.
+    pub fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+        match Isa::detect() {
+            Some(isa) => Self::pack_for(isa, weight, bias),
+            None => Ok(None),
+        }
+    }
+
+    pub fn pack_for(isa: Isa, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+        if weight.device() != Device::Cpu || weight.kind() != Kind::Float || weight.dim() != 2 {
+            return Ok(None);
+        }
+        let (out_features, in_features) = weight.size2()?;
+        let (out_features, in_features) = (out_features as usize, in_features as usize);
+        let weight = weight.f_contiguous()?;
+        // SAFETY: nothing writes the weight while it is packed.
+        let Some(w) = (unsafe { f32_view(&weight) }) else {
+            return Ok(None);
+        };
+        let unit = PANEL * isa.panels_per_unit();
+        let panel_count = out_features.div_ceil(unit) * isa.panels_per_unit();
+        let mut panels = vec![Line([0.0; PANEL]); panel_count * in_features];
+        for o in 0..out_features {
+            let (p, c) = (o / PANEL, o % PANEL);
+            for (i, &value) in w[o * in_features..][..in_features].iter().enumerate() {
+                panels[p * in_features + i].0[c] = value;
+            }
+        }
+        let mut padded_bias = vec![0f32; panel_count * PANEL];
+        if let Some(b) = bias {
+            let b = Vec::<f32>::try_from(b.f_contiguous()?.f_view([-1])?)?;
+            let n = b.len().min(out_features);
+            padded_bias[..n].copy_from_slice(&b[..n]);
+        }
+        Ok(Some(Self { panels, bias: padded_bias, in_features, out_features, isa }))
+    }
+
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// Bytes the panels and bias hold.
+    pub fn bytes(&self) -> usize {
+        self.panels.len() * std::mem::size_of::<Line>() + self.bias.len() * 4
+    }
+
+    /// Row `o` of the weight (what an embedding tied to this projection looks up), into `out`.
+    pub fn row_into(&self, o: usize, out: &mut [f32]) {
+        let (p, c) = (o / PANEL, o % PANEL);
+        for (i, v) in out.iter_mut().enumerate().take(self.in_features) {
+            *v = self.panels[p * self.in_features + i].0[c];
+        }
+    }
+
+    /// `x · Wᵀ + b` (then ReLU with `relu`) when `x` is a contiguous f32 CPU tensor `[..., in]`;
+    /// `None` otherwise.
+    pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, ModelError> {
+        let size = x.size();
+        if size.last() != Some(&(self.in_features as i64)) {
+            return Ok(None);
+        }
+        // SAFETY: nothing writes `x` during the call.
+        let Some(x_data) = (unsafe { f32_view(x) }) else {
+            return Ok(None);
+        };
+        let mut out_size = size.clone();
+        if let Some(last) = out_size.last_mut() {
+            *last = self.out_features as i64;
+        }
+        let mut y = Tensor::f_empty(out_size.as_slice(), (Kind::Float, Device::Cpu))?;
+        // SAFETY: `y` is new and not shared.
+        let Some(y_data) = (unsafe { f32_view_mut(&mut y) }) else {
+            return Ok(None);
+        };
+        self.gemm(x_data, y_data, relu);
+        Ok(Some(y))
+    }
+
+    /// `y = x · Wᵀ + b` for `x` `[rows, in]` and `y` `[rows, out]`, row-major.
+    pub fn gemm(&self, x: &[f32], y: &mut [f32], relu: bool) {
+        let (k, n) = (self.in_features, self.out_features);
+        if k == 0 {
+            for row in y.chunks_mut(n.max(1)) {
+                for (o, v) in row.iter_mut().enumerate() {
+                    *v = if relu { self.bias[o].max(0.0) } else { self.bias[o] };
+                }
+            }
+            return;
+        }
+        let rows = x.len() / k;
+        assert!(rows * k == x.len() && y.len() == rows * n, "host gemm: mismatched operands");
+        let units = self.panels.len() / k / self.isa.panels_per_unit();
+        let pass = self.isa.rows_per_pass();
+        let chunk_rows = (CHUNK_BYTES / (k * 4)).max(1).div_ceil(pass) * pass;
+        let y_ptr = SendPtr(y.as_mut_ptr());
+        for start in (0..rows).step_by(chunk_rows) {
+            let chunk = chunk_rows.min(rows - start);
+            let unit_flops = chunk * k * PANEL * self.isa.panels_per_unit() * 2;
+            let grain = GRAIN_FLOPS.div_ceil(unit_flops);
+            parallel_for(units, grain, |u0, u1| {
+                let y_ptr = &y_ptr;
+                for u in u0..u1 {
+                    for r in (start..start + chunk).step_by(pass) {
+                        let m = pass.min(start + chunk - r);
+                        // SAFETY: the kernel reads `m` rows of `x` from row `r` and writes only
+                        // unit `u`'s columns of those rows of `y`, which no other range writes;
+                        // the ISA was detected when packing.
+                        unsafe { self.unit(u, m, x.as_ptr().add(r * k), y_ptr.0.add(r * n), relu) };
+                    }
+                }
+            });
+        }
+    }
+
+    /// # Safety
+    /// `x` holds `m` rows of `in_features`, `y` `m` rows of `out_features`; `isa` is available.
+    unsafe fn unit(&self, u: usize, m: usize, x: *const f32, y: *mut f32, relu: bool) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let k = self.in_features;
+            let first = u * self.isa.panels_per_unit();
+            let panel = self.panels.as_ptr().add(first * k) as *const f32;
+            let bias = self.bias.as_ptr().add(first * PANEL);
+            let col = first * PANEL;
+            let cols = (self.out_features - col).min(PANEL * self.isa.panels_per_unit());
+            let job = Job { k, x, panel, bias, y: y.add(col), ldy: self.out_features, cols, relu };
+            match self.isa {
+                Isa::Avx512 => avx512::dispatch(m, &job),
+                Isa::Avx2 => avx2::dispatch(m, &job),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (u, m, x, y, relu);
+    }
+}
+
+struct SendPtr(*mut f32);
+// SAFETY: the ranges of `parallel_for` write disjoint columns through it.
+unsafe impl Sync for SendPtr {}
+
+/// One kernel call: `m` rows of `x` (`k` apart) through one unit of panels into `cols` columns
+/// of `y` (`ldy` apart), from `bias`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Job {
+    k: usize,
+    x: *const f32,
+    panel: *const f32,
+    bias: *const f32,
+    y: *mut f32,
+    ldy: usize,
+    cols: usize,
+    relu: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Job, PANEL};
+
+    pub unsafe fn dispatch(m: usize, j: &Job) {
+        match m {
+            1 => rows::<1>(j),
+            2 => rows::<2>(j),
+            3 => rows::<3>(j),
+            4 => rows::<4>(j),
+            5 => rows::<5>(j),
+            6 => rows::<6>(j),
+            7 => rows::<7>(j),
+            8 => rows::<8>(j),
+            9 => rows::<9>(j),
+            10 => rows::<10>(j),
+            11 => rows::<11>(j),
+            _ => rows::<12>(j),
+        }
+    }
+
+    /// `R` rows through two panels: 2R accumulators, two weight registers and a broadcast.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rows<const R: usize>(j: &Job) {
+        let k = j.k;
+        let (p0, p1) = (j.panel, j.panel.add(k * PANEL));
+        let mut acc = [[_mm512_loadu_ps(j.bias), _mm512_loadu_ps(j.bias.add(PANEL))]; R];
+        for kk in 0..k {
+            let w0 = _mm512_load_ps(p0.add(kk * PANEL));
+            let w1 = _mm512_load_ps(p1.add(kk * PANEL));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xr = _mm512_set1_ps(*j.x.add(r * k + kk));
+                acc[0] = _mm512_fmadd_ps(xr, w0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(xr, w1, acc[1]);
+            }
+        }
+        let zero = _mm512_setzero_ps();
+        let lo = if j.cols >= PANEL { 0xffff } else { (1u32 << j.cols) as u16 - 1 };
+        let hi = if j.cols >= 2 * PANEL { 0xffff } else if j.cols > PANEL { (1u32 << (j.cols - PANEL)) as u16 - 1 } else { 0 };
+        for (r, acc) in acc.iter().enumerate() {
+            let (a0, a1) = if j.relu { (_mm512_max_ps(acc[0], zero), _mm512_max_ps(acc[1], zero)) } else { (acc[0], acc[1]) };
+            let out = j.y.add(r * j.ldy);
+            _mm512_mask_storeu_ps(out, lo, a0);
+            _mm512_mask_storeu_ps(out.add(PANEL), hi, a1);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Job, PANEL};
+
+    pub unsafe fn dispatch(m: usize, j: &Job) {
+        match m {
+            1 => rows::<1>(j),
+            2 => rows::<2>(j),
+            3 => rows::<3>(j),
+            4 => rows::<4>(j),
+            5 => rows::<5>(j),
+            _ => rows::<6>(j),
+        }
+    }
+
+    /// `R` rows through one panel: 2R accumulators, two weight registers and a broadcast fit
+    /// in the 16 AVX registers.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows<const R: usize>(j: &Job) {
+        let k = j.k;
+        let mut acc = [[_mm256_loadu_ps(j.bias), _mm256_loadu_ps(j.bias.add(8))]; R];
+        for kk in 0..k {
+            let w0 = _mm256_load_ps(j.panel.add(kk * PANEL));
+            let w1 = _mm256_load_ps(j.panel.add(kk * PANEL + 8));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xr = _mm256_set1_ps(*j.x.add(r * k + kk));
+                acc[0] = _mm256_fmadd_ps(xr, w0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(xr, w1, acc[1]);
+            }
+        }
+        let zero = _mm256_setzero_ps();
+        let mut tail = [0f32; PANEL];
+        for (r, acc) in acc.iter().enumerate() {
+            let (a0, a1) = if j.relu { (_mm256_max_ps(acc[0], zero), _mm256_max_ps(acc[1], zero)) } else { (acc[0], acc[1]) };
+            let out = j.y.add(r * j.ldy);
+            if j.cols >= PANEL {
+                _mm256_storeu_ps(out, a0);
+                _mm256_storeu_ps(out.add(8), a1);
+            } else {
+                _mm256_storeu_ps(tail.as_mut_ptr(), a0);
+                _mm256_storeu_ps(tail.as_mut_ptr().add(8), a1);
+                std::ptr::copy_nonoverlapping(tail.as_ptr(), out, j.cols);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ISAs this CPU runs: AVX2 on every x86-64 CPU this project runs on, AVX-512 on some.
+    /// A CPU with neither fails the tests rather than passing on nothing.
+    fn isas() -> Vec<Isa> {
+        let best = Isa::detect().expect("this CPU lacks AVX2 or FMA, which the host kernels under test need");
+        if best == Isa::Avx512 { vec![Isa::Avx512, Isa::Avx2] } else { vec![Isa::Avx2] }
+    }
+
+    #[test]
+    fn equals_f_linear_within_rounding_for_every_shape_row_count_and_isa() {
+        let opts = (Kind::Float, Device::Cpu);
+        let mut seed = 0x9e37_79b9_u32;
+        let mut rand = |shape: &[i64]| {
+            let n = shape.iter().product::<i64>() as usize;
+            let data: Vec<f32> = (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
+                })
+                .collect();
+            Tensor::from_slice(&data).view(shape)
+        };
+        for isa in isas() {
+            for &(out, inp) in &[(384i64, 128i64), (37, 20), (16, 8), (5, 3), (33, 1), (70, 300)] {
+                let w = rand(&[out, inp]);
+                let b = rand(&[out]);
+                let packed = PackedWeight::pack_for(isa, &w, Some(&b)).unwrap().unwrap();
+                for rows in [1i64, 2, 5, 6, 7, 11, 12, 13, 25, 160, 700] {
+                    let x = rand(&[1, rows, inp]);
+                    let want = x.linear(&w, Some(&b));
+                    let got = packed.linear(&x, false).unwrap().expect("a contiguous input");
+                    assert_eq!(got.size(), want.size());
+                    let diff = (&got - &want).abs().max().double_value(&[]);
+                    assert!(diff < 1e-4, "{isa:?} {out}x{inp}, {rows} rows: max diff {diff}");
+                    let relu = packed.linear(&x, true).unwrap().unwrap();
+                    assert!((&relu - want.relu()).abs().max().double_value(&[]) < 1e-4);
+                }
+                let _ = opts;
+            }
+        }
+    }
+
+    #[test]
+    fn a_layer_without_bias_a_strided_input_and_the_rows_of_the_weight() {
+        let opts = (Kind::Float, Device::Cpu);
+        let w = Tensor::randn([20, 10], opts);
+        for isa in isas() {
+            let packed = PackedWeight::pack_for(isa, &w, None).unwrap().unwrap();
+            let x = Tensor::randn([10, 3], opts).transpose(0, 1);
+            assert!(packed.linear(&x, false).unwrap().is_none(), "a transposed input is left to libtorch");
+            let x = Tensor::randn([3, 10], opts);
+            let diff = (packed.linear(&x, false).unwrap().unwrap() - x.linear(&w, None::<&Tensor>)).abs().max().double_value(&[]);
+            assert!(diff < 1e-4);
+            let mut row = [0f32; 10];
+            packed.row_into(17, &mut row);
+            assert_eq!(row.as_slice(), Vec::<f32>::try_from(w.get(17)).unwrap().as_slice());
+        }
+    }
+}
