@@ -1,7 +1,7 @@
 //! fairseq's `EnsembleModel` (`sequence_generator.py`): one or more `TransformerModel`s decoded
 //! in lock step; log-probs averaged as `logsumexp(stack(lprobs)) - ln(n)`.
 
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 use super::{GenerateError, StepModel};
 use crate::model::{get_normalized_probs, EncoderOut, IncrementalState, TransformerModel};
@@ -83,8 +83,7 @@ impl StepModel for EnsembleModel<'_> {
             if temperature != 1.0 {
                 let _ = last.f_div_(&crate::model::python_float(temperature)?)?;
             }
-            let probs = get_normalized_probs(&last, true);
-            let probs = probs.f_select(1, -1)?;
+            let probs = log_probs_in_place(last)?.f_select(1, -1)?;
             if n == 1 {
                 return Ok((probs, attn));
             }
@@ -104,5 +103,36 @@ impl StepModel for EnsembleModel<'_> {
             let _ = a.f_div_scalar_(n as f64)?;
         }
         Ok((avg, avg_attn))
+    }
+}
+
+/// `get_normalized_probs(logits, log_probs=True)`, written over `logits` when it is a contiguous
+/// f32 tensor that nothing else reads (the decoder's fresh output): the same kernel and the same
+/// bits, without a second `[rows, vocab]` tensor each step.
+fn log_probs_in_place(logits: Tensor) -> Result<Tensor, GenerateError> {
+    if logits.kind() != Kind::Float || !logits.is_contiguous() {
+        return Ok(get_normalized_probs(&logits, true));
+    }
+    Ok(logits.f_log_softmax_int_out(&logits, -1, Kind::Float)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::Device;
+
+    #[test]
+    fn log_probs_in_place_have_the_bits_of_the_out_of_place_op() {
+        let spread = |n: i64| (Tensor::arange(n, (Kind::Float, Device::Cpu)) * 0.7548776662).frac() * 40.0 - 20.0;
+        for shape in [[160i64, 1, 32000], [5, 1, 7944], [1, 1, 7944], [37, 1, 33]] {
+            let logits = spread(shape.iter().product()).view(shape);
+            let want = get_normalized_probs(&logits, true);
+            let got = log_probs_in_place(logits.copy()).unwrap();
+            assert!(got.equal(&want), "{shape:?}");
+        }
+        let half = spread(64).view([4, 1, 16]).to_kind(Kind::Half);
+        let got = log_probs_in_place(half.shallow_clone()).unwrap();
+        assert_eq!(got.kind(), Kind::Float);
+        assert!(got.equal(&get_normalized_probs(&half, true)));
     }
 }

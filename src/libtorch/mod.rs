@@ -8,6 +8,7 @@ mod memory_report;
 pub mod omp_wait;
 mod op_profile;
 pub mod parallel;
+pub mod reuse;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
 pub use memory_report::{CudaPeak, MemoryReport};
@@ -84,16 +85,21 @@ pub fn version() -> String {
 /// few MB (the `[batch × beam, vocab]` log-probs of each decoding step) is a fresh `mmap`, and
 /// the kernel zeroes its pages again on first touch; a sixth of translation time went there.
 /// Raising the mmap and trim thresholds lets those blocks come back from the heap instead
-/// (translation: 27% less CPU time). A 32 MiB trim threshold keeps that gain for about 30 MB of
-/// extra peak RSS; 8 MiB brought the page faults back. Values are unchanged: only where the
-/// memory comes from.
+/// (translation: 27% less CPU time). The trim threshold must exceed what one decoding step frees:
+/// at transformer-base size a step at batch 32 frees some 60 MB (logits, log-probs, key/value
+/// caches), and a 32 MiB threshold gave the heap's top back and faulted it in again at every step
+/// (20% of the CPU time, in the kernel). One arena for every thread: each `--inter-threads`
+/// worker's own arena grew and dropped its heaps (`mprotect`, `munmap`) at every step just the
+/// same. Values are unchanged: only where the memory comes from. The peak is what a step needs;
+/// between batches up to the trim threshold stays resident.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; called before any worker thread starts.
     unsafe {
         // glibc caps M_MMAP_THRESHOLD at 32 MiB on 64-bit targets (HEAP_MAX / 2).
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+        //ARENA libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 

@@ -10,6 +10,7 @@ use super::nn::{LayerNorm, Linear};
 use super::options::DecoderOptions;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
+use crate::libtorch::reuse::BufferPool;
 
 /// What `TransformerDecoderBase.forward` returns.
 #[derive(Debug)]
@@ -36,6 +37,8 @@ pub struct TransformerDecoder {
     /// fairseq does; false runs fairseq's own bmm path, the one incremental decoding takes
     /// (for checking the cache against a full pass with the same kernels).
     pub torch_self_attention: bool,
+    /// The logits' buffers, reused from step to step where the output projection is packed.
+    logits: BufferPool,
 }
 
 impl TransformerDecoder {
@@ -65,6 +68,7 @@ impl TransformerDecoder {
             padding_idx: PADDING_IDX,
             max_target_positions: o.side.max_positions,
             torch_self_attention: true,
+            logits: BufferPool::default(),
         };
         Ok((decoder, warnings))
     }
@@ -181,6 +185,6 @@ impl TransformerDecoder {
         if let Some(proj) = &self.project_out_dim {
             x = proj.forward(&x)?;
         }
-        self.output_projection.forward(&x)
+        self.output_projection.forward_pooled(&x, &self.logits)
     }
 }

@@ -3,30 +3,50 @@
 
 use tch::{Device, Kind, Tensor};
 
+use std::sync::Arc;
+
+use super::host_gemm::PackedWeight;
 use super::nn::{LayerNorm, Linear};
 use super::options::EncDecOptions;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 
-/// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`.
+/// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`, or rows of the
+/// packed output projection it is tied to (`--compute-type float32`, one copy of the table).
 #[derive(Debug)]
 pub struct Embedding {
     pub weight: Tensor,
     pub padding_idx: i64,
+    rows: i64,
+    dim: i64,
+    packed: Option<Arc<PackedWeight>>,
 }
 
 impl Embedding {
     /// Any number of rows; `embedding_dim` columns.
     pub fn load(w: &Weights, embedding_dim: i64, padding_idx: i64) -> Result<Self, ModelError> {
-        Ok(Self { weight: w.get("weight", &[-1, embedding_dim])?, padding_idx })
+        let weight = w.get("weight", &[-1, embedding_dim])?;
+        let (rows, dim) = weight.size2()?;
+        Ok(Self { weight, padding_idx, rows, dim, packed: None })
     }
 
     pub fn num_embeddings(&self) -> i64 {
-        self.weight.size()[0]
+        self.rows
     }
 
     pub fn embedding_dim(&self) -> i64 {
-        self.weight.size()[1]
+        self.dim
+    }
+
+    /// Looks rows up in `packed` (the output projection's packed copy of this very table) and
+    /// lets go of the libtorch table.
+    pub fn share_packed(&mut self, packed: Arc<PackedWeight>) -> Result<(), ModelError> {
+        if packed.out_features() as i64 != self.rows || packed.in_features() as i64 != self.dim {
+            return Err(ModelError::Input("an embedding table shared with a projection of another shape".into()));
+        }
+        self.packed = Some(packed);
+        self.weight = Tensor::new();
+        Ok(())
     }
 
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor, ModelError> {
@@ -41,7 +61,22 @@ impl Embedding {
                 )));
             }
         }
-        Ok(Tensor::f_embedding(&self.weight, ids, self.padding_idx, false, false)?)
+        match &self.packed {
+            Some(packed) => {
+                let ids_host = Vec::<i64>::try_from(ids.f_flatten(0, -1)?.f_to_device(Device::Cpu)?)?;
+                let mut size = ids.size();
+                size.push(self.dim);
+                let mut out = Tensor::f_empty(size.as_slice(), (Kind::Float, Device::Cpu))?;
+                // SAFETY: `out` is new and not shared.
+                if let Some(data) = unsafe { crate::libtorch::host::f32_view_mut(&mut out) } {
+                    for (row, &id) in data.chunks_mut(self.dim.max(1) as usize).zip(&ids_host) {
+                        packed.row_into(id as usize, row);
+                    }
+                }
+                Ok(out)
+            }
+            None => Ok(Tensor::f_embedding(&self.weight, ids, self.padding_idx, false, false)?),
+        }
     }
 }
 
@@ -134,7 +169,8 @@ pub struct LearnedPositionalEmbedding {
 impl LearnedPositionalEmbedding {
     pub fn load(w: &Weights, num_embeddings: i64, embedding_dim: i64, padding_idx: i64) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[num_embeddings + padding_idx + 1, embedding_dim])?;
-        Ok(Self { embedding: Embedding { weight, padding_idx } })
+        let (rows, dim) = weight.size2()?;
+        Ok(Self { embedding: Embedding { weight, padding_idx, rows, dim, packed: None } })
     }
 
     pub fn max_positions(&self) -> i64 {

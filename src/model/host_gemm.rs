@@ -160,6 +160,25 @@ impl PackedWeight {
         Ok(Some(y))
     }
 
+    /// As [`PackedWeight::linear`], into `y` (a contiguous f32 CPU tensor of the output's size)
+    /// instead of a new tensor; false (and `y` untouched) where `linear` would give `None`.
+    pub fn linear_into(&self, x: &Tensor, y: &mut Tensor, relu: bool) -> Result<bool, ModelError> {
+        let size = x.size();
+        if size.last() != Some(&(self.in_features as i64)) {
+            return Ok(false);
+        }
+        let rows: i64 = size[..size.len() - 1].iter().product();
+        if y.numel() as i64 != rows * self.out_features as i64 {
+            return Ok(false);
+        }
+        // SAFETY: nothing writes `x` during the call, and `y` is the caller's to write.
+        let (Some(x_data), Some(y_data)) = (unsafe { f32_view(x) }, unsafe { f32_view_mut(y) }) else {
+            return Ok(false);
+        };
+        self.gemm(x_data, y_data, relu);
+        Ok(true)
+    }
+
     /// `y = x · Wᵀ + b` for `x` `[rows, in]` and `y` `[rows, out]`, row-major.
     pub fn gemm(&self, x: &[f32], y: &mut [f32], relu: bool) {
         let (k, n) = (self.in_features, self.out_features);

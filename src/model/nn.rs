@@ -2,7 +2,10 @@
 
 use tch::{Kind, Tensor};
 
+use std::sync::Arc;
+
 use super::host_gemm::PackedWeight;
+use crate::libtorch::reuse::BufferPool;
 use super::int8::Int8Weight;
 use super::weights::Weights;
 use super::ModelError;
@@ -15,7 +18,7 @@ pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
     int8: Option<Int8Weight>,
-    packed: Option<PackedWeight>,
+    packed: Option<Arc<PackedWeight>>,
 }
 
 impl Linear {
@@ -54,15 +57,29 @@ impl Linear {
         Ok(self.forward(x)?.f_relu()?)
     }
 
-    /// The packed path, for this layer's own bias and an f32 CPU input (made contiguous).
+    /// [`Linear::forward`] into a buffer of `pool` (the output projection's logits, reused from
+    /// step to step) when the weight was packed.
+    pub fn forward_pooled(&self, x: &Tensor, pool: &BufferPool) -> Result<Tensor, ModelError> {
+        if let Some(w) = &self.packed {
+            let x = x.f_contiguous()?;
+            let mut size = x.size();
+            if let Some(last) = size.last_mut() {
+                *last = w.out_features() as i64;
+            }
+            let mut y = pool.take(&size)?;
+            if w.linear_into(&x, &mut y, false)? {
+                return Ok(y);
+            }
+        }
+        self.forward(x)
+    }
+
+    /// The packed path, for an f32 CPU input (made contiguous). Every bias handed to a layer is
+    /// its own in value (the in_proj slices of `forward_torch` are its own bias), and the packed
+    /// weight carries it.
     fn host_linear(&self, x: &Tensor, bias: Option<&Tensor>, relu: bool) -> Result<Option<Tensor>, ModelError> {
-        let own_bias = match (bias, &self.bias) {
-            (Some(a), Some(b)) => std::ptr::eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
         match &self.packed {
-            Some(w) if own_bias => w.linear(&x.f_contiguous()?, relu),
+            Some(w) if bias.is_some() == self.bias.is_some() => w.linear(&x.f_contiguous()?, relu),
             _ => Ok(None),
         }
     }
@@ -73,8 +90,23 @@ impl Linear {
         if self.int8.is_some() {
             return Ok(false);
         }
-        self.packed = PackedWeight::pack(&self.weight, self.bias.as_ref())?;
+        if self.packed.is_none() {
+            self.packed = PackedWeight::pack(&self.weight, self.bias.as_ref())?.map(Arc::new);
+        }
         Ok(self.packed.is_some())
+    }
+
+    /// The packed weight, to share (an embedding table tied to this projection).
+    pub fn packed(&self) -> Option<&Arc<PackedWeight>> {
+        self.packed.as_ref()
+    }
+
+    /// Lets go of the libtorch weight once it is packed, so that the packed panels are the one
+    /// copy; the layer then computes only on the host (f32 CPU inputs).
+    pub fn release_weight(&mut self) {
+        if self.packed.is_some() {
+            self.weight = Tensor::new();
+        }
     }
 
     pub fn quantize_int8(&mut self) -> Result<(), ModelError> {

@@ -95,20 +95,7 @@ impl TransformerModel {
             return Ok(());
         }
         if compute_type == ComputeType::Float32 {
-            let mut linears: Vec<&mut Linear> = vec![&mut self.decoder.output_projection];
-            linears.extend(self.decoder.project_out_dim.as_mut());
-            for l in &mut self.decoder.layers {
-                linears.extend([&mut l.fc1, &mut l.fc2, &mut l.self_attn.out_proj]);
-                linears.extend(l.self_attn.fused.as_mut().map(|f| f.linears_mut()).into_iter().flatten());
-                if let Some(e) = l.encoder_attn.as_mut() {
-                    linears.push(&mut e.out_proj);
-                    linears.extend(e.fused.as_mut().map(|f| f.linears_mut()).into_iter().flatten());
-                }
-            }
-            for linear in linears {
-                linear.pack_for_host()?;
-            }
-            return Ok(());
+            return self.pack_for_host();
         }
         self.encoder.allow_fastpath = false;
         let mut linears: Vec<&mut Linear> = Vec::new();
@@ -130,6 +117,68 @@ impl TransformerModel {
             linear.quantize_int8()?;
         }
         self.decoder.output_projection.pack_for_host()?;
+        Ok(())
+    }
+
+    /// `float32` on the CPU: every linear layer computes on the host from packed panels
+    /// (`host_gemm.rs`), which are the one copy of its weight; an embedding table tied to the
+    /// output projection looks its rows up there. The encoder leaves its fast path, whose kernel
+    /// takes libtorch's weights, and `named_tensors` lets go of them (`verify` runs `exact`, and
+    /// no compute type follows another).
+    fn pack_for_host(&mut self) -> Result<(), ModelError> {
+        if super::host_gemm::Isa::detect().is_none() {
+            // a CPU without AVX2: libtorch computes, with its own weights
+            return Ok(());
+        }
+        // each weight is let go of as soon as it is packed, so that loading never holds two
+        // copies of more than one layer (only this model's modules hold them now)
+        self.named_tensors.clear();
+        self.encoder.allow_fastpath = false;
+        for l in &mut self.encoder.layers {
+            l.in_proj_weight = Tensor::new();
+        }
+        let output = self.decoder.output_projection.weight.data_ptr();
+        self.decoder.output_projection.pack_for_host()?;
+        if let Some(packed) = self.decoder.output_projection.packed().cloned() {
+            for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
+                if embedding.weight.data_ptr() == output {
+                    embedding.share_packed(std::sync::Arc::clone(&packed))?;
+                }
+            }
+        }
+        self.for_each_linear(&mut |linear| {
+            if linear.pack_for_host()? {
+                linear.release_weight();
+            }
+            Ok(())
+        })
+    }
+
+    fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut Linear) -> Result<(), ModelError>) -> Result<(), ModelError> {
+        f(&mut self.decoder.output_projection)?;
+        for l in [&mut self.decoder.project_out_dim, &mut self.decoder.embedding.project_in_dim, &mut self.encoder.embedding.project_in_dim] {
+            if let Some(l) = l.as_mut() {
+                f(l)?;
+            }
+        }
+        for l in &mut self.encoder.layers {
+            let a = &mut l.self_attn;
+            for linear in [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj, &mut l.fc1, &mut l.fc2] {
+                f(linear)?;
+            }
+        }
+        for l in &mut self.decoder.layers {
+            for a in std::iter::once(&mut l.self_attn).chain(l.encoder_attn.as_mut()) {
+                for linear in [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.out_proj] {
+                    f(linear)?;
+                }
+                for linear in a.fused.as_mut().map(|fused| fused.linears_mut()).into_iter().flatten() {
+                    f(linear)?;
+                }
+            }
+            f(&mut l.fc1)?;
+            f(&mut l.fc2)?;
+        }
         Ok(())
     }
 
