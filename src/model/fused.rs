@@ -130,6 +130,14 @@ pub fn encoder_attention_step(
         return a.out_proj.forward(&out);
     }
     let q = split_heads(&projected, 1, a.num_heads, a.head_dim)?.f_select(0, 0)?;
+    // keys kept once per sentence (`TransformerModel::beamable_encoder_attention`), repeated
+    // for each of its beams here
+    let (rows, kv_rows) = (q.size()[0], k.size()[0]);
+    if kv_rows != rows && kv_rows > 0 && rows % kv_rows == 0 {
+        let per = |t: &Tensor| t.f_repeat_interleave_self_int(rows / kv_rows, 0, None);
+        let bias = state.attn_bias.as_ref().map(per).transpose()?;
+        return merge_heads(a, &attend(&q, &per(k)?, &per(v)?, bias.as_ref())?);
+    }
     merge_heads(a, &attend(&q, k, v, state.attn_bias.as_ref())?)
 }
 
