@@ -78,9 +78,11 @@ struct FileBytes {
     map: memmap2::Mmap,
 }
 
-/// `populate`: fault the whole file in with one call instead of page by page (for loads that
-/// read every storage; a summary reads only the pickle).
-fn open(path: &Path, populate: bool) -> Result<FileBytes, CheckpointError> {
+/// `read_all`: ask the kernel to read the whole file ahead (for loads that read every storage; a
+/// summary reads only the pickle). Read ahead into the page cache, not faulted into this
+/// process: `MAP_POPULATE` made the whole file resident at once, so a load's peak RSS was the
+/// file plus the tensors copied from it before their pages were released.
+fn open(path: &Path, read_all: bool) -> Result<FileBytes, CheckpointError> {
     let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
     let file = std::fs::File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
@@ -89,11 +91,12 @@ fn open(path: &Path, populate: bool) -> Result<FileBytes, CheckpointError> {
     }
     // SAFETY: the map is read-only and private to this process; a checkpoint modified while it
     // is being loaded is outside what any loader can defend against (torch.load included).
-    let mut options = memmap2::MmapOptions::new();
-    if populate {
-        options.populate();
+    let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(io)?;
+    #[cfg(unix)]
+    if read_all {
+        // advice only: a kernel that declines it reads the pages as they are touched
+        let _ = map.advise(memmap2::Advice::WillNeed);
     }
-    let map = unsafe { options.map(&file) }.map_err(io)?;
     Ok(FileBytes { map })
 }
 
@@ -371,6 +374,11 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
         let Value::Str(name) = k else {
             return Err(invalid(path, format!("`model` has a {} key", p.type_name(k))));
         };
+        if upgrade::is_derived_copy(name) {
+            // fairseq 0.12.2's encoder fast-path copies: the upgrade derives them from the
+            // layer's own weights, as fairseq's loading does, so the stored ones are never read
+            continue;
+        }
         sd.insert(name.to_string(), m.tensor(name, v)?);
     }
     let state_dict = upgrade::upgrade_state_dict(&config, sd)

@@ -203,7 +203,8 @@ pub fn upgrade_state_dict(cfg: &TransformerConfig, mut sd: StateDict) -> Result<
         }
     }
     split_in_proj(&mut sd)?;
-    // BetterTransformer copies on every encoder layer (fairseq 0.12.2).
+    // BetterTransformer copies on every encoder layer (fairseq 0.12.2), derived here as
+    // `_load_from_state_dict` derives them; stored ones are not even read (`is_derived_copy`).
     for i in 0..cfg.encoder_layers {
         let p = format!("encoder.layers.{i}");
         let get = |sd: &StateDict, k: &str| -> Result<Tensor, UpgradeError> {
@@ -278,4 +279,28 @@ fn check_shapes(cfg: &TransformerConfig, sd: &StateDict) -> Result<(), UpgradeEr
         }
     }
     Ok(())
+}
+
+/// The encoder fast-path copies (`encoder.layers.N.in_proj_weight`, `fc1_bias`, ...) that the
+/// upgrade derives from each layer's own weights, whatever the checkpoint stored under them.
+pub fn is_derived_copy(key: &str) -> bool {
+    const COPIES: [&str; 8] = ["in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias", "fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"];
+    let Some((index, name)) = key.strip_prefix("encoder.layers.").and_then(|rest| rest.split_once('.')) else {
+        return false;
+    };
+    !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) && COPIES.contains(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_derived_copy;
+
+    #[test]
+    fn only_the_encoder_fast_path_copies_are_derived() {
+        assert!(is_derived_copy("encoder.layers.0.in_proj_weight"));
+        assert!(is_derived_copy("encoder.layers.11.fc2_bias"));
+        for key in ["encoder.layers.0.self_attn.in_proj_weight", "decoder.layers.0.in_proj_weight", "encoder.layers.x.fc1_bias", "encoder.layers.0.fc1.weight", "encoder.layers..fc1_bias"] {
+            assert!(!is_derived_copy(key), "{key}");
+        }
+    }
 }

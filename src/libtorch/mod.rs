@@ -103,6 +103,17 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// Hands the free memory inside the heap back to the kernel (glibc's `malloc_trim`): weights
+/// let go of in the middle of the heap stay resident otherwise, and loading, which replaces them
+/// one by one with packed copies of other sizes, would hold both.
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes malloc's own lock.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The environment that pins libtorch's CPU kernels: MKL's strict conditional numerical
 /// reproducibility on its AVX2 code path, and ATen's AVX2 kernels. With both set before
 /// libtorch computes anything, results no longer depend on the thread count, and fairseq run

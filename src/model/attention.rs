@@ -26,6 +26,8 @@ pub struct MultiheadAttention {
     in_proj_bias: Tensor,
     /// The projections of the incremental decoder under `--compute-type float32`/`int8`.
     pub fused: Option<FusedProjections>,
+    /// `q_proj` computes `q · scaling` (it shares the fused projection's packed weight).
+    q_prescaled: bool,
 }
 
 impl MultiheadAttention {
@@ -55,6 +57,7 @@ impl MultiheadAttention {
             scaling: (head_dim as f64).powf(-0.5),
             in_proj_bias,
             fused: None,
+            q_prescaled: false,
         })
     }
 
@@ -63,6 +66,42 @@ impl MultiheadAttention {
         let projections = [&self.q_proj, &self.k_proj, &self.v_proj];
         self.fused = Some(FusedProjections::new(projections, self.scaling, self_attention)?);
         Ok(())
+    }
+
+    /// Packs the fused projections for the host and makes `q_proj`, `k_proj` and `v_proj`
+    /// ranges of their columns, so that one copy of the weights serves the incremental step and
+    /// whole sequences; `q_proj` then gives `q · scaling`. Returns whether it could.
+    pub fn pack_fused_for_host(&mut self) -> Result<bool, ModelError> {
+        let c = self.embed_dim as usize;
+        let Some(fused) = self.fused.as_mut() else {
+            return Ok(false);
+        };
+        for linear in fused.linears_mut() {
+            if !linear.pack_for_host()? {
+                return Ok(false);
+            }
+        }
+        let parts = match &*fused {
+            FusedProjections::SelfAttention { qkv } => {
+                let p = qkv.packed().ok_or_else(|| ModelError::Input("unpacked projection".into()))?;
+                [p.columns(0..c), p.columns(c..2 * c), p.columns(2 * c..3 * c)]
+            }
+            FusedProjections::EncoderAttention { q, kv } => {
+                let (q, kv) = (q.packed(), kv.packed());
+                let (Some(q), Some(kv)) = (q, kv) else {
+                    return Ok(false);
+                };
+                [q.columns(0..c), kv.columns(0..c), kv.columns(c..2 * c)]
+            }
+        };
+        let [Some(q), Some(k), Some(v)] = parts else {
+            return Ok(false);
+        };
+        self.q_proj.set_packed(q);
+        self.k_proj.set_packed(k);
+        self.v_proj.set_packed(v);
+        self.q_prescaled = true;
+        Ok(true)
     }
 
     fn heads(&self) -> Heads<'_> {
@@ -146,7 +185,8 @@ impl MultiheadAttention {
         let q = q.f_view([bsz, h, tgt_len, d])?;
         let k = k.f_view([bsz, h, src_len, d])?;
         let v = v.f_view([bsz, h, src_len, d])?;
-        let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, attn_mask.as_ref(), 0.0, false, None::<f64>, false)?;
+        let scale = self.q_prescaled.then_some(1.0);
+        let out = Tensor::f_scaled_dot_product_attention(&q, &k, &v, attn_mask.as_ref(), 0.0, false, scale, false)?;
         let out = out.f_permute([2, 0, 1, 3])?.f_reshape([bsz * tgt_len, embed_dim])?;
         let out = self.out_proj.forward(&out)?;
         Ok(out.f_view([tgt_len, bsz, -1])?)
@@ -202,7 +242,9 @@ impl MultiheadAttention {
             (None, None)
         };
         // fairseq scales q after the bias add
-        let _ = q.f_mul_(&super::nn::python_float(self.scaling)?)?;
+        if !self.q_prescaled {
+            let _ = q.f_mul_(&super::nn::python_float(self.scaling)?)?;
+        }
         let q = q.f_contiguous()?.f_view([tgt_len, bsz * h, d])?.f_transpose(0, 1)?;
         let mut kv_bsz = bsz;
         let mut k = match k {

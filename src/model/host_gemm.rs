@@ -7,6 +7,8 @@
 //! threads. Needs AVX2 and FMA (AVX-512F used where present); without them the layer stays on
 //! libtorch.
 
+use std::sync::Arc;
+
 use tch::{Device, Kind, Tensor};
 
 use super::ModelError;
@@ -67,11 +69,15 @@ impl Isa {
 }
 
 /// A weight `[out, in]` as panels `[units · panels_per_unit][in][16]` and its bias (zeros
-/// without one), both zero-padded to whole units.
+/// without one), both zero-padded to whole units; or a range of its output columns
+/// ([`PackedWeight::columns`]), sharing the panels.
 #[derive(Debug)]
 pub struct PackedWeight {
-    panels: Vec<Line>,
-    bias: Vec<f32>,
+    panels: Arc<Vec<Line>>,
+    bias: Arc<Vec<f32>>,
+    /// This weight's first panel and panel count in `panels`.
+    first_panel: usize,
+    panel_count: usize,
     in_features: usize,
     out_features: usize,
     isa: Isa,
@@ -112,7 +118,26 @@ impl PackedWeight {
             let n = b.len().min(out_features);
             padded_bias[..n].copy_from_slice(&b[..n]);
         }
-        Ok(Some(Self { panels, bias: padded_bias, in_features, out_features, isa }))
+        Ok(Some(Self { panels: Arc::new(panels), bias: Arc::new(padded_bias), first_panel: 0, panel_count, in_features, out_features, isa }))
+    }
+
+    /// Output columns `range` of this weight (rows of `W`), sharing its panels: `None` unless
+    /// the range starts on a whole unit of panels.
+    pub fn columns(&self, range: std::ops::Range<usize>) -> Option<Self> {
+        let unit = PANEL * self.isa.panels_per_unit();
+        if range.start % unit != 0 || range.start >= range.end || range.end > self.out_features {
+            return None;
+        }
+        let width = range.end - range.start;
+        Some(Self {
+            panels: Arc::clone(&self.panels),
+            bias: Arc::clone(&self.bias),
+            first_panel: self.first_panel + range.start / PANEL,
+            panel_count: width.div_ceil(unit) * self.isa.panels_per_unit(),
+            in_features: self.in_features,
+            out_features: width,
+            isa: self.isa,
+        })
     }
 
     pub fn in_features(&self) -> usize {
@@ -123,14 +148,9 @@ impl PackedWeight {
         self.out_features
     }
 
-    /// Bytes the panels and bias hold.
-    pub fn bytes(&self) -> usize {
-        self.panels.len() * std::mem::size_of::<Line>() + self.bias.len() * 4
-    }
-
     /// Row `o` of the weight (what an embedding tied to this projection looks up), into `out`.
     pub fn row_into(&self, o: usize, out: &mut [f32]) {
-        let (p, c) = (o / PANEL, o % PANEL);
+        let (p, c) = (self.first_panel + o / PANEL, o % PANEL);
         for (i, v) in out.iter_mut().enumerate().take(self.in_features) {
             *v = self.panels[p * self.in_features + i].0[c];
         }
@@ -183,16 +203,17 @@ impl PackedWeight {
     pub fn gemm(&self, x: &[f32], y: &mut [f32], relu: bool) {
         let (k, n) = (self.in_features, self.out_features);
         if k == 0 {
+            let bias = &self.bias[self.first_panel * PANEL..];
             for row in y.chunks_mut(n.max(1)) {
                 for (o, v) in row.iter_mut().enumerate() {
-                    *v = if relu { self.bias[o].max(0.0) } else { self.bias[o] };
+                    *v = if relu { bias[o].max(0.0) } else { bias[o] };
                 }
             }
             return;
         }
         let rows = x.len() / k;
         assert!(rows * k == x.len() && y.len() == rows * n, "host gemm: mismatched operands");
-        let units = self.panels.len() / k / self.isa.panels_per_unit();
+        let units = self.panel_count / self.isa.panels_per_unit();
         let pass = self.isa.rows_per_pass();
         let chunk_rows = (CHUNK_BYTES / (k * 4)).max(1).div_ceil(pass) * pass;
         let y_ptr = SendPtr(y.as_mut_ptr());
@@ -222,8 +243,8 @@ impl PackedWeight {
         {
             let k = self.in_features;
             let first = u * self.isa.panels_per_unit();
-            let panel = self.panels.as_ptr().add(first * k) as *const f32;
-            let bias = self.bias.as_ptr().add(first * PANEL);
+            let panel = self.panels.as_ptr().add((self.first_panel + first) * k) as *const f32;
+            let bias = self.bias.as_ptr().add((self.first_panel + first) * PANEL);
             let col = first * PANEL;
             let cols = (self.out_features - col).min(PANEL * self.isa.panels_per_unit());
             let job = Job { k, x, panel, bias, y: y.add(col), ldy: self.out_features, cols, relu };
@@ -367,7 +388,6 @@ mod tests {
 
     #[test]
     fn equals_f_linear_within_rounding_for_every_shape_row_count_and_isa() {
-        let opts = (Kind::Float, Device::Cpu);
         let mut seed = 0x9e37_79b9_u32;
         let mut rand = |shape: &[i64]| {
             let n = shape.iter().product::<i64>() as usize;
@@ -396,8 +416,26 @@ mod tests {
                     let relu = packed.linear(&x, true).unwrap().unwrap();
                     assert!((&relu - want.relu()).abs().max().double_value(&[]) < 1e-4);
                 }
-                let _ = opts;
             }
+        }
+    }
+
+    #[test]
+    fn a_range_of_columns_computes_what_that_slice_of_the_weight_does() {
+        let opts = (Kind::Float, Device::Cpu);
+        let (w, b) = (Tensor::randn([3 * 64 + 5, 40], opts), Tensor::randn([3 * 64 + 5], opts));
+        for isa in isas() {
+            let packed = PackedWeight::pack_for(isa, &w, Some(&b)).unwrap().unwrap();
+            let x = Tensor::randn([7, 40], opts);
+            for (start, end) in [(0, 64), (64, 128), (128, 3 * 64 + 5), (64, 70)] {
+                let part = packed.columns(start..end).expect("starts on a whole unit");
+                let want = x.linear(&w.narrow(0, start as i64, (end - start) as i64), Some(&b.narrow(0, start as i64, (end - start) as i64)));
+                let got = part.linear(&x, false).unwrap().unwrap();
+                assert_eq!(got.size(), want.size());
+                assert!((&got - &want).abs().max().double_value(&[]) < 1e-4, "{isa:?} {start}..{end}");
+            }
+            assert!(packed.columns(8..64).is_none(), "not on a unit");
+            assert!(packed.columns(0..3 * 64 + 6).is_none(), "past the weight");
         }
     }
 

@@ -33,14 +33,26 @@ impl TransformerEncoderLayer {
         let fc1 = Linear::load(&w.sub("fc1"), embed_dim, ffn_embed_dim, true)?;
         let fc2 = Linear::load(&w.sub("fc2"), ffn_embed_dim, embed_dim, true)?;
         let final_layer_norm = LayerNorm::load(&w.sub("final_layer_norm"), embed_dim)?;
-        // TransformerEncoderLayerBase._load_from_state_dict overwrites these from the others.
-        let in_proj_weight =
-            Tensor::f_cat(&[&self_attn.q_proj.weight, &self_attn.k_proj.weight, &self_attn.v_proj.weight], 0)?;
-        let biases: Vec<&Tensor> =
-            [&self_attn.q_proj, &self_attn.k_proj, &self_attn.v_proj].iter().filter_map(|l| l.bias.as_ref()).collect();
-        let in_proj_bias = Tensor::f_cat(&biases, 0)?;
-        w.register("in_proj_weight", &in_proj_weight)?;
-        w.register("in_proj_bias", &in_proj_bias)?;
+        // TransformerEncoderLayerBase._load_from_state_dict overwrites these from the others
+        // (the checkpoint upgrade derives them so; a state dict without them gets them here)
+        let in_proj_weight = match w.get_opt("in_proj_weight", &[3 * embed_dim, embed_dim])? {
+            Some(t) => t,
+            None => {
+                let t = Tensor::f_cat(&[&self_attn.q_proj.weight, &self_attn.k_proj.weight, &self_attn.v_proj.weight], 0)?;
+                w.register("in_proj_weight", &t)?;
+                t
+            }
+        };
+        let in_proj_bias = match w.get_opt("in_proj_bias", &[3 * embed_dim])? {
+            Some(t) => t,
+            None => {
+                let biases: Vec<&Tensor> =
+                    [&self_attn.q_proj, &self_attn.k_proj, &self_attn.v_proj].iter().filter_map(|l| l.bias.as_ref()).collect();
+                let t = Tensor::f_cat(&biases, 0)?;
+                w.register("in_proj_bias", &t)?;
+                t
+            }
+        };
         for (name, t) in [
             ("out_proj_weight", Some(&self_attn.out_proj.weight)),
             ("out_proj_bias", self_attn.out_proj.bias.as_ref()),

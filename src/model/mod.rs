@@ -17,6 +17,7 @@ mod embedding;
 mod encoder;
 mod fused;
 mod host_gemm;
+mod host_gemm_nt;
 mod incremental;
 mod int8;
 mod language_model;

@@ -5,6 +5,7 @@ use tch::{Kind, Tensor};
 use std::sync::Arc;
 
 use super::host_gemm::PackedWeight;
+use super::host_gemm_nt::TableProjection;
 use crate::libtorch::reuse::BufferPool;
 use super::int8::Int8Weight;
 use super::weights::Weights;
@@ -19,17 +20,18 @@ pub struct Linear {
     pub bias: Option<Tensor>,
     int8: Option<Int8Weight>,
     packed: Option<Arc<PackedWeight>>,
+    table: Option<TableProjection>,
 }
 
 impl Linear {
     pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
-        Ok(Self { weight, bias, int8: None, packed: None })
+        Ok(Self { weight, bias, int8: None, packed: None, table: None })
     }
 
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias, int8: None, packed: None }
+        Self { weight, bias, int8: None, packed: None, table: None }
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
@@ -60,6 +62,16 @@ impl Linear {
     /// [`Linear::forward`] into a buffer of `pool` (the output projection's logits, reused from
     /// step to step) when the weight was packed.
     pub fn forward_pooled(&self, x: &Tensor, pool: &BufferPool) -> Result<Tensor, ModelError> {
+        if let Some(table) = &self.table {
+            let x = x.f_contiguous()?;
+            let mut size = x.size();
+            if let (Some(last), Some(&vocab)) = (size.last_mut(), self.weight.size().first()) {
+                *last = vocab;
+            }
+            if let Some(y) = table.forward(&x, Some(pool.take(&size)?))? {
+                return Ok(y);
+            }
+        }
         if let Some(w) = &self.packed {
             let x = x.f_contiguous()?;
             let mut size = x.size();
@@ -78,6 +90,9 @@ impl Linear {
     /// its own in value (the in_proj slices of `forward_torch` are its own bias), and the packed
     /// weight carries it.
     fn host_linear(&self, x: &Tensor, bias: Option<&Tensor>, relu: bool) -> Result<Option<Tensor>, ModelError> {
+        if let Some(table) = self.table.as_ref().filter(|_| bias.is_none() && !relu) {
+            return table.forward(&x.f_contiguous()?, None);
+        }
         match &self.packed {
             Some(w) if bias.is_some() == self.bias.is_some() => w.linear(&x.f_contiguous()?, relu),
             _ => Ok(None),
@@ -87,7 +102,7 @@ impl Linear {
     /// Computes on the host from packed panels from now on (`host_gemm.rs`), where the CPU
     /// allows; returns whether it does.
     pub fn pack_for_host(&mut self) -> Result<bool, ModelError> {
-        if self.int8.is_some() {
+        if self.int8.is_some() || self.table.is_some() {
             return Ok(false);
         }
         if self.packed.is_none() {
@@ -96,7 +111,23 @@ impl Linear {
         Ok(self.packed.is_some())
     }
 
-    /// The packed weight, to share (an embedding table tied to this projection).
+    /// Computes from `packed` (a range of another layer's packed weight) from now on.
+    pub fn set_packed(&mut self, packed: PackedWeight) {
+        self.packed = Some(Arc::new(packed));
+    }
+
+    /// Computes on the host from the weight as it is (`host_gemm_nt.rs`): for an output
+    /// projection without bias whose weight is the embedding table, held once for both. Returns
+    /// whether it does.
+    pub fn compute_from_table(&mut self) -> bool {
+        if self.bias.is_some() || self.int8.is_some() {
+            return false;
+        }
+        self.table = TableProjection::new(&self.weight);
+        self.table.is_some()
+    }
+
+    /// The packed weight, to share (another layer's range of it).
     pub fn packed(&self) -> Option<&Arc<PackedWeight>> {
         self.packed.as_ref()
     }

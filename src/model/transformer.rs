@@ -12,6 +12,10 @@ use super::weights::{LoadReport, StateDict};
 use super::ModelError;
 use crate::config::TransformerConfig;
 
+/// From this size on, a tied output projection computes from the embedding table as it is
+/// (`host_gemm_nt.rs`) rather than from packed panels.
+const TABLE_BYTES: usize = 64 << 20;
+
 #[derive(Debug)]
 pub struct TransformerModel {
     pub cfg: TransformerConfig,
@@ -91,6 +95,9 @@ impl TransformerModel {
             (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, kind)?;
             self.encoder.allow_fastpath = allow_fastpath;
         }
+        if compute_type == ComputeType::Float32 && self.device == Device::Cpu && super::host_gemm::Isa::detect().is_some() {
+            return self.pack_for_host();
+        }
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
             if let Some(e) = l.encoder_attn.as_mut() {
@@ -101,7 +108,8 @@ impl TransformerModel {
             return Ok(());
         }
         if compute_type == ComputeType::Float32 {
-            return self.pack_for_host();
+            // a CPU without AVX2: libtorch computes, with its own weights
+            return Ok(());
         }
         self.encoder.allow_fastpath = false;
         let mut linears: Vec<&mut Linear> = Vec::new();
@@ -127,37 +135,66 @@ impl TransformerModel {
     }
 
     /// `float32` on the CPU: every linear layer computes on the host from packed panels
-    /// (`host_gemm.rs`), which are the one copy of its weight; an embedding table tied to the
-    /// output projection looks its rows up there. The encoder leaves its fast path, whose kernel
+    /// (`host_gemm.rs`), which are the one copy of its weight, and an output projection tied to
+    /// the embedding table from the table itself (`host_gemm_nt.rs`). The encoder leaves its fast path, whose kernel
     /// takes libtorch's weights, and `named_tensors` lets go of them (`verify` runs `exact`, and
     /// no compute type follows another).
     fn pack_for_host(&mut self) -> Result<(), ModelError> {
-        if super::host_gemm::Isa::detect().is_none() {
-            // a CPU without AVX2: libtorch computes, with its own weights
-            return Ok(());
-        }
-        // each weight is let go of as soon as it is packed, so that loading never holds two
-        // copies of more than one layer (only this model's modules hold them now)
+        // each weight is let go of as soon as it is packed, and the heap's free memory handed
+        // back as it goes, so that loading never holds two copies of more than a layer (only
+        // this model's modules hold them now)
         self.named_tensors.clear();
         self.encoder.allow_fastpath = false;
         for l in &mut self.encoder.layers {
             l.in_proj_weight = Tensor::new();
         }
-        let output = self.decoder.output_projection.weight.data_ptr();
-        self.decoder.output_projection.pack_for_host()?;
-        if let Some(packed) = self.decoder.output_projection.packed().cloned() {
-            for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
-                if embedding.weight.data_ptr() == output {
-                    embedding.share_packed(std::sync::Arc::clone(&packed))?;
+        // An output projection tied to the embedding table is held once for both: a large one
+        // computes from the table itself, as the embeddings look it up (packing it would hold
+        // two copies of the largest weight while it is made: 512 MB more at M2M-100's size); a
+        // smaller one is packed, faster for narrow models, and the embeddings look their rows
+        // up in the panels.
+        let projection = &mut self.decoder.output_projection;
+        let output = projection.weight.data_ptr();
+        let table_bytes = projection.weight.numel() * 4;
+        let tied = |e: &super::embedding::Embedding| e.weight.data_ptr() == output;
+        let tied_any = tied(&self.decoder.embedding.embed_tokens) || tied(&self.encoder.embedding.embed_tokens);
+        if !(tied_any && table_bytes >= TABLE_BYTES && projection.compute_from_table()) && projection.pack_for_host()? {
+            if let Some(packed) = projection.packed().cloned() {
+                for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
+                    if embedding.weight.data_ptr() == output {
+                        embedding.share_packed(std::sync::Arc::clone(&packed))?;
+                    }
                 }
             }
+            self.decoder.output_projection.release_weight();
         }
+        for l in &mut self.decoder.layers {
+            l.self_attn.fuse_projections(true)?;
+            l.self_attn.pack_fused_for_host()?;
+            if let Some(e) = l.encoder_attn.as_mut() {
+                e.fuse_projections(false)?;
+                e.pack_fused_for_host()?;
+            }
+            for a in std::iter::once(&mut l.self_attn).chain(l.encoder_attn.as_mut()) {
+                for linear in [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj].into_iter().chain(a.fused.iter_mut().flat_map(|f| f.linears_mut())) {
+                    linear.release_weight();
+                }
+            }
+            crate::libtorch::return_freed_memory();
+        }
+        let mut packed = 0;
         self.for_each_linear(&mut |linear| {
             if linear.pack_for_host()? {
                 linear.release_weight();
+                packed += 1;
+                if packed % 8 == 0 {
+                    crate::libtorch::return_freed_memory();
+                }
             }
             Ok(())
-        })
+        })?;
+        crate::libtorch::return_freed_memory();
+        Ok(())
     }
 
     fn for_each_linear(&mut self, f: &mut dyn FnMut(&mut Linear) -> Result<(), ModelError>) -> Result<(), ModelError> {
