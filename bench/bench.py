@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+import sizes
+
 ROOT = Path(__file__).resolve().parent.parent
 TCHSEQ = ROOT / "target" / "release" / "tchseq"
 
@@ -94,10 +96,6 @@ def bleu(hypotheses, references):
     import sacrebleu
 
     return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
-
-
-def w_lines(text):
-    return [float(l.split("\t")[1]) for l in text.splitlines() if l.startswith("W-")]
 
 
 def thread_env(threads):
@@ -180,6 +178,13 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         (f"tchseq --inter-threads {threads}, no batching flag (the file default)", tch + ["--threads", "1", "--inter-threads", threads]
          + tch_tr + ["--input", src]),
     ]
+    if cpu_bf16():
+        systems += [
+            (f"tchseq --compute-type bfloat16 --threads {threads}", tch + ["--threads", threads] + tch_tr
+             + ["--compute-type", "bfloat16", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+            (f"tchseq --compute-type bfloat16 --inter-threads {threads}", tch + ["--threads", "1", "--inter-threads", threads] + tch_tr
+             + ["--compute-type", "bfloat16", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
+        ]
     refs = [l.replace("@@ ", "") for l in inputs["de"].read_text(encoding="utf-8").splitlines()[:n]]
     reference = None
     for label, argv in systems:
@@ -213,14 +218,21 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         (f"tchseq --compute-type int8 --threads {threads}", tch + ["--threads", threads] + tch_tr
          + ["--compute-type", "int8", "--batch-size", "1", "--input", first]),
         ("tchseq --threads 1", tch + ["--threads", "1"] + tch_tr + ["--batch-size", "1", "--input", first]),
+        ("tchseq --compute-type float32 --threads 1", tch + ["--threads", "1"] + tch_tr
+         + ["--compute-type", "float32", "--batch-size", "1", "--input", first]),
     ]
+    # a run over the first sentences minus a run over one, per sentence: every system's own
+    # per-sentence cost, at a finer grain than fairseq's millisecond W- lines
+    one_line = work / "one.en"
+    one_line.write_text(src.read_text(encoding="utf-8").splitlines(True)[0], encoding="utf-8")
+    n_first = sum(1 for _ in open(first, encoding="utf-8"))
     for label, argv in lat:
-        medians = []
-        for _ in range(reps):
-            _, _, text = run(argv, env=env)
-            medians.append(statistics.median(w_lines(text)) * 1000)
-        r["latency"].append({"system": label, "argv": shlex.join(map(str, argv)), "ms": statistics.median(medians)})
-        print(f"[{name}] latency {label}: {statistics.median(medians):.1f} ms", flush=True)
+        single = [a if a != first else one_line for a in argv]
+        many = statistics.median(run(argv, env=env)[0] for _ in range(reps))
+        alone = statistics.median(run(single, env=env)[0] for _ in range(reps))
+        ms = (many - alone) / max(n_first - 1, 1) * 1000
+        r["latency"].append({"system": label, "argv": shlex.join(map(str, argv)), "ms": ms})
+        print(f"[{name}] latency {label}: {ms:.1f} ms", flush=True)
 
     # 3. scoring throughput
     pairs = work / "pairs.csv"
@@ -268,6 +280,7 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         ("fairseq-interactive", fairseq + ["--input", one]),
         ("CTranslate2 fp32", ct2_cmd + [one, "--compute-type", "float32", "--intra-threads", threads]),
         ("tchseq", tch + ["--threads", threads] + tch_tr + ["--input", one]),
+        ("tchseq --compute-type float32", tch + ["--threads", threads] + tch_tr + ["--compute-type", "float32", "--input", one]),
         ("tchseq doctor (libtorch, no model)", tch + ["doctor"]),
     ]
     for label, argv in loads:
@@ -275,6 +288,11 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         r["load"].append({"system": label, "argv": shlex.join(map(str, argv)), "seconds": wall, "rss_mb": rss})
         print(f"[{name}] load {label}: {wall:.2f}s {rss:.0f} MB", flush=True)
     return r
+
+
+def cpu_bf16():
+    """Whether this CPU runs `--compute-type bfloat16` (AVX512_BF16)."""
+    return any("avx512_bf16" in line for line in open("/proc/cpuinfo", encoding="utf-8") if line.startswith("flags"))
 
 
 def cpu_model():
@@ -309,7 +327,11 @@ def markdown(results, args):
         "Ratios are to fairseq (higher is better); absolute times on a shared machine are noisy.",
         "",
     ]
+    out += sizes.goals(results)
     for r in results:
+        if r["name"] in sizes.SIZES:
+            out += sizes.markdown_size(r)
+            continue
         t = r["threads"]
         out += [
             f"## {r['title']}",
@@ -329,8 +351,8 @@ def markdown(results, args):
             b = f"{x['bleu']:.2f} ({x['bleu'] - base['bleu']:+.2f})" if "bleu" in x else "—"
             out.append(f"| {x['system']} | {x['seconds']:.2f} | {x['tok_s']:.0f} | {ratio(x['tok_s'], base['tok_s'])} | "
                        f"{x['identical']}/{x['count']} | {b} | {x['rss_mb']:.0f} |")
-        out += ["", f"### Latency: batch 1, the first {r['latency_lines']} sentences, median time per sentence "
-                f"({t} threads)", "",
+        out += ["", f"### Latency: batch 1, the first {r['latency_lines']} sentences: a run over them minus a run over "
+                f"the first, per sentence ({t} threads)", "",
                 "| system | ms / sentence | vs fairseq |", "|---|---:|---:|"]
         base = r["latency"][0]
         for x in r["latency"]:
@@ -378,18 +400,19 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--sizes", default="bundled,base")
+    p.add_argument("--sizes", default="bundled,base,big,m2m")
     p.add_argument("--bundled-lines", type=int, default=1000)
-    p.add_argument("--base-lines", type=int, default=100,
-                   help="sentences for the transformer-base size (it is ~20x slower per sentence)")
-    p.add_argument("--base-len", type=int, default=25,
-                   help="transformer-base size: every sentence is decoded to exactly this many tokens")
+    p.add_argument("--size-lines", type=int, default=128,
+                   help="sentences for the base, big and M2M-100-418M sizes (four batches of 32)")
+    p.add_argument("--size-len", type=int, default=25,
+                   help="base, big and M2M sizes: every sentence is decoded to exactly this many tokens")
     p.add_argument("--reuse", default="", help="sizes whose saved results (bench/work/<size>.json) are reused")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
     args = p.parse_args()
     data = Path(os.environ.get("DATA", ROOT.parent / "shared" / "data" / "multi30k"))
     work = ROOT / "bench" / "work"
     results = []
+    peaks = None
     for size in args.sizes.split(","):
         saved = work / f"{size}.json"
         if size in args.reuse.split(",") and saved.exists():
@@ -399,18 +422,11 @@ def main():
             r = bench_model(size, ROOT / "weights" / "multi30k.en-de", work / "bundled", data, args.threads,
                             args.reps, args.bundled_lines)
             r["title"] = "Bundled model (weights/multi30k.en-de: d128, 3+3 layers, 7.9k joint dictionary)"
-        elif size == "base":
-            base = work / "base-model"
-            if not (base / "model.pt").exists():
-                subprocess.run(["bash", ROOT / "bench" / "make_base.sh", base], check=True)
-            info = json.loads((base / "info.json").read_text())
-            # a model this young is degenerate: decode a fixed length, for every system alike
-            r = bench_model(size, base, work / "base", data, args.threads, args.reps, args.base_lines,
-                            max_len_b=args.base_len, min_len=args.base_len, latency_lines=30)
-            r["title"] = (f"transformer-base size (d512, 6+6 layers, 8 heads, FFN 2048, {info['dict']} joint "
-                          f"dictionary; {info['updates']} updates on Multi30k, made by bench/make_base.sh)")
+        elif size in sizes.SIZES:
+            peaks = peaks or sizes.measured_peaks(args.threads)
+            r = sizes.bench_size(size, work, args.threads, args.reps, args.size_lines, args.size_len, cpu_bf16(), peaks)
         else:
-            sys.exit(f"bench: unknown size {size!r} (bundled, base)")
+            sys.exit(f"bench: unknown size {size!r} (bundled, base, {', '.join(sizes.SIZES)})")
         results.append(r)
         (work / f"{size}.json").write_text(json.dumps(r, indent=1))
     Path(args.out).write_text(markdown(results, args), encoding="utf-8")

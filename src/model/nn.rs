@@ -132,10 +132,10 @@ impl Linear {
         self.packed.as_ref()
     }
 
-    /// Lets go of the libtorch weight once it is packed, so that the packed panels are the one
-    /// copy; the layer then computes only on the host (f32 CPU inputs).
+    /// Lets go of the libtorch weight once it is packed or quantized, so that the packed panels
+    /// (or fbgemm's int8 weight) are the one copy; the layer then computes only with those.
     pub fn release_weight(&mut self) {
-        if self.packed.is_some() {
+        if self.packed.is_some() || self.int8.is_some() {
             self.weight = Tensor::new();
         }
     }

@@ -127,10 +127,21 @@ impl TransformerModel {
             }
         }
         linears.extend(self.decoder.project_out_dim.as_mut());
-        for linear in linears {
+        // as in float32, each weight is let go of once quantized (fbgemm's packed copy is the
+        // one it computes with)
+        self.named_tensors.clear();
+        for (i, linear) in linears.into_iter().enumerate() {
             linear.quantize_int8()?;
+            linear.release_weight();
+            if i % 8 == 7 {
+                crate::libtorch::return_freed_memory();
+            }
         }
-        self.decoder.output_projection.pack_for_host()?;
+        for l in &mut self.encoder.layers {
+            l.in_proj_weight = Tensor::new();
+        }
+        self.host_output_projection()?;
+        crate::libtorch::return_freed_memory();
         Ok(())
     }
 
@@ -148,26 +159,7 @@ impl TransformerModel {
         for l in &mut self.encoder.layers {
             l.in_proj_weight = Tensor::new();
         }
-        // An output projection tied to the embedding table is held once for both: a large one
-        // computes from the table itself, as the embeddings look it up (packing it would hold
-        // two copies of the largest weight while it is made: 512 MB more at M2M-100's size); a
-        // smaller one is packed, faster for narrow models, and the embeddings look their rows
-        // up in the panels.
-        let projection = &mut self.decoder.output_projection;
-        let output = projection.weight.data_ptr();
-        let table_bytes = projection.weight.numel() * 4;
-        let tied = |e: &super::embedding::Embedding| e.weight.data_ptr() == output;
-        let tied_any = tied(&self.decoder.embedding.embed_tokens) || tied(&self.encoder.embedding.embed_tokens);
-        if !(tied_any && table_bytes >= TABLE_BYTES && projection.compute_from_table()) && projection.pack_for_host()? {
-            if let Some(packed) = projection.packed().cloned() {
-                for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
-                    if embedding.weight.data_ptr() == output {
-                        embedding.share_packed(std::sync::Arc::clone(&packed))?;
-                    }
-                }
-            }
-            self.decoder.output_projection.release_weight();
-        }
+        self.host_output_projection()?;
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
             l.self_attn.pack_fused_for_host()?;
@@ -194,6 +186,30 @@ impl TransformerModel {
             Ok(())
         })?;
         crate::libtorch::return_freed_memory();
+        Ok(())
+    }
+
+    /// The output projection on the host. One tied to the embedding table is held once for
+    /// both: a large one computes from the table itself, as the embeddings look it up (packing it
+    /// would hold two copies of the largest weight while it is made: 512 MB more at M2M-100's
+    /// size); a smaller one is packed, faster for narrow models, and the embeddings look their
+    /// rows up in the panels.
+    fn host_output_projection(&mut self) -> Result<(), ModelError> {
+        let projection = &mut self.decoder.output_projection;
+        let output = projection.weight.data_ptr();
+        let table_bytes = projection.weight.numel() * 4;
+        let tied = |e: &super::embedding::Embedding| e.weight.data_ptr() == output;
+        let tied_any = tied(&self.decoder.embedding.embed_tokens) || tied(&self.encoder.embedding.embed_tokens);
+        if !(tied_any && table_bytes >= TABLE_BYTES && projection.compute_from_table()) && projection.pack_for_host()? {
+            if let Some(packed) = projection.packed().cloned() {
+                for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
+                    if embedding.weight.data_ptr() == output {
+                        embedding.share_packed(std::sync::Arc::clone(&packed))?;
+                    }
+                }
+            }
+            self.decoder.output_projection.release_weight();
+        }
         Ok(())
     }
 
