@@ -367,3 +367,58 @@ fn float32_against_exact_moves_scores_by_less_than_1e_4_and_keeps_every_hypothes
     assert!(near_ties <= 2, "{near_ties} hypotheses changed places");
     assert!(moved > 0, "float32 gave exact's bits: the fused path did not run");
 }
+
+/// float32 and int8 hold each weight once: every linear layer's libtorch weight is let go of once
+/// packed (or quantized), `named_tensors` no longer holds them, and the model still translates as
+/// exact does (float32) or close to it (int8).
+#[test]
+fn float32_and_int8_hold_each_weight_once() {
+    set_test_threads();
+    let has_host_kernels = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    assert!(has_host_kernels, "this CPU lacks AVX2 or FMA, which float32's host kernels need");
+    let lines = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow.", "A little girl is eating an ice cream."];
+    let translate = |compute_type: &str| {
+        let spec = ModelSpec { model: Some(repo("weights/multi30k.en-de")), ..Default::default() };
+        let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+        let mut translator = Translator::new(bundle, tch::Device::Cpu, TextMode::Raw).unwrap();
+        translator.set_compute_type(compute_type).unwrap();
+        let (generator, batching) = translator.search(&TranslateOptions::default(), Batching::new(None, Some(8), 1).unwrap()).unwrap();
+        let done = translator.translate(&generator, &lines, &batching, false).unwrap();
+        let texts: Vec<String> = done
+            .into_iter()
+            .map(|t| match t {
+                Translation::Done { hypos, .. } => translator.hypothesis_text(&hypos[0]).unwrap().text,
+                Translation::TooLong { .. } => panic!("a test sentence is too long"),
+            })
+            .collect();
+        (translator, texts)
+    };
+    let (_, exact) = translate("exact");
+    for compute_type in ["float32", "int8"] {
+        let (translator, texts) = translate(compute_type);
+        let model = &translator.models[0];
+        assert!(model.named_tensors.is_empty(), "{compute_type}: named_tensors still holds the weights");
+        let mut linears = vec![&model.decoder.output_projection];
+        for l in &model.encoder.layers {
+            let a = &l.self_attn;
+            linears.extend([&a.q_proj, &a.k_proj, &a.v_proj, &a.out_proj, &l.fc1, &l.fc2]);
+            assert!(!l.in_proj_weight.defined(), "{compute_type}: the encoder's fast-path copy");
+        }
+        for l in &model.decoder.layers {
+            for a in std::iter::once(&l.self_attn).chain(l.encoder_attn.as_ref()) {
+                linears.extend([&a.q_proj, &a.k_proj, &a.v_proj, &a.out_proj]);
+            }
+            linears.extend([&l.fc1, &l.fc2]);
+        }
+        // the bundled output projection is small enough to be packed: its embeddings then look
+        // their rows up in the panels, and no linear layer keeps libtorch's copy
+        let held = linears.iter().filter(|l| l.weight.defined()).count();
+        assert_eq!(held, 0, "{compute_type}: {held} of {} linear layers still hold their libtorch weight", linears.len());
+        assert!(!model.decoder.embedding.embed_tokens.weight.defined(), "{compute_type}: the tied table is held twice");
+        if compute_type == "float32" {
+            assert_eq!(texts, exact, "float32 translates as exact does");
+        } else {
+            assert!(texts.iter().zip(&exact).filter(|(a, b)| a == b).count() >= 2, "int8: {texts:?} against {exact:?}");
+        }
+    }
+}
