@@ -402,7 +402,7 @@ mod tests {
             Tensor::from_slice(&data).view(shape)
         };
         for isa in isas() {
-            for &(out, inp) in &[(384i64, 128i64), (37, 20), (16, 8), (5, 3), (33, 1), (70, 300)] {
+            for &(out, inp) in &[(384i64, 128i64), (37, 20), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1000)] {
                 let w = rand(&[out, inp]);
                 let b = rand(&[out]);
                 let packed = PackedWeight::pack_for(isa, &w, Some(&b)).unwrap().unwrap();
