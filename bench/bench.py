@@ -389,11 +389,12 @@ def markdown(results, args):
         "`inter_threads`); its output is bit-identical to fairseq's single-threaded output.",
         "- CTranslate2 differs from fairseq by design: its length penalty divides by the length without EOS, "
         "its int8 mode quantizes weights, and its kernels differ; the `equal` column counts its mismatches.",
-        "- The transformer-base-size model has had only a few hundred updates, and its output is degenerate (one "
-        "word repeated, or a few tokens; which one depends on the training run). So every system there decodes "
-        "exactly the same number of tokens per sentence (`--min-len N --max-len-b N`; CTranslate2: "
-        "`min_decoding_length`/`max_decoding_length`): that part measures a fixed number of beam steps per "
-        "sentence, i.e. kernels and batching, which is what a model of that size is about.",
+        "- The base, big and M2M-shaped models have random weights (built by fairseq's `build_model`, "
+        "reference/make_size_model.py), so their output is random too: every system decodes exactly the same "
+        "number of tokens per sentence there (`--min-len N --max-len-b N`; CTranslate2: "
+        "`min_decoding_length`/`max_decoding_length`), which measures a fixed number of beam steps per sentence, "
+        "i.e. kernels, memory and batching. CTranslate2 has no bfloat16 on the CPU: tchseq's bfloat16 rows are "
+        "compared with its fp32.",
         "",
     ]
     return "\n".join(out)

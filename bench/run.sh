@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `make bench`: tchseq vs fairseq 0.12.2 vs CTranslate2 (translate, latency, score, start-up),
-# at the bundled model's size and at transformer-base size; writes bench/results.md. Then
+# at the bundled model's size and at transformer-base, transformer-big and M2M-100-418M sizes
+# (bench/sizes.py); writes bench/results.md. Then
 # bench/memory.py (peak RSS and throughput of score at 10k/100k/1M rows and translate at 10k/100k
 # lines, about an hour more) writes bench/memory-results.md, and a greedy translate of 10k/100k/1M
 # lines with its resident size at each (about 50 minutes more) bench/memory-results-greedy.md;
 # BENCH_MEMORY=0 skips both.
-#   bash bench/run.sh [--threads 2] [--reps 3] [--sizes bundled,base] [--base-lines 200]
+#   bash bench/run.sh [--threads 2] [--reps 3] [--sizes bundled,base,big,m2m] [--size-lines 128]
 # Needs the reference venv (`make reference-venv`) and a release build (`make build`); `make
-# bench` provides both. Scratch files (converted models, the base model) go to bench/work/.
+# bench` provides both. Scratch files (converted models, the models of each size) go to bench/work/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -3,7 +3,7 @@
 
     python python/check_wheel.py dist/tchseq-*.whl
 
-Every ELF file in the wheel may need only torch's own libraries (libtorch_cpu, libc10: the
+Every ELF file in the wheel may need only torch's own libraries (libtorch_cpu, libc10, libgomp: the
 `torch==` dependency installs them, and the package imports torch before its extension, as the
 launcher finds them before tchseq-core starts) and the manylinux base libraries, and no symbol
 version newer than the wheel's manylinux tag allows (auditwheel's policy for that glibc). It also
@@ -17,7 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-TORCH_LIBS = {"libtorch_cpu.so", "libc10.so"}
+# libgomp.so.1 ships in torch's lib directory too: the host kernels share libtorch's OpenMP runtime
+TORCH_LIBS = {"libtorch_cpu.so", "libc10.so", "libgomp.so.1"}
 # auditwheel's manylinux base libraries (policy.json, "lib_whitelist")
 BASE_LIBS = {"libgcc_s.so.1", "libstdc++.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libc.so.6", "libnsl.so.1",
              "libutil.so.1", "libpthread.so.0", "libresolv.so.2", "libX11.so.6", "libXext.so.6", "libXrender.so.1",
