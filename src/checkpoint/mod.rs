@@ -174,6 +174,31 @@ struct Materializer<'a> {
 }
 
 impl Materializer<'_> {
+    /// What [`Materializer::tensor`] checks of an entry (its view and its storage's CRC-32),
+    /// without copying the storage into a tensor: for entries the model derives.
+    fn check(&mut self, name: &str, v: &Value) -> Result<(), CheckpointError> {
+        let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
+        let p = &self.raw.pickle;
+        let Some(Node::Tensor(t)) = p.node(v) else {
+            return Err(err(format!("is a {}, not a tensor", p.type_name(v))));
+        };
+        let Some(Node::Storage(s)) = p.nodes.get(t.storage) else {
+            return Err(err("refers to no storage".into()));
+        };
+        check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(err)?;
+        if !self.storages.contains_key(&t.storage) {
+            let data = self.raw.storage_bytes(self.bytes, s).map_err(|source| CheckpointError::TensorData {
+                path: self.path.to_path_buf(),
+                name: name.to_string(),
+                source,
+            })?;
+            if let Cow::Borrowed(part) = data {
+                release_pages(self.bytes, part);
+            }
+        }
+        Ok(())
+    }
+
     fn tensor(&mut self, name: &str, v: &Value) -> Result<Tensor, CheckpointError> {
         let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
         let tch_err = |source| CheckpointError::Torch { path: self.path.to_path_buf(), name: name.to_string(), source };
@@ -376,7 +401,9 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
         };
         if upgrade::is_derived_copy(name) {
             // fairseq 0.12.2's encoder fast-path copies: the upgrade derives them from the
-            // layer's own weights, as fairseq's loading does, so the stored ones are never read
+            // layer's own weights, as fairseq's loading does, so the stored ones are only checked
+            // (their CRC-32), never held
+            m.check(name, v)?;
             continue;
         }
         sd.insert(name.to_string(), m.tensor(name, v)?);

@@ -30,14 +30,15 @@ pub struct TransformerModel {
 impl TransformerModel {
     /// BART's `set_beam_size` (called by fairseq's `SequenceGenerator` for beams above 1): the
     /// encoder output is kept once per sentence and the encoder attention runs `einsum` over the
-    /// beams. The exact compute type follows it for BART; the fused attention of the other compute
-    /// types keeps its keys and values once per sentence for every model, as CTranslate2 does
-    /// (a beam's rows of them are copies): a fifth of the memory at beam 5, and of the products
-    /// that make them.
+    /// beams. The exact compute type follows it for BART; on the CPU, the fused attention of the
+    /// other compute types keeps its keys and values once per sentence for every model, as
+    /// CTranslate2 does (a beam's rows of them are copies): a fifth of the memory at beam 5, and
+    /// of the products that make them.
     pub fn beamable_encoder_attention(&self) -> bool {
         let encoder_attentions = || self.decoder.layers.iter().filter_map(|l| l.encoder_attn.as_ref());
         if encoder_attentions().all(|a| a.fused.is_some()) {
-            return self.decoder.layers.iter().any(|l| l.encoder_attn.is_some());
+            // on a GPU the fused step attends through libtorch, which would repeat them per step
+            return self.device == Device::Cpu && self.decoder.layers.iter().any(|l| l.encoder_attn.is_some());
         }
         crate::config::BART_ARCHS.contains(&self.cfg.arch.as_str()) && encoder_attentions().all(|a| a.fused.is_none())
     }
