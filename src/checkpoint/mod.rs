@@ -11,8 +11,9 @@
 //! the file is memory-mapped, the pickle is parsed once (linear in its size), and every storage
 //! that `model` refers to is CRC32-checked and copied exactly once into a libtorch tensor;
 //! optimizer state and other unreferenced storages are neither read nor copied. fairseq 0.12.2's
-//! encoder-layer BetterTransformer copies (`in_proj_weight` = cat(q, k, v), ...) add one copy of
-//! each encoder layer's attention input projection, as in fairseq.
+//! encoder-layer BetterTransformer copies (`in_proj_weight` = cat(q, k, v), ...) are CRC-checked
+//! but never copied: the upgrade derives them from each layer's own weights, as fairseq's loading
+//! does, which adds one copy of each encoder layer's attention input projection.
 
 pub mod container;
 pub mod pickle;
