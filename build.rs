@@ -57,14 +57,19 @@ fn compile_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_string());
-    cc::Build::new()
-        .cpp(true)
-        .pic(true)
-        .warnings(false)
-        .include(lib.join("../include"))
-        .flag("-std=c++17")
-        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
-        .flag("-DGLOG_USE_GLOG_EXPORT")
+    let build = || {
+        let mut build = cc::Build::new();
+        build
+            .cpp(true)
+            .pic(true)
+            .warnings(false)
+            .include(lib.join("../include"))
+            .flag("-std=c++17")
+            .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+            .flag("-DGLOG_USE_GLOG_EXPORT");
+        build
+    };
+    build()
         .file("csrc/quantized_linear.cpp")
         .file("csrc/inference_mode.cpp")
         .file("csrc/cuda_registered.cpp")
@@ -74,17 +79,7 @@ fn compile_shim(lib: &std::path::Path) {
         .compile("tchseq_shim");
     // at::parallel_for is a header template around `#pragma omp parallel`: it needs OpenMP, and
     // the libgomp libtorch itself loads (in its lib directory), not a second runtime
-    cc::Build::new()
-        .cpp(true)
-        .pic(true)
-        .warnings(false)
-        .include(lib.join("../include"))
-        .flag("-std=c++17")
-        .flag("-fopenmp")
-        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
-        .flag("-DGLOG_USE_GLOG_EXPORT")
-        .file("csrc/parallel_for.cpp")
-        .compile("tchseq_parallel");
+    build().flag("-fopenmp").file("csrc/parallel_for.cpp").compile("tchseq_parallel");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-arg=-l:libgomp.so.1");
 }

@@ -175,9 +175,8 @@ struct Materializer<'a> {
 }
 
 impl Materializer<'_> {
-    /// What [`Materializer::tensor`] checks of an entry (its view and its storage's CRC-32),
-    /// without copying the storage into a tensor: for entries the model derives.
-    fn check(&mut self, name: &str, v: &Value) -> Result<(), CheckpointError> {
+    /// The tensor entry `v` and its storage, its view checked against the storage.
+    fn entry(&self, name: &str, v: &Value) -> Result<(pickle::TensorRef, &pickle::StorageRef), CheckpointError> {
         let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
         let p = &self.raw.pickle;
         let Some(Node::Tensor(t)) = p.node(v) else {
@@ -187,13 +186,24 @@ impl Materializer<'_> {
             return Err(err("refers to no storage".into()));
         };
         check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(err)?;
+        Ok((t.clone(), s))
+    }
+
+    /// A storage's bytes, CRC-checked.
+    fn storage_data(&self, name: &str, s: &pickle::StorageRef) -> Result<Cow<'_, [u8]>, CheckpointError> {
+        self.raw.storage_bytes(self.bytes, s).map_err(|source| CheckpointError::TensorData {
+            path: self.path.to_path_buf(),
+            name: name.to_string(),
+            source,
+        })
+    }
+
+    /// What [`Materializer::tensor`] checks of an entry (its view and its storage's CRC-32),
+    /// without copying the storage into a tensor: for entries the model derives.
+    fn check(&mut self, name: &str, v: &Value) -> Result<(), CheckpointError> {
+        let (t, s) = self.entry(name, v)?;
         if !self.storages.contains_key(&t.storage) {
-            let data = self.raw.storage_bytes(self.bytes, s).map_err(|source| CheckpointError::TensorData {
-                path: self.path.to_path_buf(),
-                name: name.to_string(),
-                source,
-            })?;
-            if let Cow::Borrowed(part) = data {
+            if let Cow::Borrowed(part) = self.storage_data(name, s)? {
                 release_pages(self.bytes, part);
             }
         }
@@ -203,22 +213,11 @@ impl Materializer<'_> {
     fn tensor(&mut self, name: &str, v: &Value) -> Result<Tensor, CheckpointError> {
         let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
         let tch_err = |source| CheckpointError::Torch { path: self.path.to_path_buf(), name: name.to_string(), source };
-        let p = &self.raw.pickle;
-        let t = match p.node(v) {
-            Some(Node::Tensor(t)) => t.clone(),
-            _ => return Err(err(format!("is a {}, not a tensor", p.type_name(v)))),
-        };
-        let Some(Node::Storage(s)) = p.nodes.get(t.storage) else {
-            return Err(err("refers to no storage".into()));
-        };
-        check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(err)?;
+        let (t, s) = self.entry(name, v)?;
+        let s = s.clone();
         let kind = kind_of(s.dtype);
         if !self.storages.contains_key(&t.storage) {
-            let data = self.raw.storage_bytes(self.bytes, s).map_err(|source| CheckpointError::TensorData {
-                path: self.path.to_path_buf(),
-                name: name.to_string(),
-                source,
-            })?;
+            let data = self.storage_data(name, &s)?;
             let numel = i64::try_from(s.numel).map_err(|_| err("storage too large".into()))?;
             let st = if self.raw.big_endian {
                 let es = s.dtype.element_size();

@@ -53,6 +53,13 @@ impl Isa {
         None
     }
 
+    /// Every ISA this CPU runs, best first (the tests run the kernels of each).
+    #[cfg(test)]
+    pub fn all_here() -> Vec<Self> {
+        let best = Self::detect().expect("this CPU lacks AVX2 or FMA, which the host kernels under test need");
+        if best == Self::Avx512 { vec![Self::Avx512, Self::Avx2] } else { vec![Self::Avx2] }
+    }
+
     fn panels_per_unit(self) -> usize {
         match self {
             Self::Avx512 => 2,
@@ -379,13 +386,6 @@ mod avx2 {
 mod tests {
     use super::*;
 
-    /// The ISAs this CPU runs: AVX2 on every x86-64 CPU this project runs on, AVX-512 on some.
-    /// A CPU with neither fails the tests rather than passing on nothing.
-    fn isas() -> Vec<Isa> {
-        let best = Isa::detect().expect("this CPU lacks AVX2 or FMA, which the host kernels under test need");
-        if best == Isa::Avx512 { vec![Isa::Avx512, Isa::Avx2] } else { vec![Isa::Avx2] }
-    }
-
     #[test]
     fn equals_f_linear_within_rounding_for_every_shape_row_count_and_isa() {
         let mut seed = 0x9e37_79b9_u32;
@@ -401,7 +401,7 @@ mod tests {
                 .collect();
             Tensor::from_slice(&data).view(shape)
         };
-        for isa in isas() {
+        for isa in Isa::all_here() {
             for &(out, inp) in &[(384i64, 128i64), (37, 20), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1000)] {
                 let w = rand(&[out, inp]);
                 let b = rand(&[out]);
@@ -424,7 +424,7 @@ mod tests {
     fn a_range_of_columns_computes_what_that_slice_of_the_weight_does() {
         let opts = (Kind::Float, Device::Cpu);
         let (w, b) = (Tensor::randn([3 * 64 + 5, 40], opts), Tensor::randn([3 * 64 + 5], opts));
-        for isa in isas() {
+        for isa in Isa::all_here() {
             let packed = PackedWeight::pack_for(isa, &w, Some(&b)).unwrap().unwrap();
             let x = Tensor::randn([7, 40], opts);
             for (start, end) in [(0, 64), (64, 128), (128, 3 * 64 + 5), (64, 70)] {
@@ -443,7 +443,7 @@ mod tests {
     fn a_layer_without_bias_a_strided_input_and_the_rows_of_the_weight() {
         let opts = (Kind::Float, Device::Cpu);
         let w = Tensor::randn([20, 10], opts);
-        for isa in isas() {
+        for isa in Isa::all_here() {
             let packed = PackedWeight::pack_for(isa, &w, None).unwrap().unwrap();
             let x = Tensor::randn([10, 3], opts).transpose(0, 1);
             assert!(packed.linear(&x, false).unwrap().is_none(), "a transposed input is left to libtorch");

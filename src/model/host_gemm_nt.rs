@@ -208,15 +208,10 @@ mod avx2 {
 mod tests {
     use super::*;
 
-    fn isas() -> Vec<Isa> {
-        let best = Isa::detect().expect("this CPU lacks AVX2 or FMA, which the host kernels under test need");
-        if best == Isa::Avx512 { vec![Isa::Avx512, Isa::Avx2] } else { vec![Isa::Avx2] }
-    }
-
     #[test]
     fn equals_f_linear_within_rounding_for_every_shape_and_isa() {
         let opts = (Kind::Float, Device::Cpu);
-        for isa in isas() {
+        for isa in Isa::all_here() {
             for (vocab, dim) in [(7944i64, 128i64), (37, 20), (5, 3), (9, 33), (1, 1)] {
                 let table = Tensor::randn([vocab, dim], opts);
                 let projection = TableProjection::with_isa(&table, isa);
