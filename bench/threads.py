@@ -6,7 +6,7 @@ Each setting runs in turn with the others (A B C ... A B C ...), so that drift i
 speed touches all alike; the table gives the median wall seconds and its ratio to `--threads 1`
 under the same condition. Writes Markdown to stdout (docs/performance.md keeps the last run).
 
-Usage: python3 bench/threads.py [--runs 5] [--lines 40,300]
+Usage: python3 bench/threads.py [--runs 5] [--lines 40,300] [--compute-type exact] [--batch-size 32]
 """
 import argparse
 import gzip
@@ -25,7 +25,8 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "multi30k", "test
 # name, --threads, environment added (tchseq's own default is what it sets when nothing is set)
 SETTINGS = [
     ("--threads 1", "1", {}),
-    ("--threads 2, tchseq's default (1,000 spins; PASSIVE beside a runnable task)", "2", {}),
+    ("--threads 2, tchseq's default (10,000 spins; PASSIVE beside a runnable task)", "2", {}),
+    ("--threads 2, GOMP_SPINCOUNT=10000", "2", {"GOMP_SPINCOUNT": "10000"}),
     ("--threads 2, GOMP_SPINCOUNT=1000", "2", {"GOMP_SPINCOUNT": "1000"}),
     ("--threads 2, libgomp's default (GOMP_SPINCOUNT=300000)", "2", {"GOMP_SPINCOUNT": "300000"}),
     ("--threads 2, OMP_WAIT_POLICY=PASSIVE", "2", {"OMP_WAIT_POLICY": "PASSIVE"}),
@@ -33,11 +34,11 @@ SETTINGS = [
 ]
 
 
-def run(threads, env, path):
+def run(threads, env, path, extra):
     e = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     e.update(env)
     start = time.monotonic()
-    subprocess.run([TCHSEQ, "--threads", threads, "translate", "-m", MODEL, "--input", path],
+    subprocess.run([TCHSEQ, "--threads", threads, "translate", "-m", MODEL, "--input", path] + extra,
                    env=e, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - start
 
@@ -46,11 +47,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--lines", default="40,300")
+    ap.add_argument("--compute-type", default="exact")
+    ap.add_argument("--batch-size", default="32")
     a = ap.parse_args()
+    extra = ["--compute-type", a.compute_type, "--batch-size", a.batch_size]
     with gzip.open(SHARED, "rt", encoding="utf-8") as f:
         corpus = f.read().splitlines()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"CPU: {cpu}, {os.cpu_count()} cores; `translate` of the bundled model (beam 5), whole processes, "
+    print(f"CPU: {cpu}, {os.cpu_count()} cores; `translate --compute-type {a.compute_type} --batch-size {a.batch_size}` "
+          f"of the bundled model (beam 5), whole processes, "
           f"median of {a.runs} runs in turn; load: one process spinning on one core.\n")
     print("| lines | condition | setting | wall s (median) | × `--threads 1` |")
     print("|---:|---|---|---:|---:|")
@@ -62,11 +67,11 @@ def main():
             for condition in ("quiet", "loaded"):
                 spinner = subprocess.Popen(["sh", "-c", "while :; do :; done"]) if condition == "loaded" else None
                 try:
-                    run("1", {}, path)  # warm-up: page cache
+                    run("1", {}, path, extra)  # warm-up: page cache
                     times = {name: [] for name, _, _ in SETTINGS}
                     for _ in range(a.runs):
                         for name, threads, env in SETTINGS:
-                            times[name].append(run(threads, env, path))
+                            times[name].append(run(threads, env, path, extra))
                 finally:
                     if spinner:
                         spinner.kill()

@@ -4,9 +4,11 @@
 //!
 //! libgomp spins 300,000 times before a waiting thread sleeps. On a quiet machine that is the
 //! fastest way to wait; beside another busy process the spinning thread takes the core the
-//! working one needs. `bench/threads.py` measured (docs/performance.md): 1,000 spins cost nothing
-//! quiet and `OMP_WAIT_POLICY=PASSIVE` never collapses under load, but neither meets both bounds.
-//! So the launcher looks once, at start, at how many other tasks are runnable right then.
+//! working one needs. `bench/threads.py` measured (docs/performance.md): `OMP_WAIT_POLICY=PASSIVE`
+//! never collapses under load but is slow quiet, and the fast tier's host kernels, many short
+//! parallel regions a step, need the waiting thread awake: 1,000 spins made a batch-1 sentence
+//! 25% slower than 10,000. So the launcher looks once, at start, at how many other tasks are
+//! runnable right then.
 
 /// What the launcher puts into the program's environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +20,7 @@ pub enum Wait {
 }
 
 /// The spin count on a quiet machine.
-pub const QUIET_SPINS: u32 = 1000;
+pub const QUIET_SPINS: u32 = 10_000;
 
 /// How often the launcher reads `/proc/loadavg` (1 ms apart) before it takes the least count.
 pub const LOOKS: usize = 3;

@@ -92,10 +92,7 @@ impl TransformerEncoderLayer {
         let residual = x;
         let mut x = if self.normalize_before { self.self_attn_layer_norm.forward(x)? } else { x.shallow_clone() };
         x = self.self_attn.forward_torch(&x, &x, encoder_padding_mask, None)?;
-        x = residual.f_add(&x)?;
-        if !self.normalize_before {
-            x = self.self_attn_layer_norm.forward(&x)?;
-        }
+        x = residual_connection(residual, &x, &self.self_attn_layer_norm, self.normalize_before)?;
         feed_forward(&x, &self.fc1, &self.fc2, self.activation_fn, &self.final_layer_norm, self.normalize_before)
     }
 
@@ -227,10 +224,7 @@ impl TransformerDecoderLayer {
                 out
             }
         };
-        x = residual.f_add(&x)?;
-        if !self.normalize_before {
-            x = self.self_attn_layer_norm.forward(&x)?;
-        }
+        x = residual_connection(residual, &x, &self.self_attn_layer_norm, self.normalize_before)?;
 
         let (Some(encoder_attn), Some(encoder_attn_layer_norm), Some(encoder_out)) =
             (&self.encoder_attn, &self.encoder_attn_layer_norm, encoder_out)
@@ -260,10 +254,7 @@ impl TransformerDecoderLayer {
                 need_head_weights,
             )?,
         };
-        x = residual.f_add(&out)?;
-        if !self.normalize_before {
-            x = encoder_attn_layer_norm.forward(&x)?;
-        }
+        x = residual_connection(&residual, &out, encoder_attn_layer_norm, self.normalize_before)?;
 
         let x = feed_forward(&x, &self.fc1, &self.fc2, self.activation_fn, &self.final_layer_norm, self.normalize_before)?;
         Ok((x, attn))
@@ -286,10 +277,14 @@ fn feed_forward(
         other => other.forward(&fc1.forward(&h)?)?,
     };
     let h = fc2.forward(&h)?;
-    let x = x.f_add(&h)?;
+    residual_connection(x, &h, final_layer_norm, normalize_before)
+}
+
+/// `residual + x`, then `layer_norm` after it in a post-norm layer (in one pass on the host for
+/// the fast compute types).
+fn residual_connection(residual: &Tensor, x: &Tensor, layer_norm: &LayerNorm, normalize_before: bool) -> Result<Tensor, ModelError> {
     if normalize_before {
-        Ok(x)
-    } else {
-        Ok(final_layer_norm.forward(&x)?)
+        return Ok(residual.f_add(x)?);
     }
+    layer_norm.forward_residual(residual, x)
 }

@@ -18,6 +18,7 @@ mod encoder;
 mod fused;
 mod host_gemm;
 mod host_gemm_nt;
+mod host_norm;
 mod incremental;
 mod int8;
 mod language_model;

@@ -5,6 +5,7 @@ use tch::{Kind, Tensor};
 use std::sync::Arc;
 
 use super::host_gemm::PackedWeight;
+use super::host_norm::HostLayerNorm;
 use super::host_gemm_nt::TableProjection;
 use crate::libtorch::reuse::BufferPool;
 use super::int8::Int8Weight;
@@ -154,13 +155,14 @@ pub struct LayerNorm {
     pub bias: Tensor,
     pub eps: f64,
     dim: i64,
+    host: Option<HostLayerNorm>,
 }
 
 impl LayerNorm {
     pub const EPS: f64 = 1e-5;
 
     pub fn load(w: &Weights, dim: i64) -> Result<Self, ModelError> {
-        Ok(Self { weight: w.get("weight", &[dim])?, bias: w.get("bias", &[dim])?, eps: Self::EPS, dim })
+        Ok(Self { weight: w.get("weight", &[dim])?, bias: w.get("bias", &[dim])?, eps: Self::EPS, dim, host: None })
     }
 
     /// The final `layer_norm` of an encoder or decoder (`side`) as `upgrade_state_dict_named`
@@ -182,8 +184,32 @@ impl LayerNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        if let Some(y) = self.host_forward(x, None)? {
+            return Ok(y);
+        }
         // F.layer_norm passes torch.backends.cudnn.enabled (true by default).
         Ok(x.f_layer_norm([self.dim].as_slice(), Some(&self.weight), Some(&self.bias), self.eps, true)?)
+    }
+
+    /// `forward(residual + x)`, in one pass on the host after [`LayerNorm::to_host`].
+    pub fn forward_residual(&self, residual: &Tensor, x: &Tensor) -> Result<Tensor, ModelError> {
+        if let Some(y) = self.host_forward(x, Some(residual))? {
+            return Ok(y);
+        }
+        self.forward(&residual.f_add(x)?)
+    }
+
+    /// Computes on the host from now on (`host_norm.rs`), for float32 CPU inputs.
+    pub fn to_host(&mut self) -> Result<(), ModelError> {
+        self.host = HostLayerNorm::new(&self.weight, &self.bias, self.eps)?;
+        Ok(())
+    }
+
+    fn host_forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Option<Tensor>, ModelError> {
+        match &self.host {
+            Some(h) => h.forward(x, residual),
+            None => Ok(None),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use tch::{Device, Kind, Tensor};
 use super::decoder::TransformerDecoder;
 use super::encoder::TransformerEncoder;
 use super::compute_type::ComputeType;
-use super::nn::Linear;
+use super::nn::{LayerNorm, Linear};
 use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
 use super::ModelError;
@@ -141,9 +141,26 @@ impl TransformerModel {
         for l in &mut self.encoder.layers {
             l.in_proj_weight = Tensor::new();
         }
+        self.host_layer_norms()?;
         self.host_output_projection()?;
         crate::libtorch::return_freed_memory();
         Ok(())
+    }
+
+    /// Every layer norm on the host (`host_norm.rs`), for `float32` and `int8` on the CPU.
+    fn host_layer_norms(&mut self) -> Result<(), ModelError> {
+        let (encoder, decoder) = (&mut self.encoder, &mut self.decoder);
+        let mut norms: Vec<&mut LayerNorm> = Vec::new();
+        for l in &mut encoder.layers {
+            norms.extend([&mut l.self_attn_layer_norm, &mut l.final_layer_norm]);
+        }
+        for l in &mut decoder.layers {
+            norms.extend([&mut l.self_attn_layer_norm, &mut l.final_layer_norm]);
+            norms.extend(l.encoder_attn_layer_norm.as_mut());
+        }
+        norms.extend(encoder.layer_norm.as_mut().into_iter().chain(decoder.layer_norm.as_mut()));
+        norms.extend(encoder.embedding.layernorm_embedding.as_mut().into_iter().chain(decoder.embedding.layernorm_embedding.as_mut()));
+        norms.into_iter().try_for_each(LayerNorm::to_host)
     }
 
     /// `float32` on the CPU: every linear layer computes on the host from packed panels
@@ -160,6 +177,7 @@ impl TransformerModel {
         for l in &mut self.encoder.layers {
             l.in_proj_weight = Tensor::new();
         }
+        self.host_layer_norms()?;
         self.host_output_projection()?;
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
