@@ -45,7 +45,7 @@ impl StepModel for EnsembleModel<'_> {
     fn reorder(&mut self, new_order: &Tensor) -> Result<(), GenerateError> {
         let rows = new_order.size().first().copied().unwrap_or(0);
         for (enc, inc) in self.state.iter_mut() {
-            inc.reorder(new_order);
+            inc.reorder(new_order)?;
             if inc.beamable > 1 {
                 continue;
             }

@@ -28,8 +28,7 @@ impl StepModel for LanguageModelStep<'_> {
     }
 
     fn reorder(&mut self, new_order: &Tensor) -> Result<(), GenerateError> {
-        self.state.reorder(new_order);
-        Ok(())
+        Ok(self.state.reorder(new_order)?)
     }
 
     fn forward_decoder(&mut self, tokens: &Tensor, temperature: f64, _need_attn: bool) -> Result<(Tensor, Option<Tensor>), GenerateError> {

@@ -9,9 +9,11 @@
 use tch::{Device, Kind, Tensor};
 
 use super::incremental::AttentionState;
+use super::kv_cache::HostKvCache;
 use super::nn::Linear;
 use super::one_query;
 use super::ModelError;
+use crate::libtorch::host::{f32_view, is_host_f32};
 
 /// The fused projections of one `MultiheadAttention`.
 #[derive(Debug)]
@@ -80,6 +82,10 @@ fn merge_heads(a: &Heads, x: &Tensor) -> Result<Tensor, ModelError> {
 /// position). `state` keeps keys and values `[B, H, len, D]`, as fairseq's path does.
 pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut AttentionState) -> Result<Tensor, ModelError> {
     let projected = qkv.forward(query)?;
+    if let Some(out) = host_cache_step(a, &projected, state)? {
+        return a.out_proj.forward(&out);
+    }
+    state.host_cache_to_tensors()?;
     let heads = split_heads(&projected, 3, a.num_heads, a.head_dim)?;
     let grow = |prev: &Option<Tensor>, new: Tensor| match prev {
         Some(p) => Tensor::f_cat(&[p, &new], 2),
@@ -97,6 +103,26 @@ pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut 
     state.prev_key = Some(k);
     state.prev_value = Some(v);
     Ok(out)
+}
+
+/// [`self_attention_step`] with its keys and values in a host cache (`kv_cache.rs`), for a
+/// float32 CPU projection `[1, B, 3C]`; None where it does not apply (then a cache is moved into
+/// the tensors the other path reads).
+fn host_cache_step(a: &Heads, projected: &Tensor, state: &mut AttentionState) -> Result<Option<Tensor>, ModelError> {
+    if !is_host_f32(projected) || state.prev_key.is_some() {
+        return Ok(None);
+    }
+    let (one, rows, stride) = projected.size3()?;
+    let c = (a.num_heads * a.head_dim) as usize;
+    if one != 1 || stride as usize != 3 * c || state.host_cache.as_ref().is_some_and(|h| h.rows() != rows as usize) {
+        return Ok(None);
+    }
+    let cache = state.host_cache.get_or_insert_with(|| HostKvCache::new(rows as usize, a.num_heads as usize, a.head_dim as usize));
+    // SAFETY: nothing writes `projected` during the call.
+    let Some(data) = (unsafe { f32_view(projected) }) else { return Ok(None) };
+    cache.append(data, 3 * c, c, 2 * c)?;
+    let out = one_query::attend_cache(projected, cache)?;
+    out.map(Some).ok_or_else(|| ModelError::Input(format!("no host attention for a step of {:?}", projected.size())))
 }
 
 /// An encoder attention in incremental decoding: keys, values and the additive padding mask are

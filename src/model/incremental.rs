@@ -3,6 +3,9 @@
 
 use tch::Tensor;
 
+use super::kv_cache::HostKvCache;
+use super::ModelError;
+
 /// `{prev_key, prev_value, prev_key_padding_mask}` of one `MultiheadAttention`; keys and
 /// values are `[B, H, len, D]`.
 #[derive(Debug, Default)]
@@ -15,15 +18,26 @@ pub struct AttentionState {
     /// BART's beamable encoder attention (`set_beam_size`): keys and values are kept once per
     /// sentence, not once per beam. 1 = off.
     pub beam_size: i64,
+    /// The fused self-attention's keys and values on the host (float32 and int8 on the CPU),
+    /// in place of `prev_key` and `prev_value`.
+    pub host_cache: Option<HostKvCache>,
 }
 
 impl AttentionState {
-    fn index_select(&mut self, new_order: &Tensor) {
+    fn index_select(&mut self, new_order: &Tensor, host_order: &mut Option<Vec<i64>>) -> Result<(), ModelError> {
         for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask, &mut self.attn_bias] {
             if let Some(t) = slot.as_ref() {
-                *slot = Some(t.index_select(0, new_order));
+                *slot = Some(t.f_index_select(0, new_order)?);
             }
         }
+        if let Some(cache) = self.host_cache.as_mut() {
+            let order = match host_order {
+                Some(order) => order,
+                None => host_order.insert(Vec::<i64>::try_from(&new_order.f_to_device(tch::Device::Cpu)?)?),
+            };
+            cache.reorder(order)?;
+        }
+        Ok(())
     }
 
     fn rows(&self) -> Option<i64> {
@@ -32,6 +46,16 @@ impl AttentionState {
             .flatten()
             .next()
             .map(|t| t.size()[0])
+            .or(self.host_cache.as_ref().map(|c| c.rows() as i64))
+    }
+
+    /// Moves a host cache into `prev_key` and `prev_value`, for a step that takes fairseq's path.
+    pub fn host_cache_to_tensors(&mut self) -> Result<(), ModelError> {
+        if let Some(cache) = self.host_cache.take() {
+            let (k, v) = cache.to_tensors()?;
+            (self.prev_key, self.prev_value) = (Some(k), Some(v));
+        }
+        Ok(())
     }
 }
 
@@ -67,23 +91,25 @@ impl IncrementalState {
     /// encoder-attention buffer that already has `new_order.len()` rows is left as it is (its
     /// rows only ever differ between sentences, and then the batch shrinks).
     ///
-    /// `new_order` must be an int64 tensor of valid row indices on the model device.
-    pub fn reorder(&mut self, new_order: &Tensor) {
+    /// `new_order`: an int64 tensor of row indices on the model device.
+    pub fn reorder(&mut self, new_order: &Tensor) -> Result<(), ModelError> {
         let rows = new_order.size().first().copied().unwrap_or(0);
         let beam = self.beamable;
+        let mut host_order = None;
         for layer in &mut self.layers {
-            layer.self_attn.index_select(new_order);
+            layer.self_attn.index_select(new_order, &mut host_order)?;
             if beam > 1 {
                 // one row per sentence: fairseq keeps them unless the batch shrinks, then takes
                 // each sentence's first new row divided by the beam size
                 if layer.encoder_attn.rows().is_some_and(|r| r * beam != rows) {
-                    let sentences = new_order.reshape([-1, beam]).select(1, 0).floor_divide_scalar(beam);
-                    layer.encoder_attn.index_select(&sentences);
+                    let sentences = new_order.f_reshape([-1, beam])?.f_select(1, 0)?.f_floor_divide_scalar(beam)?;
+                    layer.encoder_attn.index_select(&sentences, &mut None)?;
                 }
             } else if layer.encoder_attn.rows() != Some(rows) {
-                layer.encoder_attn.index_select(new_order);
+                layer.encoder_attn.index_select(new_order, &mut None)?;
             }
         }
+        Ok(())
     }
 }
 
@@ -106,11 +132,11 @@ mod tests {
         let layer = state.layer_mut(0);
         layer.self_attn.prev_key = Some(rows(3));
         layer.encoder_attn.prev_key = Some(rows(3));
-        state.reorder(&Tensor::from_slice(&[2i64, 2, 0]));
+        state.reorder(&Tensor::from_slice(&[2i64, 2, 0])).unwrap();
         assert_eq!(first_column(&state.layers[0].self_attn.prev_key), [2., 2., 0.]);
         assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [0., 1., 2.]);
         // a shrinking batch reorders the encoder buffers too
-        state.reorder(&Tensor::from_slice(&[1i64, 2]));
+        state.reorder(&Tensor::from_slice(&[1i64, 2])).unwrap();
         assert_eq!(first_column(&state.layers[0].self_attn.prev_key), [2., 0.]);
         assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [1., 2.]);
     }

@@ -195,6 +195,7 @@ impl TransformerDecoderLayer {
                 self.self_attn.fused_self_attention_step(&x, &mut s.self_attn)?
             }
             Some(s) => {
+                s.self_attn.host_cache_to_tensors()?;
                 let (out, _) = self.self_attn.forward_fairseq(
                     &x,
                     None,

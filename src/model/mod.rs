@@ -20,6 +20,7 @@ mod host_gemm;
 mod host_gemm_nt;
 mod host_norm;
 mod incremental;
+mod kv_cache;
 mod int8;
 mod language_model;
 mod layer;

@@ -8,17 +8,20 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::kv_cache::HostKvCache;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 
 /// The shapes of one call: `rows` queries (`heads × head_dim` each, `q_stride` floats apart),
-/// keys and values `[kv_rows, heads, len, head_dim]` contiguous, query row `b` reading key row
-/// `b / (rows / kv_rows)` (BART's beamable attention keeps one key row per sentence).
+/// keys and values `[kv_rows, heads, capacity, head_dim]` of which the first `len` positions
+/// count, query row `b` reading key row `b / (rows / kv_rows)` (BART's beamable attention keeps
+/// one key row per sentence).
 struct Shape {
     rows: usize,
     kv_rows: usize,
     heads: usize,
     len: usize,
+    capacity: usize,
     head_dim: usize,
     q_stride: usize,
 }
@@ -48,6 +51,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
         kv_rows: kv_rows as usize,
         heads: heads as usize,
         len: len as usize,
+        capacity: len as usize,
         head_dim: head_dim as usize,
         q_stride: q_stride as usize,
     };
@@ -57,6 +61,32 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
         return Ok(None);
     };
     run(&shape, q_data, k_data, v_data, bias_data, out_data);
+    Ok(Some(out))
+}
+
+/// [`attend`] over a host key/value cache (`kv_cache.rs`), one key row per query row; `q` as
+/// there, `[1, rows, q_stride]` with the query in its first `heads × head_dim` columns.
+pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, ModelError> {
+    // SAFETY: nothing writes `q` during the call.
+    let Some(q_data) = (unsafe { f32_view(q) }) else { return Ok(None) };
+    let (one, rows, q_stride) = q.size3()?;
+    let (heads, head_dim) = (cache.heads(), cache.head_dim());
+    if one != 1 || rows as usize != cache.rows() || heads * head_dim > q_stride as usize || cache.len() == 0 {
+        return Ok(None);
+    }
+    let shape = Shape {
+        rows: rows as usize,
+        kv_rows: rows as usize,
+        heads,
+        len: cache.len(),
+        capacity: cache.capacity(),
+        head_dim,
+        q_stride: q_stride as usize,
+    };
+    let mut out = Tensor::f_empty([1, rows, (heads * head_dim) as i64], (Kind::Float, Device::Cpu))?;
+    // SAFETY: `out` is new and not shared.
+    let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else { return Ok(None) };
+    run(&shape, q_data, cache.keys(), cache.values(), None, out_data);
     Ok(Some(out))
 }
 
@@ -118,8 +148,8 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], 
         let bias = bias.map(|b| &b[kv_row * len..][..len]);
         for h in 0..s.heads {
             let query = &q[row * s.q_stride + h * d..][..d];
-            let keys = &k[(kv_row * s.heads + h) * len * d..][..len * d];
-            let values = &v[(kv_row * s.heads + h) * len * d..][..len * d];
+            let keys = &k[(kv_row * s.heads + h) * s.capacity * d..][..len * d];
+            let values = &v[(kv_row * s.heads + h) * s.capacity * d..][..len * d];
             for (l, score) in scores.iter_mut().enumerate() {
                 *score = dot(query, &keys[l * d..][..d]) + bias.map_or(0.0, |b| b[l]);
             }
