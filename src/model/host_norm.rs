@@ -52,44 +52,79 @@ impl HostLayerNorm {
         // SAFETY: `out` is new and not shared.
         let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else { return Ok(None) };
         let out_ptr = SharedOut(out_data.as_mut_ptr());
-        let rows = x_data.len() / dim;
-        parallel_for(rows, GRAIN_ELEMENTS.div_ceil(dim), |start, end| {
+        let count = x_data.len() / dim;
+        parallel_for(count, GRAIN_ELEMENTS.div_ceil(dim), |start, end| {
             let out_ptr = &out_ptr;
             // SAFETY: each range writes only its own rows.
             let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(start * dim), (end - start) * dim) };
-            for (i, row) in (start..end).enumerate() {
-                let o = &mut out[i * dim..][..dim];
-                let x = &x_data[row * dim..][..dim];
-                match residual_data {
-                    Some(r) => o.iter_mut().zip(x).zip(&r[row * dim..][..dim]).for_each(|((o, x), r)| *o = r + x),
-                    None => o.copy_from_slice(x),
-                }
-                self.normalize(o);
-            }
+            rows(self, x_data, residual_data, start..end, out);
         });
         Ok(Some(out))
     }
+}
 
-    /// One row, in place: `(x − mean) / sqrt(var + eps) · weight + bias`, the biased variance.
-    fn normalize(&self, x: &mut [f32]) {
-        let n = x.len() as f32;
-        let mean = sum16(x.iter().copied()) / n;
-        let var = sum16(x.iter().map(|v| (v - mean) * (v - mean))) / n;
-        let rstd = 1.0 / (var + self.eps).sqrt();
-        for ((v, w), b) in x.iter_mut().zip(&self.weight).zip(&self.bias) {
+fn rows(norm: &HostLayerNorm, x: &[f32], residual: Option<&[f32]>, range: std::ops::Range<usize>, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { rows_avx512(norm, x, residual, range, out) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            return unsafe { rows_avx2(norm, x, residual, range, out) };
+        }
+    }
+    rows_generic(norm, x, residual, range, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn rows_avx512(norm: &HostLayerNorm, x: &[f32], residual: Option<&[f32]>, range: std::ops::Range<usize>, out: &mut [f32]) {
+    rows_generic(norm, x, residual, range, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2(norm: &HostLayerNorm, x: &[f32], residual: Option<&[f32]>, range: std::ops::Range<usize>, out: &mut [f32]) {
+    rows_generic(norm, x, residual, range, out)
+}
+
+/// Rows `range` of `layer_norm(residual + x)` into `out` (those rows only): `(v − mean) /
+/// sqrt(var + eps) · weight + bias`, the biased variance.
+#[inline(always)]
+fn rows_generic(norm: &HostLayerNorm, x: &[f32], residual: Option<&[f32]>, range: std::ops::Range<usize>, out: &mut [f32]) {
+    let dim = norm.weight.len();
+    let first = range.start;
+    for row in range {
+        let o = &mut out[(row - first) * dim..][..dim];
+        let x = &x[row * dim..][..dim];
+        match residual {
+            Some(r) => o.iter_mut().zip(x).zip(&r[row * dim..][..dim]).for_each(|((o, x), r)| *o = r + x),
+            None => o.copy_from_slice(x),
+        }
+        let n = dim as f32;
+        let mean = sum16(o, |v| v) / n;
+        let var = sum16(o, |v| (v - mean) * (v - mean)) / n;
+        let rstd = 1.0 / (var + norm.eps).sqrt();
+        for ((v, w), b) in o.iter_mut().zip(&norm.weight).zip(&norm.bias) {
             *v = (*v - mean) * rstd * w + b;
         }
     }
 }
 
-/// A sum with sixteen partial sums, so that it vectorizes.
+/// `Σ f(v)` with sixteen partial sums, so that it vectorizes.
 #[inline(always)]
-fn sum16(values: impl Iterator<Item = f32>) -> f32 {
+fn sum16(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = [0f32; 16];
-    for (i, v) in values.enumerate() {
-        acc[i % 16] += v;
+    let chunks = values.chunks_exact(16);
+    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
+    for chunk in chunks {
+        for j in 0..16 {
+            acc[j] += f(chunk[j]);
+        }
     }
-    acc.iter().sum()
+    acc.iter().sum::<f32>() + tail
 }
 
 struct SharedOut(*mut f32);

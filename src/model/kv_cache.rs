@@ -1,23 +1,31 @@
 //! `--compute-type float32` and `int8` on the CPU: a decoder self-attention's keys and values on
-//! the host, `[rows, heads, capacity, head_dim]`, written in place at each step (fairseq's path
-//! concatenates the whole cache anew every step, `torch.cat([prev_key, k], dim=2)`), and
-//! reordered by copying the kept positions only. CTranslate2 keeps its cache so too.
+//! the host. Each step writes one position of every row in place (fairseq's path concatenates the
+//! whole cache anew every step, `torch.cat([prev_key, k], dim=2)`), and a reorder moves no keys:
+//! each row keeps, per position, the slot that position was written in, and a reorder copies
+//! those indices (`len` of them a row) instead of `len × heads × head_dim` floats of keys and as
+//! many of values.
 
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
 
 use super::ModelError;
 
 #[derive(Debug)]
 pub struct HostKvCache {
+    /// The rows the cache was made for; a reorder never grows the batch.
+    slots: usize,
     rows: usize,
     heads: usize,
     head_dim: usize,
     len: usize,
     capacity: usize,
+    /// `[slots, heads, capacity, head_dim]`: position `l` of slot `s`, written by row `s` at
+    /// step `l`.
     keys: Vec<f32>,
     values: Vec<f32>,
+    /// `[rows, capacity]`: the slot each row reads position `l` from.
+    source: Vec<u32>,
     /// The reorder's destination, swapped in after it.
-    spare: Vec<f32>,
+    spare: Vec<u32>,
 }
 
 /// Positions allocated at the first step; the capacity doubles from there.
@@ -27,7 +35,18 @@ impl HostKvCache {
     pub fn new(rows: usize, heads: usize, head_dim: usize) -> Self {
         let capacity = FIRST_CAPACITY;
         let size = rows * heads * capacity * head_dim;
-        Self { rows, heads, head_dim, len: 0, capacity, keys: vec![0.0; size], values: vec![0.0; size], spare: Vec::new() }
+        Self {
+            slots: rows,
+            rows,
+            heads,
+            head_dim,
+            len: 0,
+            capacity,
+            keys: vec![0.0; size],
+            values: vec![0.0; size],
+            source: vec![0; rows * capacity],
+            spare: Vec::new(),
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -62,6 +81,16 @@ impl HostKvCache {
         &self.values
     }
 
+    /// `[rows, capacity]`: the slot each row reads each position from.
+    pub fn source_table(&self) -> &[u32] {
+        &self.source
+    }
+
+    /// Row `row`'s slot for each position `0..len`.
+    pub fn sources(&self, row: usize) -> &[u32] {
+        &self.source[row * self.capacity..][..self.len]
+    }
+
     /// Appends one position to every row: row `r`'s key is `projected[r·stride + key_at ..]`,
     /// its value `projected[r·stride + value_at ..]`, `heads × head_dim` floats each.
     pub fn append(&mut self, projected: &[f32], stride: usize, key_at: usize, value_at: usize) -> Result<(), ModelError> {
@@ -84,21 +113,27 @@ impl HostKvCache {
                 self.keys[at..at + d].copy_from_slice(&row[key_at + h * d..][..d]);
                 self.values[at..at + d].copy_from_slice(&row[value_at + h * d..][..d]);
             }
+            self.source[r * cap + len] = r as u32;
         }
         self.len += 1;
         Ok(())
     }
 
     fn grow(&mut self) {
-        let capacity = self.capacity * 2;
-        let (d, len) = (self.head_dim, self.len);
+        let (old, capacity, len) = (self.capacity, self.capacity * 2, self.len);
+        let d = self.head_dim;
         for buffer in [&mut self.keys, &mut self.values] {
-            let mut grown = vec![0.0; self.rows * self.heads * capacity * d];
-            for (i, old) in buffer.chunks_exact(self.capacity * d).enumerate() {
-                grown[i * capacity * d..][..len * d].copy_from_slice(&old[..len * d]);
+            let mut grown = vec![0.0; self.slots * self.heads * capacity * d];
+            for (i, chunk) in buffer.chunks_exact(old * d).enumerate() {
+                grown[i * capacity * d..][..len * d].copy_from_slice(&chunk[..len * d]);
             }
             *buffer = grown;
         }
+        let mut source = vec![0; self.rows * capacity];
+        for (i, chunk) in self.source.chunks_exact(old).enumerate() {
+            source[i * capacity..][..len].copy_from_slice(&chunk[..len]);
+        }
+        self.source = source;
         self.capacity = capacity;
     }
 
@@ -107,37 +142,41 @@ impl HostKvCache {
         if let Some(bad) = new_order.iter().find(|&&o| o < 0 || o as usize >= self.rows) {
             return Err(ModelError::Input(format!("reorder to row {bad} of a cache of {} rows", self.rows)));
         }
-        let (d, cap, len) = (self.head_dim, self.capacity, self.len);
-        let per_row = self.heads * cap * d;
-        for buffer in [&mut self.keys, &mut self.values] {
-            self.spare.resize(new_order.len() * per_row, 0.0);
-            for (to, &from) in new_order.iter().enumerate() {
-                for h in 0..self.heads {
-                    let src = from as usize * per_row + h * cap * d;
-                    let dst = to * per_row + h * cap * d;
-                    self.spare[dst..dst + len * d].copy_from_slice(&buffer[src..src + len * d]);
-                }
-            }
-            std::mem::swap(buffer, &mut self.spare);
+        if new_order.len() > self.slots {
+            return Err(ModelError::Input(format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots)));
         }
+        let (cap, len) = (self.capacity, self.len);
+        self.spare.resize(new_order.len() * cap, 0);
+        for (to, &from) in new_order.iter().enumerate() {
+            self.spare[to * cap..][..len].copy_from_slice(&self.source[from as usize * cap..][..len]);
+        }
+        std::mem::swap(&mut self.source, &mut self.spare);
         self.rows = new_order.len();
         Ok(())
     }
 
     /// Keys and values as fairseq's path keeps them, `[rows, heads, len, head_dim]` each.
     pub fn to_tensors(&self) -> Result<(Tensor, Tensor), ModelError> {
-        let (rows, heads, cap, d, len) = (self.rows, self.heads, self.capacity, self.head_dim, self.len);
-        let tensor = |buffer: &[f32]| -> Result<Tensor, ModelError> {
-            let full = Tensor::f_from_slice(buffer)?.f_view([rows as i64, heads as i64, cap as i64, d as i64])?;
-            Ok(full.f_narrow(2, 0, len as i64)?.f_contiguous()?.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?)
+        let (heads, cap, d, len) = (self.heads, self.capacity, self.head_dim, self.len);
+        let gather = |buffer: &[f32]| -> Result<Tensor, ModelError> {
+            let mut out = Vec::with_capacity(self.rows * heads * len * d);
+            for row in 0..self.rows {
+                for h in 0..heads {
+                    for (l, &slot) in self.sources(row).iter().enumerate() {
+                        out.extend_from_slice(&buffer[((slot as usize * heads + h) * cap + l) * d..][..d]);
+                    }
+                }
+            }
+            Ok(Tensor::f_from_slice(&out)?.f_view([self.rows as i64, heads as i64, len as i64, d as i64])?)
         };
-        Ok((tensor(&self.keys)?, tensor(&self.values)?))
+        Ok((gather(&self.keys)?, gather(&self.values)?))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tch::{Device, Kind};
 
     /// The cache against fairseq's: `cat` along the positions, `index_select` over the rows.
     #[test]
@@ -177,6 +216,7 @@ mod tests {
         assert!(cache.append(&[0.0; 5], 3, 0, 1).is_err());
         assert!(cache.reorder(&[0, 2]).is_err());
         assert!(cache.reorder(&[-1]).is_err());
+        assert!(cache.reorder(&[0, 1, 1]).is_err(), "more rows than the cache was made for");
         assert_eq!(cache.len(), 0);
     }
 }

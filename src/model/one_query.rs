@@ -60,12 +60,12 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
     let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else {
         return Ok(None);
     };
-    run(&shape, q_data, k_data, v_data, bias_data, out_data);
+    run(&shape, q_data, k_data, v_data, bias_data, None, out_data);
     Ok(Some(out))
 }
 
-/// [`attend`] over a host key/value cache (`kv_cache.rs`), one key row per query row; `q` as
-/// there, `[1, rows, q_stride]` with the query in its first `heads × head_dim` columns.
+/// [`attend`] over a host key/value cache (`kv_cache.rs`), each query row reading its own
+/// positions' slots; `q` as there, `[1, rows, q_stride]` with the query in its first `heads × head_dim` columns.
 pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, ModelError> {
     // SAFETY: nothing writes `q` during the call.
     let Some(q_data) = (unsafe { f32_view(q) }) else { return Ok(None) };
@@ -86,14 +86,16 @@ pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, M
     let mut out = Tensor::f_empty([1, rows, (heads * head_dim) as i64], (Kind::Float, Device::Cpu))?;
     // SAFETY: `out` is new and not shared.
     let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else { return Ok(None) };
-    run(&shape, q_data, cache.keys(), cache.values(), None, out_data);
+    run(&shape, q_data, cache.keys(), cache.values(), None, Some(cache.source_table()), out_data);
     Ok(Some(out))
 }
 
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 17;
 
-fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+/// `source`: with a host cache, `[rows, capacity]`, the slot (key row) each row reads each
+/// position from; without, query row `b` reads key row `b / (rows / kv_rows)` throughout.
+fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Option<&[u32]>, out: &mut [f32]) {
     let row_flops = (s.heads * s.len * s.head_dim * 4).max(1);
     let width = s.heads * s.head_dim;
     let out = SharedOut(out.as_mut_ptr());
@@ -101,7 +103,7 @@ fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &m
         let out = &out;
         // SAFETY: each range writes only its own rows of `out`.
         let out = unsafe { std::slice::from_raw_parts_mut(out.0.add(start * width), (end - start) * width) };
-        rows(s, start..end, q, k, v, bias, out)
+        rows(s, start..end, q, k, v, bias, source, out)
     });
 }
 
@@ -109,49 +111,60 @@ struct SharedOut(*mut f32);
 // SAFETY: `run` hands each thread disjoint rows.
 unsafe impl Sync for SharedOut {}
 
-fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+type Sources<'a> = Option<&'a [u32]>;
+
+fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { rows_avx512(s, range, q, k, v, bias, out) };
+            return unsafe { rows_avx512(s, range, q, k, v, bias, source, out) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             // SAFETY: as above.
-            return unsafe { rows_avx2(s, range, q, k, v, bias, out) };
+            return unsafe { rows_avx2(s, range, q, k, v, bias, source, out) };
         }
     }
-    rows_generic(s, range, q, k, v, bias, out)
+    rows_generic(s, range, q, k, v, bias, source, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn rows_avx512(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
-    rows_generic(s, range, q, k, v, bias, out)
+unsafe fn rows_avx512(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
+    rows_generic(s, range, q, k, v, bias, source, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
-    rows_generic(s, range, q, k, v, bias, out)
+unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
+    rows_generic(s, range, q, k, v, bias, source, out)
 }
 
 /// Rows `range` of the output, into `out` (those rows only).
 #[inline(always)]
-fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
-    let (d, len) = (s.head_dim, s.len);
+#[allow(clippy::too_many_arguments)]
+fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
+    let (d, len, cap) = (s.head_dim, s.len, s.capacity);
     let per_kv = s.rows / s.kv_rows;
     let mut scores = vec![0f32; len];
+    let mut at = vec![0usize; len];
     let first = range.start;
     for row in range {
         let kv_row = row / per_kv;
         let bias = bias.map(|b| &b[kv_row * len..][..len]);
+        // where each position's key of head 0 starts; head h adds h · cap · d
+        for (l, at) in at.iter_mut().enumerate() {
+            let slot = source.map_or(kv_row, |src| src[row * cap + l] as usize);
+            *at = (slot * s.heads * cap + l) * d;
+        }
         for h in 0..s.heads {
             let query = &q[row * s.q_stride + h * d..][..d];
-            let keys = &k[(kv_row * s.heads + h) * s.capacity * d..][..len * d];
-            let values = &v[(kv_row * s.heads + h) * s.capacity * d..][..len * d];
-            for (l, score) in scores.iter_mut().enumerate() {
-                *score = dot(query, &keys[l * d..][..d]) + bias.map_or(0.0, |b| b[l]);
+            let head = h * cap * d;
+            for (score, &a) in scores.iter_mut().zip(&at) {
+                *score = dot(query, &k[head + a..][..d]);
+            }
+            if let Some(b) = bias {
+                scores.iter_mut().zip(b).for_each(|(s, b)| *s += b);
             }
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
             for score in scores.iter_mut() {
@@ -160,9 +173,9 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], 
             let sum: f32 = sum8(&scores);
             let o = &mut out[(row - first) * s.heads * d + h * d..][..d];
             o.fill(0.0);
-            for (l, &p) in scores.iter().enumerate() {
+            for (&p, &a) in scores.iter().zip(&at) {
                 let w = p / sum;
-                for (o, &x) in o.iter_mut().zip(&values[l * d..][..d]) {
+                for (o, &x) in o.iter_mut().zip(&v[head + a..][..d]) {
                     *o += w * x;
                 }
             }
@@ -250,6 +263,30 @@ mod tests {
             let want = want.view([1, rows, heads * d]);
             let diff = (&got - &want).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "rows {rows} heads {heads} len {len}: max diff {diff}");
+        }
+    }
+
+    /// Over a reordered cache, each row attends to the positions its slots hold, as over the
+    /// cache's gathered keys and values.
+    #[test]
+    fn attention_over_a_host_cache_equals_attention_over_its_tensors() {
+        tch::manual_seed(7);
+        let (rows, heads, d) = (6usize, 4usize, 8usize);
+        let width = heads * d;
+        let mut cache = HostKvCache::new(rows, heads, d);
+        for step in 0..20 {
+            let current = cache.rows();
+            let projected = Tensor::randn([1, current as i64, 3 * width as i64], (Kind::Float, Device::Cpu));
+            cache.append(&Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap(), 3 * width, width, 2 * width).unwrap();
+            let got = attend_cache(&projected, &cache).unwrap().expect("a supported shape");
+            let (k, v) = cache.to_tensors().unwrap();
+            let want = attend(&projected, &k, &v, None).unwrap().expect("a supported shape");
+            let diff = (&got - &want).abs().max().double_value(&[]);
+            assert!(diff == 0.0, "step {step}: {diff}");
+            if step % 3 == 2 {
+                let order: Vec<i64> = (0..current as i64).rev().map(|r| r / 2 * 2).skip(usize::from(step > 10)).collect();
+                cache.reorder(&order).unwrap();
+            }
         }
     }
 
