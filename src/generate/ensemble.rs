@@ -22,6 +22,10 @@ impl<'m> EnsembleModel<'m> {
 }
 
 impl StepModel for EnsembleModel<'_> {
+    fn host_bookkeeping(&self) -> bool {
+        self.models.iter().all(TransformerModel::fast_tier_on_cpu)
+    }
+
     fn max_decoder_positions(&self) -> usize {
         self.models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(usize::MAX)
     }

@@ -131,4 +131,9 @@ pub trait StepModel {
         temperature: f64,
         need_attn: bool,
     ) -> Result<(Tensor, Option<Tensor>), GenerateError>;
+    /// Whether a beam search may keep its bookkeeping on host vectors (the fast compute types
+    /// on the CPU); `exact` keeps fairseq's ops.
+    fn host_bookkeeping(&self) -> bool {
+        false
+    }
 }

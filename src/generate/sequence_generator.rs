@@ -162,6 +162,17 @@ impl SequenceGenerator {
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
+        if model.host_bookkeeping()
+            && self.cfg.search == SearchStrategy::Beam
+            && prefix_tokens.is_none()
+            && constraints.is_none()
+            && self.blocker.is_none()
+            && !self.cfg.need_attn
+            && src_tokens.device() == Device::Cpu
+            && src_tokens.dim() == 2
+        {
+            return self.generate_on_host(model, src_tokens, bos_token, on_token);
+        }
         let Specials { pad, eos, unk } = self.specials;
         let size = src_tokens.size();
         let (mut bsz, src_len) = match size.as_slice() {
@@ -408,17 +419,7 @@ impl SequenceGenerator {
             reorder_state = Some(active_bbsz_idx);
         }
 
-        // sort by score descending (torch.sort on the f32 scores, as fairseq)
-        for hypos in finalized.iter_mut() {
-            if hypos.len() < 2 {
-                continue;
-            }
-            let s: Vec<f32> = hypos.iter().map(|h| h.score).collect();
-            let (_, order) = Tensor::from_slice(&s).f_sort(0, true)?;
-            let order = Vec::<i64>::try_from(order)?;
-            let old = std::mem::take(hypos);
-            *hypos = order.iter().map(|&i| old[i as usize].clone()).collect();
-        }
+        sort_finalized(&mut finalized)?;
         Ok(finalized)
     }
 
@@ -480,6 +481,36 @@ impl SequenceGenerator {
             eos_scores = eos_scores.f_masked_fill(&too_long, f64::NEG_INFINITY)?;
         }
 
+        let idx = Vec::<i64>::try_from(bbsz_idx)?;
+        let toks = Vec::<i64>::try_from(tokens_clone.f_contiguous()?.f_view([-1])?)?;
+        let pos = Vec::<f32>::try_from(pos_scores.f_contiguous()?.f_view([-1])?)?;
+        let sc = Vec::<f32>::try_from(eos_scores)?;
+        let attn_rows: Option<(Vec<f32>, usize)> = match attn_clone {
+            Some(a) => {
+                // [n, S, step+1] -> per hypothesis [tgt][src]
+                let s = a.size()[1] as usize;
+                let t = a.f_transpose(1, 2)?.f_contiguous()?.f_view([-1])?;
+                Some((Vec::<f32>::try_from(t)?, s))
+            }
+            None => None,
+        };
+        self.record_finished(step, Ended { idx: &idx, toks: &toks, pos: &pos, sc: &sc, attn_rows }, finalized, finished, max_len)
+    }
+
+    /// The rest of `finalize_hypos`, on the host: each ended hypothesis (its row `idx` in the
+    /// reduced batch, its tokens and positional scores, `step + 1` each, and its final score)
+    /// joins its sentence's list unless that holds `beam_size` already; returns the rows of the
+    /// reduced batch whose sentence is now finished.
+    fn record_finished(
+        &self,
+        step: i64,
+        ended: Ended,
+        finalized: &mut [Vec<Hypothesis>],
+        finished: &mut [bool],
+        max_len: i64,
+    ) -> Result<Vec<i64>, GenerateError> {
+        let beam_size = self.beam_size;
+        let Ended { idx, toks, pos, sc, attn_rows } = ended;
         // map rows of the reduced batch back to the original sentence indices
         let mut cum_unfin: Vec<i64> = Vec::new();
         let mut prev = 0i64;
@@ -490,21 +521,8 @@ impl SequenceGenerator {
                 cum_unfin.push(prev);
             }
         }
-        let idx = Vec::<i64>::try_from(bbsz_idx)?;
         let n = idx.len();
-        let toks = Vec::<i64>::try_from(tokens_clone.f_contiguous()?.f_view([-1])?)?;
-        let pos = Vec::<f32>::try_from(pos_scores.f_contiguous()?.f_view([-1])?)?;
-        let sc = Vec::<f32>::try_from(eos_scores)?;
         let width = (step + 1) as usize;
-        let attn_rows: Option<(Vec<f32>, usize)> = match attn_clone {
-            Some(a) => {
-                // [n, S, step+1] -> per hypothesis [tgt][src]
-                let s = a.size()[1] as usize;
-                let t = a.f_transpose(1, 2)?.f_contiguous()?.f_view([-1])?;
-                Some((Vec::<f32>::try_from(t)?, s))
-            }
-            None => None,
-        };
         let mut seen: Vec<(i64, i64)> = Vec::with_capacity(n);
         for i in 0..n {
             let unfin_idx = idx[i] / beam_size;
@@ -541,5 +559,31 @@ impl SequenceGenerator {
     }
 }
 
+/// Each sentence's hypotheses by descending score (`torch.sort` on the f32 scores, as fairseq).
+fn sort_finalized(finalized: &mut [Vec<Hypothesis>]) -> Result<(), GenerateError> {
+    for hypos in finalized.iter_mut() {
+        if hypos.len() < 2 {
+            continue;
+        }
+        let s: Vec<f32> = hypos.iter().map(|h| h.score).collect();
+        let (_, order) = Tensor::from_slice(&s).f_sort(0, true)?;
+        let order = Vec::<i64>::try_from(order)?;
+        let old = std::mem::take(hypos);
+        *hypos = order.iter().map(|&i| old[i as usize].clone()).collect();
+    }
+    Ok(())
+}
+
+/// The ended hypotheses of one step, on the host (see `record_finished`).
+struct Ended<'a> {
+    idx: &'a [i64],
+    toks: &'a [i64],
+    pos: &'a [f32],
+    sc: &'a [f32],
+    /// Per hypothesis `[step + 1][S]`, and `S`.
+    attn_rows: Option<(Vec<f32>, usize)>,
+}
+
+mod host_beam;
 #[cfg(test)]
 mod tests;

@@ -71,7 +71,7 @@ pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, M
     let Some(q_data) = (unsafe { f32_view(q) }) else { return Ok(None) };
     let (one, rows, q_stride) = q.size3()?;
     let (heads, head_dim) = (cache.heads(), cache.head_dim());
-    if one != 1 || rows as usize != cache.rows() || heads * head_dim > q_stride as usize || cache.len() == 0 {
+    if one != 1 || rows as usize != cache.rows() || heads * head_dim > q_stride as usize || cache.is_empty() {
         return Ok(None);
     }
     let shape = Shape {
@@ -103,7 +103,7 @@ fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source:
         let out = &out;
         // SAFETY: each range writes only its own rows of `out`.
         let out = unsafe { std::slice::from_raw_parts_mut(out.0.add(start * width), (end - start) * width) };
-        rows(s, start..end, q, k, v, bias, source, out)
+        rows(s, start..end, q, Keys { k, v, source }, bias, out)
     });
 }
 
@@ -111,40 +111,47 @@ struct SharedOut(*mut f32);
 // SAFETY: `run` hands each thread disjoint rows.
 unsafe impl Sync for SharedOut {}
 
-type Sources<'a> = Option<&'a [u32]>;
+/// Keys and values `[kv_rows, heads, capacity, head_dim]`, and with a host cache the slot each
+/// row reads each position from, `[rows, capacity]` (see [`run`]).
+#[derive(Clone, Copy)]
+struct Keys<'a> {
+    k: &'a [f32],
+    v: &'a [f32],
+    source: Option<&'a [u32]>,
+}
 
-fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
+fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { rows_avx512(s, range, q, k, v, bias, source, out) };
+            return unsafe { rows_avx512(s, range, q, kv, bias, out) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             // SAFETY: as above.
-            return unsafe { rows_avx2(s, range, q, k, v, bias, source, out) };
+            return unsafe { rows_avx2(s, range, q, kv, bias, out) };
         }
     }
-    rows_generic(s, range, q, k, v, bias, source, out)
+    rows_generic(s, range, q, kv, bias, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn rows_avx512(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
-    rows_generic(s, range, q, k, v, bias, source, out)
+unsafe fn rows_avx512(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
+    rows_generic(s, range, q, kv, bias, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
-    rows_generic(s, range, q, k, v, bias, source, out)
+unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
+    rows_generic(s, range, q, kv, bias, out)
 }
 
 /// Rows `range` of the output, into `out` (those rows only).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Sources, out: &mut [f32]) {
+fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     let (d, len, cap) = (s.head_dim, s.len, s.capacity);
+    let Keys { k, v, source } = kv;
     let per_kv = s.rows / s.kv_rows;
     let mut scores = vec![0f32; len];
     let mut at = vec![0usize; len];

@@ -260,6 +260,12 @@ impl TransformerModel {
         Ok(())
     }
 
+    /// Whether a compute type other than `exact` runs on the CPU (its decoder attention is
+    /// fused), so that the generator may keep its bookkeeping on the host.
+    pub fn fast_tier_on_cpu(&self) -> bool {
+        self.device == Device::Cpu && self.decoder.layers.iter().all(|l| l.self_attn.fused.is_some()) && !self.decoder.layers.is_empty()
+    }
+
     /// fairseq's `model.max_decoder_positions()`.
     pub fn max_decoder_positions(&self) -> usize {
         self.decoder.max_positions()

@@ -11,6 +11,8 @@ const N_SRC: i64 = 5;
 struct Markov {
     table: Tensor, // [N_SRC * V, V]
     rows: Option<Tensor>,
+    /// What `host_bookkeeping` says: the beam search on host vectors (`host_beam.rs`).
+    host: bool,
 }
 
 fn src_class(src: &[i64]) -> i64 {
@@ -23,7 +25,7 @@ impl Markov {
         let logits = Tensor::randn([N_SRC * V, V], (Kind::Float, Device::Cpu)).g_mul_scalar(2.0);
         // make EOS likely enough that sentences finish at different steps
         let _ = logits.select(1, 2).g_add_scalar_(2.5);
-        Markov { table: logits.log_softmax(-1, Kind::Float), rows: None }
+        Markov { table: logits.log_softmax(-1, Kind::Float), rows: None, host: false }
     }
     fn table_vec(&self) -> Vec<f32> {
         Vec::<f32>::try_from(self.table.view([-1])).unwrap()
@@ -33,6 +35,9 @@ impl Markov {
 impl StepModel for Markov {
     fn max_decoder_positions(&self) -> usize {
         1024
+    }
+    fn host_bookkeeping(&self) -> bool {
+        self.host
     }
     fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
         let (b, s) = src_tokens.size2()?;
@@ -164,13 +169,14 @@ fn batched_generation_matches_the_naive_search_per_sentence() {
     let srcs = sources();
     let mut hit_max = false;
     let mut early = false;
-    for cfg in configs() {
+    for (cfg, host) in configs().into_iter().flat_map(|c| [(c.clone(), false), (c, true)]) {
+        model.host = host;
         let gen = SequenceGenerator::new(cfg.clone(), V as usize, Specials::default()).unwrap();
         let out = gen.generate(&mut model, &batch(&srcs)).unwrap();
         let max_len = gen.max_len(5, 1024);
         for (i, src) in srcs.iter().enumerate() {
             let want = naive(&table, src_class(src), &cfg, max_len);
-            assert_eq!(out[i], want, "sentence {i}, {cfg:?}");
+            assert_eq!(out[i], want, "sentence {i}, host {host}, {cfg:?}");
             assert!(!out[i].is_empty());
             hit_max |= out[i].iter().any(|h| h.tokens.len() as i64 == max_len + 1);
             early |= out[i].iter().all(|h| (h.tokens.len() as i64) < max_len + 1);
@@ -181,6 +187,31 @@ fn batched_generation_matches_the_naive_search_per_sentence() {
     }
     // both ways of finishing were exercised: at max_len, and early (sentence removed from batch)
     assert!(hit_max && early, "hit_max={hit_max} early={early}");
+}
+
+/// Where two candidates tie, the host search asks libtorch's topk, as the tensor search does:
+/// both give the same hypotheses. Greedy decoding tells each token as it is chosen, both ways.
+#[test]
+fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
+    let _rng = crate::generate::rng_lock();
+    let mut model = Markov::new(2);
+    // every row: two tokens tie for the best, the rest are equal too
+    let flat = Tensor::full([N_SRC * V, V], -3.0, (Kind::Float, Device::Cpu));
+    let _ = flat.narrow(1, 4, 2).fill_(-0.5);
+    model.table = flat;
+    for cfg in configs() {
+        let gen = SequenceGenerator::new(cfg.clone(), V as usize, Specials::default()).unwrap();
+        let mut told: [Vec<(usize, i64)>; 2] = [Vec::new(), Vec::new()];
+        let mut out = Vec::new();
+        for host in [false, true] {
+            model.host = host;
+            let mut tell = |row: usize, token: i64| told[usize::from(host)].push((row, token));
+            out.push(gen.generate_observed(&mut model, &batch(&sources()), None, None, None, Some(&mut tell)).unwrap());
+        }
+        assert_eq!(out[0], out[1], "{cfg:?}");
+        assert_eq!(told[0], told[1], "{cfg:?}");
+        assert_eq!(told[0].is_empty(), cfg.beam_size > 1);
+    }
 }
 
 #[test]
@@ -211,16 +242,19 @@ fn scores_are_consistent_with_positional_scores() {
 fn max_len_forces_eos_and_min_len_bans_it() {
     let _rng = crate::generate::rng_lock();
     let mut model = Markov::new(5);
-    let cfg = GeneratorConfig { beam_size: 2, max_len_b: 3, min_len: 3, ..GeneratorConfig::default() };
-    let gen = SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap();
-    for hypos in gen.generate(&mut model, &batch(&sources())).unwrap() {
-        for h in hypos {
-            assert!(h.tokens.len() >= 4 && h.tokens.len() <= 4, "{:?}", h.tokens);
+    for host in [false, true] {
+        model.host = host;
+        let cfg = GeneratorConfig { beam_size: 2, max_len_b: 3, min_len: 3, ..GeneratorConfig::default() };
+        let gen = SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap();
+        for hypos in gen.generate(&mut model, &batch(&sources())).unwrap() {
+            for h in hypos {
+                assert!(h.tokens.len() >= 4 && h.tokens.len() <= 4, "{:?}", h.tokens);
+            }
         }
+        let cfg = GeneratorConfig { min_len: 9, max_len_b: 3, ..GeneratorConfig::default() };
+        let gen = SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap();
+        assert!(matches!(gen.generate(&mut model, &batch(&sources())), Err(GenerateError::InvalidOption(_))));
     }
-    let cfg = GeneratorConfig { min_len: 9, max_len_b: 3, ..GeneratorConfig::default() };
-    let gen = SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap();
-    assert!(matches!(gen.generate(&mut model, &batch(&sources())), Err(GenerateError::InvalidOption(_))));
 }
 
 #[test]

@@ -1,0 +1,267 @@
+//! `_generate` for a plain beam search on the CPU with the fast compute types: the same steps as
+//! `sequence_generator.rs`, with the bookkeeping (tokens, cumulative scores, finished
+//! hypotheses, the candidates and the reorder) on host vectors instead of some seventy libtorch
+//! ops a step, as CTranslate2 keeps it. The model still runs through [`StepModel`]; the
+//! selections are the same, so the hypotheses are fairseq's.
+
+use tch::{Kind, Tensor};
+
+use super::{bad, sort_finalized, Ended, SequenceGenerator, Specials};
+use crate::generate::beam_search::beam_step;
+use crate::generate::beam_topk::beam_topk;
+use crate::generate::{GenerateError, Hypothesis, StepModel};
+use crate::libtorch::host::f32_view_mut;
+
+/// One step's candidates, `[bsz, k]` each.
+struct Candidates {
+    k: usize,
+    scores: Vec<f32>,
+    indices: Vec<i64>,
+    beams: Vec<i64>,
+}
+
+impl SequenceGenerator {
+    pub(super) fn generate_on_host<M: StepModel>(
+        &self,
+        model: &mut M,
+        src_tokens: &Tensor,
+        bos_token: Option<i64>,
+        mut on_token: Option<&mut dyn FnMut(usize, i64)>,
+    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
+        let Specials { pad, eos, .. } = self.specials;
+        let (bsz, src_len) = src_tokens.size2()?;
+        let max_len = self.max_len(src_len, model.max_decoder_positions());
+        if self.cfg.min_len > max_len {
+            return Err(GenerateError::InvalidOption(format!(
+                "min_len cannot be larger than max_len ({} > {max_len}), please adjust these",
+                self.cfg.min_len
+            )));
+        }
+        let (mut bsz, orig_bsz) = (bsz as usize, bsz as usize);
+        let beam = self.beam_size as usize;
+        let cand_size = self.cfg.search.cand_size(self.beam_size);
+        let new_order: Vec<i64> = (0..bsz as i64).flat_map(|b| std::iter::repeat_n(b, beam)).collect();
+        model.begin(src_tokens, &Tensor::f_from_slice(&new_order)?)?;
+
+        // tokens `[rows, max_len + 2]` and cumulative scores `[rows, max_len + 1]`
+        let (width, score_width) = (max_len as usize + 2, max_len as usize + 1);
+        let mut tokens = vec![pad; bsz * beam * width];
+        for row in tokens.chunks_exact_mut(width) {
+            row[0] = bos_token.unwrap_or(eos);
+        }
+        let mut scores = vec![0f32; bsz * beam * score_width];
+        let mut cands_to_ignore = vec![false; bsz * beam];
+        let mut finalized: Vec<Vec<Hypothesis>> = vec![Vec::new(); orig_bsz];
+        let mut finished = vec![false; orig_bsz];
+        let mut num_remaining_sent = bsz;
+        let mut reorder_state: Option<Vec<i64>> = None;
+        let mut batch_idxs: Option<Vec<i64>> = None;
+        let mut rows: Vec<usize> = (0..orig_bsz).collect();
+
+        for step in 0..=max_len {
+            let s = step as usize;
+            if let Some(mut order) = reorder_state.take() {
+                if let Some(kept) = batch_idxs.as_ref() {
+                    // update beam indices to take into account removed sentences
+                    for (b, &k) in kept.iter().enumerate() {
+                        order[b * beam..][..beam].iter_mut().for_each(|o| *o += (k - b as i64) * beam as i64);
+                    }
+                }
+                model.reorder(&Tensor::f_from_slice(&order)?)?;
+            }
+            let n = bsz * beam;
+            let prefix: Vec<i64> = tokens.chunks_exact(width).flat_map(|row| row[..=s].iter().copied()).collect();
+            let prefix = Tensor::f_from_slice(&prefix)?.f_view([n as i64, step + 1])?;
+            let (lprobs, _) = model.forward_decoder(&prefix, self.cfg.temperature, false)?;
+            let mut lprobs = lprobs.f_contiguous()?.f_to_kind(Kind::Float)?;
+            self.mask_log_probs(&mut lprobs, step, max_len)?;
+            let mut cands = self.candidates(&lprobs, step, bsz, &scores, score_width)?;
+            let k = cands.k;
+
+            let mut eos_mask: Vec<bool> = (0..bsz * k)
+                .map(|i| cands.indices[i] == eos && cands.scores[i] != f32::NEG_INFINITY)
+                .collect();
+            let (mut eos_bbsz_idx, mut eos_scores) = (Vec::new(), Vec::new());
+            for b in 0..bsz {
+                for j in 0..beam {
+                    eos_mask[b * k + j] &= !cands_to_ignore[b * beam + j];
+                    if eos_mask[b * k + j] {
+                        eos_bbsz_idx.push(cands.beams[b * k + j] + (b * beam) as i64);
+                        eos_scores.push(cands.scores[b * k + j]);
+                    }
+                }
+            }
+
+            let mut finalized_sents = Vec::new();
+            if !eos_bbsz_idx.is_empty() {
+                let ended = self.ended(step, &eos_bbsz_idx, eos_scores, &tokens, width, &scores, score_width);
+                let (toks, pos, sc) = ended;
+                let ended = Ended { idx: &eos_bbsz_idx, toks: &toks, pos: &pos, sc: &sc, attn_rows: None };
+                finalized_sents = self.record_finished(step, ended, &mut finalized, &mut finished, max_len)?;
+                num_remaining_sent = num_remaining_sent
+                    .checked_sub(finalized_sents.len())
+                    .ok_or_else(|| bad("more sentences finished than were in the batch"))?;
+            }
+            if num_remaining_sent == 0 {
+                break;
+            }
+            if step >= max_len {
+                return Err(bad(format!("step {step} reached max_len {max_len} with unfinished sentences")));
+            }
+
+            // remove finalized sentences from the batch
+            if !finalized_sents.is_empty() {
+                let mut keep = vec![true; bsz];
+                for &f in &finalized_sents {
+                    *keep.get_mut(f as usize).ok_or_else(|| bad("finalized index out of range"))? = false;
+                }
+                let kept: Vec<i64> = (0..bsz as i64).filter(|&i| keep[i as usize]).collect();
+                rows = kept.iter().map(|&i| rows[i as usize]).collect();
+                let per_sentence = |v: &[i64], w: usize| kept.iter().flat_map(|&i| v[i as usize * w..][..w].iter().copied()).collect::<Vec<_>>();
+                cands.indices = per_sentence(&cands.indices, k);
+                cands.beams = per_sentence(&cands.beams, k);
+                cands.scores = kept.iter().flat_map(|&i| cands.scores[i as usize * k..][..k].iter().copied()).collect();
+                eos_mask = kept.iter().flat_map(|&i| eos_mask[i as usize * k..][..k].iter().copied()).collect();
+                cands_to_ignore = kept.iter().flat_map(|&i| cands_to_ignore[i as usize * beam..][..beam].iter().copied()).collect();
+                tokens = per_sentence(&tokens, beam * width);
+                scores = kept.iter().flat_map(|&i| scores[i as usize * beam * score_width..][..beam * score_width].iter().copied()).collect();
+                bsz = kept.len();
+                batch_idxs = Some(kept);
+            } else {
+                batch_idxs = None;
+            }
+
+            // per sentence, the first `beam` candidates that neither end nor were ignored, in
+            // candidate order, then the others (`topk` of `eos_mask · cand_size + offset`)
+            let mut active = vec![0usize; bsz * beam];
+            for b in 0..bsz {
+                let mask = &mut eos_mask[b * k..][..k];
+                for (m, &ignored) in mask.iter_mut().zip(&cands_to_ignore[b * beam..][..beam]) {
+                    *m |= ignored;
+                }
+                let mut order: Vec<(i64, usize)> = (0..k).map(|j| (i64::from(mask[j]) * cand_size + j as i64, j)).collect();
+                order.sort_unstable();
+                for (j, &(value, c)) in order.iter().take(beam).enumerate() {
+                    active[b * beam + j] = c;
+                    cands_to_ignore[b * beam + j] = value >= cand_size;
+                }
+                if cands_to_ignore[b * beam..][..beam].iter().all(|&i| i) {
+                    return Err(bad("a sentence has no active hypothesis left"));
+                }
+            }
+
+            let mut active_bbsz_idx = Vec::with_capacity(bsz * beam);
+            let mut next_tokens = vec![pad; bsz * beam * width];
+            let mut next_scores = vec![0f32; bsz * beam * score_width];
+            for (row, &c) in active.iter().enumerate() {
+                let b = row / beam;
+                let from = (cands.beams[b * k + c] + (b * beam) as i64) as usize;
+                active_bbsz_idx.push(from as i64);
+                next_tokens[row * width..][..=s].copy_from_slice(&tokens[from * width..][..=s]);
+                next_tokens[row * width + s + 1] = cands.indices[b * k + c];
+                next_scores[row * score_width..][..s].copy_from_slice(&scores[from * score_width..][..s]);
+                next_scores[row * score_width + s] = cands.scores[b * k + c];
+            }
+            if let Some(tell) = on_token.as_mut().filter(|_| beam == 1) {
+                for (b, row) in rows.iter().enumerate() {
+                    tell(*row, next_tokens[b * width + s + 1]);
+                }
+            }
+            (tokens, scores) = (next_tokens, next_scores);
+            reorder_state = Some(active_bbsz_idx);
+        }
+        sort_finalized(&mut finalized)?;
+        Ok(finalized)
+    }
+
+    /// What the generator does to the log-probs before the search: NaN to −inf, no padding,
+    /// the unknown-word penalty, only EOS at `max_len` and no EOS before `min_len`.
+    fn mask_log_probs(&self, lprobs: &mut Tensor, step: i64, max_len: i64) -> Result<(), GenerateError> {
+        let Specials { pad, eos, unk } = self.specials;
+        let vocab = self.vocab_size as usize;
+        // SAFETY: `lprobs` is this step's own contiguous copy or the decoder's fresh buffer,
+        // which nothing else reads while the slice lives.
+        let data = unsafe { f32_view_mut(lprobs) }.ok_or_else(|| bad("log-probs are not a host f32 tensor"))?;
+        if data.len() % vocab != 0 {
+            return Err(bad(format!("{} log-probs for a vocabulary of {vocab}", data.len())));
+        }
+        let unk_penalty = self.cfg.unk_penalty as f32;
+        for row in data.chunks_exact_mut(vocab) {
+            for v in row.iter_mut() {
+                if v.is_nan() {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            row[pad as usize] = f32::NEG_INFINITY;
+            row[unk as usize] -= unk_penalty;
+            if step >= max_len {
+                let keep = row[eos as usize];
+                row.fill(f32::NEG_INFINITY);
+                row[eos as usize] = keep;
+            } else if step < self.cfg.min_len {
+                row[eos as usize] = f32::NEG_INFINITY;
+            }
+        }
+        Ok(())
+    }
+
+    /// `BeamSearch.step` over `lprobs` `[bsz · beam, V]`, with the cumulative scores of the last
+    /// step; on the host ([`beam_topk`]), or through libtorch where that leaves it (ties).
+    fn candidates(&self, lprobs: &Tensor, step: i64, bsz: usize, scores: &[f32], score_width: usize) -> Result<Candidates, GenerateError> {
+        let (beam, vocab) = (self.beam_size, self.vocab_size);
+        let lprobs = lprobs.f_view([bsz as i64, beam, vocab])?;
+        let prev: Option<Vec<f32>> = (step > 0).then(|| scores.chunks_exact(score_width).map(|row| row[step as usize - 1]).collect());
+        let width = if step == 0 { vocab } else { beam * vocab };
+        let k = (beam * 2).min(width - 1);
+        if let Some(top) = beam_topk(&lprobs, prev.as_deref(), k as usize) {
+            let indices = top.indices.iter().map(|i| i % vocab).collect();
+            let beams = top.indices.iter().map(|i| i / vocab).collect();
+            return Ok(Candidates { k: k as usize, scores: top.values, indices, beams });
+        }
+        let so_far: Vec<f32> = scores.chunks_exact(score_width).flat_map(|row| row[..step as usize].iter().copied()).collect();
+        let so_far = Tensor::f_from_slice(&so_far)?.f_view([bsz as i64, beam, step])?;
+        let c = beam_step(step, &lprobs, &so_far)?;
+        let flat = |t: &Tensor| t.f_contiguous()?.f_view([-1]);
+        Ok(Candidates {
+            k: k as usize,
+            scores: Vec::<f32>::try_from(flat(&c.scores)?)?,
+            indices: Vec::<i64>::try_from(flat(&c.indices)?)?,
+            beams: Vec::<i64>::try_from(flat(&c.beams)?)?,
+        })
+    }
+
+    /// `finalize_hypos`' first half for the rows `idx` ending at `step` with `eos_scores`: their
+    /// tokens (without BOS, EOS last), positional scores and normalized final scores.
+    #[allow(clippy::too_many_arguments)]
+    fn ended(
+        &self,
+        step: i64,
+        idx: &[i64],
+        mut eos_scores: Vec<f32>,
+        tokens: &[i64],
+        width: usize,
+        scores: &[f32],
+        score_width: usize,
+    ) -> (Vec<i64>, Vec<f32>, Vec<f32>) {
+        let s = step as usize;
+        let (mut toks, mut pos) = (Vec::with_capacity(idx.len() * (s + 1)), Vec::with_capacity(idx.len() * (s + 1)));
+        for (&row, &eos_score) in idx.iter().zip(&eos_scores) {
+            let row = row as usize;
+            toks.extend_from_slice(&tokens[row * width + 1..][..s]);
+            toks.push(self.specials.eos);
+            let cumulative = &scores[row * score_width..][..s];
+            let at = pos.len();
+            pos.extend_from_slice(cumulative);
+            pos.push(eos_score);
+            for t in (1..=s).rev() {
+                pos[at + t] -= pos[at + t - 1];
+            }
+        }
+        if self.cfg.normalize_scores {
+            // Python: eos_scores /= (step + 1) ** self.len_penalty
+            let denom = ((step + 1) as f64).powf(self.cfg.len_penalty) as f32;
+            eos_scores.iter_mut().for_each(|v| *v /= denom);
+        }
+        (toks, pos, eos_scores)
+    }
+}
