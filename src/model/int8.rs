@@ -5,9 +5,11 @@
 //! first, and back after, so that in effect each row (token) gets its own scale, as CTranslate2's
 //! int8 does: on test_2016_flickr 89 of 1,000 hypotheses changed instead of 125, for 1.23× the
 //! time at the bundled size. Not fairseq's arithmetic: its fidelity is measured, not exact.
+//! On CPUs with AVX-512 VNNI the same quantization runs on the host instead (`host_gemm_i8.rs`).
 
 use tch::{Kind, Tensor};
 
+use super::host_gemm_i8::PackedInt8;
 use super::ModelError;
 
 mod ffi {
@@ -48,8 +50,10 @@ pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> ModelError
 /// weight quantized per output row (qint8, symmetric), the bias kept in f32.
 #[derive(Debug)]
 pub struct Int8Weight {
+    /// fbgemm's, or null when `host` computes.
     packed: *mut std::ffi::c_void,
     bias: Option<Tensor>,
+    host: Option<PackedInt8>,
 }
 
 // SAFETY: the packed parameters are never changed after packing; `linear_dynamic` only reads
@@ -60,6 +64,10 @@ unsafe impl Sync for Int8Weight {}
 impl Int8Weight {
     pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
         let _guard = tch::no_grad_guard();
+        if weight.device() == tch::Device::Cpu && PackedInt8::available() {
+            let host = PackedInt8::quantize(weight, bias)?;
+            return Ok(Self { packed: std::ptr::null_mut(), bias: None, host: Some(host) });
+        }
         let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
         let out = weight.size()[0];
         let scale = weight.f_abs()?.f_amax([1i64].as_slice(), false)?.f_clamp_min(1e-8)?.f_div_scalar(127.0)?;
@@ -71,13 +79,18 @@ impl Int8Weight {
         if packed.is_null() {
             return Err(shim_error("int8 linear", error));
         }
-        Ok(Self { packed, bias })
+        Ok(Self { packed, bias, host: None })
     }
 
     /// `F.linear(x, weight, bias)` in int8, result in `x`'s kind. Activations are quantized per
     /// row (see the module docs), to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI:
     /// without it fbgemm sums byte products in 16 bits, which 8-bit activations can overflow.
     pub fn linear(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        if let Some(host) = &self.host {
+            let y = host.linear(&x.f_to_kind(Kind::Float)?, false)?;
+            let y = y.ok_or_else(|| ModelError::Input(format!("int8 linear of {} outputs on {:?}", host.out_features(), x.size())))?;
+            return Ok(if x.kind() == Kind::Float { y } else { y.f_to_kind(x.kind())? });
+        }
         let input = x.f_to_kind(Kind::Float)?;
         let row_scale = input.f_abs()?.f_amax([-1i64].as_slice(), true)?.f_clamp_min(1e-12)?;
         let input = input.f_div(&row_scale)?.f_contiguous()?;
@@ -109,7 +122,9 @@ fn has_vnni() -> bool {
 
 impl Drop for Int8Weight {
     fn drop(&mut self) {
-        // SAFETY: packed by `quantize`, freed once.
-        unsafe { ffi::tchseq_linear_packed_free(self.packed) };
+        if !self.packed.is_null() {
+            // SAFETY: packed by `quantize`, freed once.
+            unsafe { ffi::tchseq_linear_packed_free(self.packed) };
+        }
     }
 }

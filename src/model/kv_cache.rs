@@ -28,12 +28,14 @@ pub struct HostKvCache {
     spare: Vec<u32>,
 }
 
-/// Positions allocated at the first step; the capacity doubles from there.
-const FIRST_CAPACITY: usize = 16;
+/// Positions allocated at a time: the cache holds at most this many unused, where doubling would
+/// hold up to as many as it uses (a growth copies the cache once, as fairseq's `cat` does every
+/// step).
+const GROWTH: usize = 4;
 
 impl HostKvCache {
     pub fn new(rows: usize, heads: usize, head_dim: usize) -> Self {
-        let capacity = FIRST_CAPACITY;
+        let capacity = GROWTH;
         let size = rows * heads * capacity * head_dim;
         Self {
             slots: rows,
@@ -120,7 +122,7 @@ impl HostKvCache {
     }
 
     fn grow(&mut self) {
-        let (old, capacity, len) = (self.capacity, self.capacity * 2, self.len);
+        let (old, capacity, len) = (self.capacity, self.capacity + GROWTH, self.len);
         let d = self.head_dim;
         for buffer in [&mut self.keys, &mut self.values] {
             let mut grown = vec![0.0; self.slots * self.heads * capacity * d];
@@ -187,7 +189,7 @@ mod tests {
         let mut cache = HostKvCache::new(rows, heads, d);
         let (mut want_k, mut want_v): (Option<Tensor>, Option<Tensor>) = (None, None);
         let orders: [&[i64]; 3] = [&[2, 0, 1], &[1, 1, 2], &[0, 2]];
-        for step in 0..(FIRST_CAPACITY + 5) {
+        for step in 0..(3 * GROWTH + 5) {
             let current = cache.rows();
             let projected = Tensor::randn([current as i64, 3 * width as i64], (Kind::Float, Device::Cpu));
             let data = Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap();
@@ -207,7 +209,8 @@ mod tests {
             assert_eq!(k, *want_k.as_ref().unwrap(), "keys at step {step}");
             assert_eq!(v, *want_v.as_ref().unwrap(), "values at step {step}");
         }
-        assert!(cache.capacity() > FIRST_CAPACITY);
+        assert!(cache.capacity() > GROWTH);
+        assert_eq!(cache.capacity(), cache.len().div_ceil(GROWTH) * GROWTH, "grown by {GROWTH} positions at a time");
     }
 
     #[test]

@@ -141,6 +141,11 @@ impl Linear {
         }
     }
 
+    /// Whether the layer computes in int8 ([`Linear::quantize_int8`]).
+    pub fn is_int8(&self) -> bool {
+        self.int8.is_some()
+    }
+
     pub fn quantize_int8(&mut self) -> Result<(), ModelError> {
         self.int8 = Some(Int8Weight::quantize(&self.weight, self.bias.as_ref())?);
         Ok(())

@@ -80,9 +80,10 @@ impl TransformerModel {
     /// own tensors in that dtype (fairseq's `model.half()`). Every compute type but `exact` fuses
     /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
     /// decoder's linear layers on the host from packed weights (`host_gemm.rs`); `int8` quantizes
-    /// every linear layer but the output projection, which runs on the host in fp32 (embeddings, norms and
-    /// attention stay fp32 too), and turns the encoder's fast path off, as that kernel takes the
-    /// fp32 weights.
+    /// every linear layer (the output projection too where the host's int8 kernel runs, on CPUs
+    /// with AVX-512 VNNI; through fbgemm it stays fp32, on the host), embeddings, norms and
+    /// attention stay fp32, and turns the encoder's fast path off, as that kernel takes the fp32
+    /// weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
             return Ok(());
@@ -142,7 +143,14 @@ impl TransformerModel {
             l.in_proj_weight = Tensor::new();
         }
         self.host_layer_norms()?;
-        self.host_output_projection()?;
+        if super::host_gemm_i8::PackedInt8::available() {
+            // on the host's int8 kernel, the output projection too, as CTranslate2's int8 does
+            // (a table tied to the embeddings stays theirs, in f32)
+            self.decoder.output_projection.quantize_int8()?;
+            self.decoder.output_projection.release_weight();
+        } else {
+            self.host_output_projection()?;
+        }
         crate::libtorch::return_freed_memory();
         Ok(())
     }

@@ -188,9 +188,7 @@ impl SequenceGenerator {
         let unk_penalty = self.cfg.unk_penalty as f32;
         for row in data.chunks_exact_mut(vocab) {
             for v in row.iter_mut() {
-                if v.is_nan() {
-                    *v = f32::NEG_INFINITY;
-                }
+                *v = if v.is_nan() { f32::NEG_INFINITY } else { *v };
             }
             row[pad as usize] = f32::NEG_INFINITY;
             row[unk as usize] -= unk_penalty;

@@ -1,0 +1,294 @@
+//! `--compute-type int8` on CPUs with AVX-512 VNNI: a linear layer in int8 on the host. The
+//! weight is quantized once per output column (symmetric, `max |w| / 127`) and packed into
+//! panels of 16 columns × 4 inputs, one 64-byte register each; each input row is quantized on
+//! the fly to unsigned 8 bits (`round(x / s) + 128`, `s = max |x| / 127`), and `vpdpbusd` sums
+//! four byte products into each 32-bit lane. The `+ 128` is taken back with each column's
+//! weight sum. The same quantization as fbgemm's path (`int8.rs`), without its per-call libtorch
+//! ops, and with the weight read as bytes. Integer sums are exact, so the result depends only on
+//! the quantized values.
+
+use tch::{Device, Kind, Tensor};
+
+use super::ModelError;
+use crate::libtorch::host::{f32_view, f32_view_mut};
+use crate::libtorch::parallel::parallel_for;
+
+const PANEL: usize = 16;
+/// Work below this many multiply-adds is not worth waking another thread for.
+const GRAIN_MACS: usize = 1 << 20;
+
+/// One panel's 16 columns × 4 inputs.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Block([i8; 64]);
+
+#[derive(Debug)]
+pub struct PackedInt8 {
+    in_features: usize,
+    out_features: usize,
+    /// Groups of 4 inputs (the last one zero-padded).
+    groups: usize,
+    /// `[panels][groups]`.
+    blocks: Vec<Block>,
+    /// Per column (padded to whole panels): the weight's scale, `128 · Σ w_q`, and the bias.
+    scale: Vec<f32>,
+    offset: Vec<i32>,
+    bias: Vec<f32>,
+}
+
+impl PackedInt8 {
+    /// Whether this CPU runs the kernel (AVX-512 VNNI), unless `TCHSEQ_CPU_FEATURES_OFF` hides it.
+    pub fn available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let off = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
+            let hidden = |f: &str| off.split_whitespace().any(|o| o == f);
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+                && !hidden("avx512f")
+                && !hidden("avx512vnni")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// `weight` `[out, in]` and `bias` `[out]`, any float kind on the CPU; only where
+    /// [`PackedInt8::available`].
+    pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
+        let (out_features, in_features) = weight.size2()?;
+        let (n, k) = (out_features as usize, in_features as usize);
+        let w = Vec::<f32>::try_from(weight.f_to_kind(Kind::Float)?.f_contiguous()?.f_view([-1])?)?;
+        let b = match bias {
+            Some(b) => Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?.f_contiguous()?)?,
+            None => vec![0.0; n],
+        };
+        if b.len() != n {
+            return Err(ModelError::Input(format!("a bias of {} for {n} outputs", b.len())));
+        }
+        let (groups, panels) = (k.div_ceil(4), n.div_ceil(PANEL));
+        let mut blocks = vec![Block([0; 64]); panels * groups];
+        let (mut scale, mut offset, mut bias) = (vec![0f32; panels * PANEL], vec![0i32; panels * PANEL], vec![0f32; panels * PANEL]);
+        let mut shifted = vec![0u8; k];
+        for col in 0..n {
+            let row = &w[col * k..][..k];
+            let s = max_abs(row).max(1e-8) / 127.0;
+            // SAFETY: the caller checked `available()`.
+            unsafe { quantize_row(row, 1.0 / s, &mut shifted) };
+            let (p, j) = (col / PANEL, col % PANEL);
+            let mut sum = 0i32;
+            for (i, &u) in shifted.iter().enumerate() {
+                let q = (i32::from(u) - 128) as i8;
+                sum += i32::from(q);
+                blocks[p * groups + i / 4].0[j * 4 + i % 4] = q;
+            }
+            (scale[col], offset[col], bias[col]) = (s, 128 * sum, b[col]);
+        }
+        Ok(Self { in_features: k, out_features: n, groups, blocks, scale, offset, bias })
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// `F.linear(x, weight, bias)` (then ReLU with `relu`) for a float32 CPU `x` `[..., in]`
+    /// (made contiguous); None for any other input.
+    pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, ModelError> {
+        let x = x.f_contiguous()?;
+        // SAFETY: nothing writes `x` during the call.
+        let Some(data) = (unsafe { f32_view(&x) }) else { return Ok(None) };
+        if x.size().last() != Some(&(self.in_features as i64)) {
+            return Ok(None);
+        }
+        let mut size = x.size();
+        if let Some(last) = size.last_mut() {
+            *last = self.out_features as i64;
+        }
+        let mut y = Tensor::f_empty(size.as_slice(), (Kind::Float, Device::Cpu))?;
+        // SAFETY: `y` is new and not shared.
+        let Some(out) = (unsafe { f32_view_mut(&mut y) }) else { return Ok(None) };
+        self.gemm(data, out, relu);
+        Ok(Some(y))
+    }
+
+    /// `y[m, :] = x[m, :] · Wᵀ + b` for every row of `x` `[M, in]`, into `y` `[M, out]`.
+    pub fn gemm(&self, x: &[f32], y: &mut [f32], relu: bool) {
+        let m = x.len() / self.in_features.max(1);
+        if m == 0 {
+            return;
+        }
+        let (rows_q, row_scale) = self.quantize_rows(x, m);
+        let pairs = self.out_features.div_ceil(2 * PANEL);
+        let per_pair = (m * self.groups * 8 * PANEL).max(1);
+        let out = SendPtr(y.as_mut_ptr());
+        parallel_for(pairs, GRAIN_MACS.div_ceil(per_pair), |start, end| {
+            let out = &out;
+            for pair in start..end {
+                // SAFETY: `available()` held when the layer chose this kernel; each pair of
+                // panels writes only its own columns of `y`.
+                unsafe { self.panels(2 * pair, &rows_q, &row_scale, m, out.0, relu) };
+            }
+        });
+    }
+
+    /// Each row as unsigned bytes, four to a `u32`, and its scale.
+    fn quantize_rows(&self, x: &[f32], m: usize) -> (Vec<u32>, Vec<f32>) {
+        let (k, g) = (self.in_features, self.groups);
+        let mut q = vec![0x8080_8080u32; m * g];
+        let mut scales = vec![0f32; m];
+        for r in 0..m {
+            let row = &x[r * k..][..k];
+            let max = max_abs(row);
+            let s = if max > 0.0 { max / 127.0 } else { 1.0 };
+            // SAFETY: `available()` held when the layer chose this kernel.
+            unsafe { quantize_row(row, 1.0 / s, bytemuck_u32(&mut q[r * g..][..g])) };
+            scales[r] = s;
+        }
+        (q, scales)
+    }
+
+    /// Panels `first` and `first + 1` (where there is one) for every row, eight rows a pass:
+    /// sixteen accumulators, two weight loads and eight broadcasts a group of four inputs.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], m: usize, y: *mut f32, relu: bool) {
+        use std::arch::x86_64::*;
+        const R: usize = 8;
+        let g = self.groups;
+        let count = (self.out_features.div_ceil(PANEL) - first).min(2);
+        let a = &self.blocks[first * g..][..g];
+        let b = &self.blocks[(first + count - 1) * g..][..g];
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = (m - r0).min(R);
+            let mut acc = [[_mm512_setzero_si512(); 2]; R];
+            for gi in 0..g {
+                let wa = _mm512_load_si512(a[gi].0.as_ptr() as *const __m512i);
+                let wb = _mm512_load_si512(b[gi].0.as_ptr() as *const __m512i);
+                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+                    let x = _mm512_set1_epi32(*xq.get_unchecked((r0 + r) * g + gi) as i32);
+                    acc[0] = _mm512_dpbusd_epi32(acc[0], x, wa);
+                    acc[1] = _mm512_dpbusd_epi32(acc[1], x, wb);
+                }
+            }
+            for (i, col0) in (0..count).map(|i| (i, (first + i) * PANEL)) {
+                let width = (self.out_features - col0).min(PANEL);
+                let mask: __mmask16 = if width == PANEL { 0xffff } else { (1u16 << width) - 1 };
+                let scale = _mm512_loadu_ps(self.scale[col0..].as_ptr());
+                let offset = _mm512_loadu_si512(self.offset[col0..].as_ptr() as *const __m512i);
+                let bias = _mm512_loadu_ps(self.bias[col0..].as_ptr());
+                for (r, acc) in acc.iter().enumerate().take(rows) {
+                    let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], offset));
+                    let s = _mm512_mul_ps(scale, _mm512_set1_ps(row_scale[r0 + r]));
+                    let mut v = _mm512_fmadd_ps(sum, s, bias);
+                    if relu {
+                        v = _mm512_max_ps(v, _mm512_setzero_ps());
+                    }
+                    _mm512_mask_storeu_ps(y.add((r0 + r) * self.out_features + col0), mask, v);
+                }
+            }
+            r0 += rows;
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn panels(&self, _first: usize, _xq: &[u32], _row_scale: &[f32], _m: usize, _y: *mut f32, _relu: bool) {
+        unreachable!("PackedInt8::available() is false off x86_64")
+    }
+}
+
+/// `round(v · inv) + 128` for each `v` of `row` (to nearest, ties to even; within ±127 as the
+/// row's largest magnitude maps to 127).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_row(row: &[f32], inv: f32, out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let scale = _mm512_set1_ps(inv);
+    let (lo, hi, bias) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127), _mm512_set1_epi32(128));
+    let chunks = row.len() / 16;
+    for c in 0..chunks {
+        let v = _mm512_mul_ps(_mm512_loadu_ps(row.as_ptr().add(c * 16)), scale);
+        let i = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi), bias);
+        _mm_storeu_si128(out.as_mut_ptr().add(c * 16) as *mut __m128i, _mm512_cvtepi32_epi8(i));
+    }
+    for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
+        *o = ((v * inv).round_ties_even().clamp(-127.0, 127.0) as i32 + 128) as u8;
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_row(_row: &[f32], _inv: f32, _out: &mut [u8]) {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+/// `max |v|`, with sixteen partial maxima, so that it vectorizes.
+fn max_abs(row: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = row.chunks_exact(16);
+    let tail = chunks.remainder().iter().fold(0f32, |a, v| a.max(v.abs()));
+    for chunk in chunks {
+        for j in 0..16 {
+            acc[j] = acc[j].max(chunk[j].abs());
+        }
+    }
+    acc.iter().fold(tail, |a, &v| a.max(v))
+}
+
+/// The bytes of `u32`s, in memory order.
+fn bytemuck_u32(words: &mut [u32]) -> &mut [u8] {
+    // SAFETY: u8 has no alignment or validity requirement; the length covers the same bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 4) }
+}
+
+struct SendPtr(*mut f32);
+// SAFETY: `gemm` hands each thread disjoint columns.
+unsafe impl Sync for SendPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel against the same quantization in plain integer arithmetic.
+    #[test]
+    fn equals_the_quantized_product_computed_plainly() {
+        if !PackedInt8::available() {
+            eprintln!("skipped: this CPU has no AVX-512 VNNI (int8 then runs through fbgemm, tested by the int8 BLEU test)");
+            return;
+        }
+        tch::manual_seed(17);
+        for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33)] {
+            let x = Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu));
+            let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu)) * 0.1;
+            let b = Tensor::randn([n as i64], (Kind::Float, Device::Cpu));
+            let packed = PackedInt8::quantize(&w, Some(&b)).unwrap();
+            for relu in [false, true] {
+                let got = Vec::<f32>::try_from(packed.linear(&x, relu).unwrap().unwrap().view([-1])).unwrap();
+                let (xs, ws, bs) = (Vec::<f32>::try_from(x.view([-1])).unwrap(), Vec::<f32>::try_from(w.view([-1])).unwrap(), Vec::<f32>::try_from(&b).unwrap());
+                for r in 0..m {
+                    let row = &xs[r * k..][..k];
+                    let sx = row.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                    for c in 0..n {
+                        let col = &ws[c * k..][..k];
+                        let sw = col.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                        let dot: i32 = row
+                            .iter()
+                            .zip(col)
+                            .map(|(a, b)| ((a * (1.0 / sx)).round_ties_even() as i32) * ((b * (1.0 / sw)).round_ties_even() as i32))
+                            .sum();
+                        let mut want = dot as f32 * (sw * sx) + bs[c];
+                        if relu {
+                            want = want.max(0.0);
+                        }
+                        let exact = (dot as f32 * sw * sx + bs[c]).max(if relu { 0.0 } else { f32::NEG_INFINITY });
+                        let tol = 1e-5 * want.abs().max(1.0);
+                        assert!((got[r * n + c] - want).abs() <= tol || (got[r * n + c] - exact).abs() <= tol, "m {m} k {k} n {n} [{r},{c}]: {} vs {want}", got[r * n + c]);
+                    }
+                }
+                // and close to the f32 product
+                let f = x.linear(&w, Some(&b));
+                let f = if relu { f.relu() } else { f };
+                let err = (packed.linear(&x, relu).unwrap().unwrap() - &f).abs().max().double_value(&[]);
+                assert!(err < 0.05 * (k as f64).sqrt() * 0.1, "m {m} k {k} n {n}: {err}");
+            }
+        }
+    }
+}
