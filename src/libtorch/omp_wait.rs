@@ -7,8 +7,8 @@
 //! working one needs. `bench/threads.py` measured (docs/performance.md): `OMP_WAIT_POLICY=PASSIVE`
 //! never collapses under load but is slow quiet, and the fast tier's host kernels, many short
 //! parallel regions a step, need the waiting thread awake: 1,000 spins made a batch-1 sentence
-//! 25% slower than 10,000. So the launcher looks once, at start, at how many other tasks are
-//! runnable right then.
+//! 25% slower than 3,000, and more spins buy nothing quiet but cost more under a load that starts
+//! later. So the launcher looks once, at start, at how many other tasks are runnable right then.
 
 /// What the launcher puts into the program's environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub enum Wait {
 }
 
 /// The spin count on a quiet machine.
-pub const QUIET_SPINS: u32 = 10_000;
+pub const QUIET_SPINS: u32 = 3_000;
 
 /// How often the launcher reads `/proc/loadavg` (1 ms apart) before it takes the least count.
 pub const LOOKS: usize = 3;

@@ -233,7 +233,7 @@ fn the_launcher_without_the_program_is_one_line() {
     assert!(err.contains("tchseq-core is missing"), "{err}");
 }
 
-/// The launcher shortens OpenMP's spin-wait (GOMP_SPINCOUNT=10000) on a quiet machine and makes
+/// The launcher shortens OpenMP's spin-wait (GOMP_SPINCOUNT=3000) on a quiet machine and makes
 /// threads sleep at once (OMP_WAIT_POLICY=PASSIVE) where other runnable tasks would share the
 /// cores, unless the user chose either variable, which then passes through untouched.
 /// `TCHSEQ_LOADAVG` stands in for /proc/loadavg: 1 runnable task is the launcher alone.
@@ -252,7 +252,7 @@ fn the_launcher_chooses_how_threads_wait_unless_the_user_chose() {
         (r["GOMP_SPINCOUNT"].as_str().map(str::to_string), r["OMP_WAIT_POLICY"].as_str().map(str::to_string))
     };
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let spin = (Some("10000".to_string()), None);
+    let spin = (Some("3000".to_string()), None);
     let passive = (None, Some("PASSIVE".to_string()));
     assert_eq!(env_of(1, &[], &[]), spin);
     assert_eq!(env_of(2, &[], &[]), passive);
