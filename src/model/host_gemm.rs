@@ -53,6 +53,13 @@ impl Isa {
         None
     }
 
+    /// [`Isa::detect`], once a process: for the kernels that choose at every call
+    /// (`one_query.rs`, `host_norm.rs`).
+    pub fn here() -> Option<Self> {
+        static HERE: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+        *HERE.get_or_init(Self::detect)
+    }
+
     /// Every ISA this CPU runs, best first (the tests run the kernels of each).
     #[cfg(test)]
     pub fn all_here() -> Vec<Self> {

@@ -5,6 +5,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::host_gemm::Isa;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
@@ -65,15 +66,12 @@ impl HostLayerNorm {
 
 fn rows(norm: &HostLayerNorm, x: &[f32], residual: Option<&[f32]>, range: std::ops::Range<usize>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { rows_avx512(norm, x, residual, range, out) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            return unsafe { rows_avx2(norm, x, residual, range, out) };
-        }
+    match Isa::here() {
+        // SAFETY: the CPU has the features the function is compiled for.
+        Some(Isa::Avx512) => return unsafe { rows_avx512(norm, x, residual, range, out) },
+        // SAFETY: as above.
+        Some(Isa::Avx2) => return unsafe { rows_avx2(norm, x, residual, range, out) },
+        None => {}
     }
     rows_generic(norm, x, residual, range, out)
 }

@@ -9,6 +9,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::kv_cache::HostKvCache;
+use super::host_gemm::Isa;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 
@@ -122,15 +123,12 @@ struct Keys<'a> {
 
 fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { rows_avx512(s, range, q, kv, bias, out) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            return unsafe { rows_avx2(s, range, q, kv, bias, out) };
-        }
+    match Isa::here() {
+        // SAFETY: the CPU has the features the function is compiled for.
+        Some(Isa::Avx512) => return unsafe { rows_avx512(s, range, q, kv, bias, out) },
+        // SAFETY: as above.
+        Some(Isa::Avx2) => return unsafe { rows_avx2(s, range, q, kv, bias, out) },
+        None => {}
     }
     rows_generic(s, range, q, kv, bias, out)
 }
