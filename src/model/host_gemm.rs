@@ -36,17 +36,21 @@ pub enum Isa {
     Avx2,
 }
 
+/// Whether `TCHSEQ_CPU_FEATURES_OFF` (space-separated feature names) hides `feature` from the
+/// host kernels, as the tests do to run a smaller CPU's path.
+pub fn feature_hidden(feature: &str) -> bool {
+    std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default().split_whitespace().any(|f| f == feature)
+}
+
 impl Isa {
     /// The best this CPU has, unless `TCHSEQ_CPU_FEATURES_OFF` hides it (as in the tests).
     pub fn detect() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         {
-            let off = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
-            let hidden = |f: &str| off.split_whitespace().any(|o| o == f);
-            if std::arch::is_x86_feature_detected!("avx512f") && !hidden("avx512f") {
+            if std::arch::is_x86_feature_detected!("avx512f") && !feature_hidden("avx512f") {
                 return Some(Self::Avx512);
             }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && !hidden("avx2") {
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && !feature_hidden("avx2") {
                 return Some(Self::Avx2);
             }
         }

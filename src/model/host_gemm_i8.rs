@@ -9,6 +9,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::host_gemm::{feature_hidden, Isa};
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
@@ -41,12 +42,7 @@ impl PackedInt8 {
     pub fn available() -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            let off = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
-            let hidden = |f: &str| off.split_whitespace().any(|o| o == f);
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-                && !hidden("avx512f")
-                && !hidden("avx512vnni")
+            Isa::here() == Some(Isa::Avx512) && std::arch::is_x86_feature_detected!("avx512vnni") && !feature_hidden("avx512vnni")
         }
         #[cfg(not(target_arch = "x86_64"))]
         false

@@ -80,10 +80,9 @@ impl TransformerModel {
     /// own tensors in that dtype (fairseq's `model.half()`). Every compute type but `exact` fuses
     /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
     /// decoder's linear layers on the host from packed weights (`host_gemm.rs`); `int8` quantizes
-    /// every linear layer (the output projection too where the host's int8 kernel runs, on CPUs
-    /// with AVX-512 VNNI; through fbgemm it stays fp32, on the host), embeddings, norms and
-    /// attention stay fp32, and turns the encoder's fast path off, as that kernel takes the fp32
-    /// weights.
+    /// every linear layer (the output projection too on the host's int8 kernel, with AVX-512
+    /// VNNI; through fbgemm it stays fp32, on the host), keeps the embeddings, norms and attention
+    /// in fp32, and turns the encoder's fast path off, as that kernel takes the fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
             return Ok(());

@@ -12,6 +12,11 @@ use crate::generate::beam_topk::beam_topk;
 use crate::generate::{GenerateError, Hypothesis, StepModel};
 use crate::libtorch::host::f32_view_mut;
 
+/// The `kept` sentences' blocks of `per_sentence` values each, in order.
+fn keep_sentences<T: Copy>(values: &[T], kept: &[i64], per_sentence: usize) -> Vec<T> {
+    kept.iter().flat_map(|&i| values[i as usize * per_sentence..][..per_sentence].iter().copied()).collect()
+}
+
 /// One step's candidates, `[bsz, k]` each.
 struct Candidates {
     k: usize,
@@ -94,8 +99,7 @@ impl SequenceGenerator {
 
             let mut finalized_sents = Vec::new();
             if !eos_bbsz_idx.is_empty() {
-                let ended = self.ended(step, &eos_bbsz_idx, eos_scores, &tokens, width, &scores, score_width);
-                let (toks, pos, sc) = ended;
+                let (toks, pos, sc) = self.ended(step, &eos_bbsz_idx, eos_scores, &tokens, width, &scores, score_width);
                 let ended = Ended { idx: &eos_bbsz_idx, toks: &toks, pos: &pos, sc: &sc, attn_rows: None };
                 finalized_sents = self.record_finished(step, ended, &mut finalized, &mut finished, max_len)?;
                 num_remaining_sent = num_remaining_sent
@@ -117,14 +121,13 @@ impl SequenceGenerator {
                 }
                 let kept: Vec<i64> = (0..bsz as i64).filter(|&i| keep[i as usize]).collect();
                 rows = kept.iter().map(|&i| rows[i as usize]).collect();
-                let per_sentence = |v: &[i64], w: usize| kept.iter().flat_map(|&i| v[i as usize * w..][..w].iter().copied()).collect::<Vec<_>>();
-                cands.indices = per_sentence(&cands.indices, k);
-                cands.beams = per_sentence(&cands.beams, k);
-                cands.scores = kept.iter().flat_map(|&i| cands.scores[i as usize * k..][..k].iter().copied()).collect();
-                eos_mask = kept.iter().flat_map(|&i| eos_mask[i as usize * k..][..k].iter().copied()).collect();
-                cands_to_ignore = kept.iter().flat_map(|&i| cands_to_ignore[i as usize * beam..][..beam].iter().copied()).collect();
-                tokens = per_sentence(&tokens, beam * width);
-                scores = kept.iter().flat_map(|&i| scores[i as usize * beam * score_width..][..beam * score_width].iter().copied()).collect();
+                cands.indices = keep_sentences(&cands.indices, &kept, k);
+                cands.beams = keep_sentences(&cands.beams, &kept, k);
+                cands.scores = keep_sentences(&cands.scores, &kept, k);
+                eos_mask = keep_sentences(&eos_mask, &kept, k);
+                cands_to_ignore = keep_sentences(&cands_to_ignore, &kept, beam);
+                tokens = keep_sentences(&tokens, &kept, beam * width);
+                scores = keep_sentences(&scores, &kept, beam * score_width);
                 bsz = kept.len();
                 batch_idxs = Some(kept);
             } else {
