@@ -53,6 +53,13 @@ pub(super) fn beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<C
         let prev = scores.f_select(2, step - 1)?.f_unsqueeze(-1)?;
         lprobs.f_add(&prev)?
     };
+    top_candidates(&lprobs, k)
+}
+
+/// `BeamSearch.step`'s `topk` over `lprobs` `[bsz, beams, V]` that already hold the cumulative
+/// scores (or the first beam only, at step 0).
+pub(super) fn top_candidates(lprobs: &Tensor, k: i64) -> Result<Candidates, GenerateError> {
+    let (bsz, _, vocab_size) = size3(lprobs)?;
     let flat = lprobs.f_view([bsz, -1])?;
     let (scores_buf, indices_buf) = flat.f_topk(k, -1, true, true)?;
     let beams_buf = indices_buf.f_div_scalar_mode(vocab_size, "trunc")?;

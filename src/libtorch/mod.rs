@@ -88,10 +88,8 @@ pub fn version() -> String {
 /// (translation: 27% less CPU time). The trim threshold must exceed what one decoding step frees:
 /// at transformer-base size a step at batch 32 frees some 60 MB (logits, log-probs, key/value
 /// caches), and a 32 MiB threshold gave the heap's top back and faulted it in again at every step
-/// (20% of the CPU time, in the kernel). One arena for every thread: each `--inter-threads`
-/// worker's own arena grew and dropped its heaps (`mprotect`, `munmap`) at every step just the
-/// same. Values are unchanged: only where the memory comes from. The peak is what a step needs;
-/// between batches up to the trim threshold stays resident.
+/// (20% of the CPU time, in the kernel). Values are unchanged: only where the memory comes from.
+/// The peak is what a step needs; between batches up to the trim threshold stays resident.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; called before any worker thread starts.
@@ -99,7 +97,6 @@ pub fn keep_freed_memory() {
         // glibc caps M_MMAP_THRESHOLD at 32 MiB on 64-bit targets (HEAP_MAX / 2).
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
-        //ARENA libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 

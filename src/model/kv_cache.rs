@@ -4,7 +4,11 @@
 //! each row keeps, per position, the slot that position was written in, and a reorder copies
 //! those indices (`len` of them a row) instead of `len × heads × head_dim` floats of keys and as
 //! many of values.
-
+//!
+//! Positions live in blocks of [`BLOCK`], allocated as the cache reaches them and never moved: a
+//! cache that grew by copying held the old and the new buffer at once, and the old ones, each
+//! smaller than the next, stayed in the heap as holes (at transformer-base size, batch 32, some
+//! 60 MB of a run's peak).
 use tch::Tensor;
 
 use super::ModelError;
@@ -17,38 +21,22 @@ pub struct HostKvCache {
     heads: usize,
     head_dim: usize,
     len: usize,
-    capacity: usize,
-    /// `[slots, heads, capacity, head_dim]`: position `l` of slot `s`, written by row `s` at
-    /// step `l`.
-    keys: Vec<f32>,
-    values: Vec<f32>,
-    /// `[rows, capacity]`: the slot each row reads position `l` from.
+    /// Block `b` holds positions `b·BLOCK ..`, `[slots, heads, BLOCK, head_dim]`: position `l`
+    /// of slot `s` was written by row `s` at step `l`.
+    keys: Vec<Box<[f32]>>,
+    values: Vec<Box<[f32]>>,
+    /// `[len, slots]`: the slot row `r` reads position `l` from, at `l · slots + r`.
     source: Vec<u32>,
     /// The reorder's destination, swapped in after it.
     spare: Vec<u32>,
 }
 
-/// Positions allocated at a time: the cache holds at most this many unused, where doubling would
-/// hold up to as many as it uses (a growth copies the cache once, as fairseq's `cat` does every
-/// step).
-const GROWTH: usize = 4;
+/// Positions a block holds: the cache holds at most this many unused.
+pub const BLOCK: usize = 4;
 
 impl HostKvCache {
     pub fn new(rows: usize, heads: usize, head_dim: usize) -> Self {
-        let capacity = GROWTH;
-        let size = rows * heads * capacity * head_dim;
-        Self {
-            slots: rows,
-            rows,
-            heads,
-            head_dim,
-            len: 0,
-            capacity,
-            keys: vec![0.0; size],
-            values: vec![0.0; size],
-            source: vec![0; rows * capacity],
-            spare: Vec::new(),
-        }
+        Self { slots: rows, rows, heads, head_dim, len: 0, keys: Vec::new(), values: Vec::new(), source: Vec::new(), spare: Vec::new() }
     }
 
     pub fn rows(&self) -> usize {
@@ -71,26 +59,23 @@ impl HostKvCache {
         self.head_dim
     }
 
+    /// Positions allocated.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.keys.len() * BLOCK
     }
 
-    pub fn keys(&self) -> &[f32] {
-        &self.keys
+    /// Floats from one head's key (or value) to the next head's at the same position.
+    pub fn head_stride(&self) -> usize {
+        BLOCK * self.head_dim
     }
 
-    pub fn values(&self) -> &[f32] {
-        &self.values
-    }
-
-    /// `[rows, capacity]`: the slot each row reads each position from.
-    pub fn source_table(&self) -> &[u32] {
-        &self.source
-    }
-
-    /// Row `row`'s slot for each position `0..len`.
-    pub fn sources(&self, row: usize) -> &[u32] {
-        &self.source[row * self.capacity..][..self.len]
+    /// Row `row`'s key and value at position `l < len`, from head 0 on (head `h` at
+    /// `h · head_stride()`).
+    #[inline(always)]
+    pub fn position(&self, row: usize, l: usize) -> (&[f32], &[f32]) {
+        let slot = self.source[l * self.slots + row] as usize;
+        let at = (slot * self.heads * BLOCK + l % BLOCK) * self.head_dim;
+        (&self.keys[l / BLOCK][at..], &self.values[l / BLOCK][at..])
     }
 
     /// Appends one position to every row: row `r`'s key is `projected[r·stride + key_at ..]`,
@@ -104,39 +89,27 @@ impl HostKvCache {
                 self.rows
             )));
         }
-        if self.len == self.capacity {
-            self.grow();
+        if self.len == self.capacity() {
+            let size = self.slots * width * BLOCK;
+            self.keys.push(vec![0.0; size].into_boxed_slice());
+            self.values.push(vec![0.0; size].into_boxed_slice());
         }
-        let (d, cap, len) = (self.head_dim, self.capacity, self.len);
+        let (d, len) = (self.head_dim, self.len);
+        let (keys, values) = (&mut self.keys[len / BLOCK], &mut self.values[len / BLOCK]);
         for r in 0..self.rows {
             let row = &projected[r * stride..][..stride];
             for h in 0..self.heads {
-                let at = ((r * self.heads + h) * cap + len) * d;
-                self.keys[at..at + d].copy_from_slice(&row[key_at + h * d..][..d]);
-                self.values[at..at + d].copy_from_slice(&row[value_at + h * d..][..d]);
+                let at = ((r * self.heads + h) * BLOCK + len % BLOCK) * d;
+                keys[at..at + d].copy_from_slice(&row[key_at + h * d..][..d]);
+                values[at..at + d].copy_from_slice(&row[value_at + h * d..][..d]);
             }
-            self.source[r * cap + len] = r as u32;
+        }
+        self.source.resize((len + 1) * self.slots, 0);
+        for (r, s) in self.source[len * self.slots..][..self.rows].iter_mut().enumerate() {
+            *s = r as u32;
         }
         self.len += 1;
         Ok(())
-    }
-
-    fn grow(&mut self) {
-        let (old, capacity, len) = (self.capacity, self.capacity + GROWTH, self.len);
-        let d = self.head_dim;
-        for buffer in [&mut self.keys, &mut self.values] {
-            let mut grown = vec![0.0; self.slots * self.heads * capacity * d];
-            for (i, chunk) in buffer.chunks_exact(old * d).enumerate() {
-                grown[i * capacity * d..][..len * d].copy_from_slice(&chunk[..len * d]);
-            }
-            *buffer = grown;
-        }
-        let mut source = vec![0; self.rows * capacity];
-        for (i, chunk) in self.source.chunks_exact(old).enumerate() {
-            source[i * capacity..][..len].copy_from_slice(&chunk[..len]);
-        }
-        self.source = source;
-        self.capacity = capacity;
     }
 
     /// `index_select(0, new_order)`: row `i` becomes the old row `new_order[i]`.
@@ -147,10 +120,11 @@ impl HostKvCache {
         if new_order.len() > self.slots {
             return Err(ModelError::Input(format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots)));
         }
-        let (cap, len) = (self.capacity, self.len);
-        self.spare.resize(new_order.len() * cap, 0);
-        for (to, &from) in new_order.iter().enumerate() {
-            self.spare[to * cap..][..len].copy_from_slice(&self.source[from as usize * cap..][..len]);
+        self.spare.resize(self.source.len(), 0);
+        for (to, from) in self.spare.chunks_exact_mut(self.slots).zip(self.source.chunks_exact(self.slots)) {
+            for (t, &o) in to.iter_mut().zip(new_order) {
+                *t = from[o as usize];
+            }
         }
         std::mem::swap(&mut self.source, &mut self.spare);
         self.rows = new_order.len();
@@ -159,19 +133,20 @@ impl HostKvCache {
 
     /// Keys and values as fairseq's path keeps them, `[rows, heads, len, head_dim]` each.
     pub fn to_tensors(&self) -> Result<(Tensor, Tensor), ModelError> {
-        let (heads, cap, d, len) = (self.heads, self.capacity, self.head_dim, self.len);
-        let gather = |buffer: &[f32]| -> Result<Tensor, ModelError> {
-            let mut out = Vec::with_capacity(self.rows * heads * len * d);
-            for row in 0..self.rows {
-                for h in 0..heads {
-                    for (l, &slot) in self.sources(row).iter().enumerate() {
-                        out.extend_from_slice(&buffer[((slot as usize * heads + h) * cap + l) * d..][..d]);
-                    }
+        let (heads, d, len, stride) = (self.heads, self.head_dim, self.len, self.head_stride());
+        let mut keys = Vec::with_capacity(self.rows * heads * len * d);
+        let mut values = Vec::with_capacity(keys.capacity());
+        for row in 0..self.rows {
+            for h in 0..heads {
+                for l in 0..len {
+                    let (k, v) = self.position(row, l);
+                    keys.extend_from_slice(&k[h * stride..][..d]);
+                    values.extend_from_slice(&v[h * stride..][..d]);
                 }
             }
-            Ok(Tensor::f_from_slice(&out)?.f_view([self.rows as i64, heads as i64, len as i64, d as i64])?)
-        };
-        Ok((gather(&self.keys)?, gather(&self.values)?))
+        }
+        let shape = [self.rows as i64, heads as i64, len as i64, d as i64];
+        Ok((Tensor::f_from_slice(&keys)?.f_view(shape)?, Tensor::f_from_slice(&values)?.f_view(shape)?))
     }
 }
 
@@ -189,7 +164,7 @@ mod tests {
         let mut cache = HostKvCache::new(rows, heads, d);
         let (mut want_k, mut want_v): (Option<Tensor>, Option<Tensor>) = (None, None);
         let orders: [&[i64]; 3] = [&[2, 0, 1], &[1, 1, 2], &[0, 2]];
-        for step in 0..(3 * GROWTH + 5) {
+        for step in 0..(3 * BLOCK + 5) {
             let current = cache.rows();
             let projected = Tensor::randn([current as i64, 3 * width as i64], (Kind::Float, Device::Cpu));
             let data = Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap();
@@ -209,8 +184,8 @@ mod tests {
             assert_eq!(k, *want_k.as_ref().unwrap(), "keys at step {step}");
             assert_eq!(v, *want_v.as_ref().unwrap(), "values at step {step}");
         }
-        assert!(cache.capacity() > GROWTH);
-        assert_eq!(cache.capacity(), cache.len().div_ceil(GROWTH) * GROWTH, "grown by {GROWTH} positions at a time");
+        assert!(cache.capacity() > BLOCK);
+        assert_eq!(cache.capacity(), cache.len().div_ceil(BLOCK) * BLOCK, "grown by {BLOCK} positions at a time");
     }
 
     #[test]

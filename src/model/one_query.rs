@@ -13,16 +13,14 @@ use super::host_gemm::Isa;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 
-/// The shapes of one call: `rows` queries (`heads × head_dim` each, `q_stride` floats apart),
-/// keys and values `[kv_rows, heads, capacity, head_dim]` of which the first `len` positions
-/// count, query row `b` reading key row `b / (rows / kv_rows)` (BART's beamable attention keeps
-/// one key row per sentence).
+/// The shapes of one call: `rows` queries (`heads × head_dim` each, `q_stride` floats apart)
+/// over `len` positions of keys and values (see [`Keys`]), query row `b` reading key row
+/// `b / (rows / kv_rows)` (BART's beamable attention keeps one key row per sentence).
 struct Shape {
     rows: usize,
     kv_rows: usize,
     heads: usize,
     len: usize,
-    capacity: usize,
     head_dim: usize,
     q_stride: usize,
 }
@@ -52,7 +50,6 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
         kv_rows: kv_rows as usize,
         heads: heads as usize,
         len: len as usize,
-        capacity: len as usize,
         head_dim: head_dim as usize,
         q_stride: q_stride as usize,
     };
@@ -61,7 +58,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
     let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else {
         return Ok(None);
     };
-    run(&shape, q_data, k_data, v_data, bias_data, None, out_data);
+    run(&shape, q_data, Keys::Dense { k: k_data, v: v_data }, bias_data, out_data);
     Ok(Some(out))
 }
 
@@ -80,23 +77,20 @@ pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, M
         kv_rows: rows as usize,
         heads,
         len: cache.len(),
-        capacity: cache.capacity(),
         head_dim,
         q_stride: q_stride as usize,
     };
     let mut out = Tensor::f_empty([1, rows, (heads * head_dim) as i64], (Kind::Float, Device::Cpu))?;
     // SAFETY: `out` is new and not shared.
     let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else { return Ok(None) };
-    run(&shape, q_data, cache.keys(), cache.values(), None, Some(cache.source_table()), out_data);
+    run(&shape, q_data, Keys::Cache(cache), None, out_data);
     Ok(Some(out))
 }
 
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 17;
 
-/// `source`: with a host cache, `[rows, capacity]`, the slot (key row) each row reads each
-/// position from; without, query row `b` reads key row `b / (rows / kv_rows)` throughout.
-fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source: Option<&[u32]>, out: &mut [f32]) {
+fn run(s: &Shape, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     let row_flops = (s.heads * s.len * s.head_dim * 4).max(1);
     let width = s.heads * s.head_dim;
     let out = SharedOut(out.as_mut_ptr());
@@ -104,7 +98,7 @@ fn run(s: &Shape, q: &[f32], k: &[f32], v: &[f32], bias: Option<&[f32]>, source:
         let out = &out;
         // SAFETY: each range writes only its own rows of `out`.
         let out = unsafe { std::slice::from_raw_parts_mut(out.0.add(start * width), (end - start) * width) };
-        rows(s, start..end, q, Keys { k, v, source }, bias, out)
+        rows(s, start..end, q, kv, bias, out)
     });
 }
 
@@ -112,13 +106,12 @@ struct SharedOut(*mut f32);
 // SAFETY: `run` hands each thread disjoint rows.
 unsafe impl Sync for SharedOut {}
 
-/// Keys and values `[kv_rows, heads, capacity, head_dim]`, and with a host cache the slot each
-/// row reads each position from, `[rows, capacity]` (see [`run`]).
 #[derive(Clone, Copy)]
-struct Keys<'a> {
-    k: &'a [f32],
-    v: &'a [f32],
-    source: Option<&'a [u32]>,
+enum Keys<'a> {
+    /// `[kv_rows, heads, len, head_dim]` each.
+    Dense { k: &'a [f32], v: &'a [f32] },
+    /// Each row's own positions.
+    Cache(&'a HostKvCache),
 }
 
 fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
@@ -148,25 +141,37 @@ unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Key
 /// Rows `range` of the output, into `out` (those rows only).
 #[inline(always)]
 fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
-    let (d, len, cap) = (s.head_dim, s.len, s.capacity);
-    let Keys { k, v, source } = kv;
+    let (d, len) = (s.head_dim, s.len);
     let per_kv = s.rows / s.kv_rows;
+    let head_stride = match kv {
+        Keys::Dense { .. } => len * d,
+        Keys::Cache(cache) => cache.head_stride(),
+    };
     let mut scores = vec![0f32; len];
-    let mut at = vec![0usize; len];
+    // each position's key and value from head 0 on
+    let (mut keys, mut values): (Vec<&[f32]>, Vec<&[f32]>) = (Vec::with_capacity(len), Vec::with_capacity(len));
     let first = range.start;
     for row in range {
         let kv_row = row / per_kv;
         let bias = bias.map(|b| &b[kv_row * len..][..len]);
-        // where each position's key of head 0 starts; head h adds h · cap · d
-        for (l, at) in at.iter_mut().enumerate() {
-            let slot = source.map_or(kv_row, |src| src[row * cap + l] as usize);
-            *at = (slot * s.heads * cap + l) * d;
+        keys.clear();
+        values.clear();
+        for l in 0..len {
+            let (k, v) = match kv {
+                Keys::Dense { k, v } => {
+                    let at = (kv_row * s.heads * len + l) * d;
+                    (&k[at..], &v[at..])
+                }
+                Keys::Cache(cache) => cache.position(row, l),
+            };
+            keys.push(k);
+            values.push(v);
         }
         for h in 0..s.heads {
             let query = &q[row * s.q_stride + h * d..][..d];
-            let head = h * cap * d;
-            for (score, &a) in scores.iter_mut().zip(&at) {
-                *score = dot(query, &k[head + a..][..d]);
+            let head = h * head_stride;
+            for (score, k) in scores.iter_mut().zip(&keys) {
+                *score = dot(query, &k[head..][..d]);
             }
             if let Some(b) = bias {
                 scores.iter_mut().zip(b).for_each(|(s, b)| *s += b);
@@ -178,9 +183,9 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
             let sum: f32 = sum8(&scores);
             let o = &mut out[(row - first) * s.heads * d + h * d..][..d];
             o.fill(0.0);
-            for (&p, &a) in scores.iter().zip(&at) {
+            for (&p, v) in scores.iter().zip(&values) {
                 let w = p / sum;
-                for (o, &x) in o.iter_mut().zip(&v[head + a..][..d]) {
+                for (o, &x) in o.iter_mut().zip(&v[head..][..d]) {
                     *o += w * x;
                 }
             }

@@ -7,7 +7,7 @@
 use tch::{Kind, Tensor};
 
 use super::{bad, sort_finalized, Ended, SequenceGenerator, Specials};
-use crate::generate::beam_search::beam_step;
+use crate::generate::beam_search::top_candidates;
 use crate::generate::beam_topk::beam_topk;
 use crate::generate::{GenerateError, Hypothesis, StepModel};
 use crate::libtorch::host::f32_view_mut;
@@ -80,7 +80,7 @@ impl SequenceGenerator {
             let (lprobs, _) = model.forward_decoder(&prefix, self.cfg.temperature, false)?;
             let mut lprobs = lprobs.f_contiguous()?.f_to_kind(Kind::Float)?;
             self.mask_log_probs(&mut lprobs, step, max_len)?;
-            let mut cands = self.candidates(&lprobs, step, bsz, &scores, score_width)?;
+            let mut cands = self.candidates(&mut lprobs, step, bsz, &scores, score_width)?;
             let k = cands.k;
 
             let mut eos_mask: Vec<bool> = (0..bsz * k)
@@ -208,9 +208,9 @@ impl SequenceGenerator {
 
     /// `BeamSearch.step` over `lprobs` `[bsz · beam, V]`, with the cumulative scores of the last
     /// step; on the host ([`beam_topk`]), or through libtorch where that leaves it (ties).
-    fn candidates(&self, lprobs: &Tensor, step: i64, bsz: usize, scores: &[f32], score_width: usize) -> Result<Candidates, GenerateError> {
+    fn candidates(&self, lprobs: &mut Tensor, step: i64, bsz: usize, scores: &[f32], score_width: usize) -> Result<Candidates, GenerateError> {
         let (beam, vocab) = (self.beam_size, self.vocab_size);
-        let lprobs = lprobs.f_view([bsz as i64, beam, vocab])?;
+        let mut lprobs = lprobs.f_view([bsz as i64, beam, vocab])?;
         let prev: Option<Vec<f32>> = (step > 0).then(|| scores.chunks_exact(score_width).map(|row| row[step as usize - 1]).collect());
         let width = if step == 0 { vocab } else { beam * vocab };
         let k = (beam * 2).min(width - 1);
@@ -219,9 +219,13 @@ impl SequenceGenerator {
             let beams = top.indices.iter().map(|i| i / vocab).collect();
             return Ok(Candidates { k: k as usize, scores: top.values, indices, beams });
         }
-        let so_far: Vec<f32> = scores.chunks_exact(score_width).flat_map(|row| row[..step as usize].iter().copied()).collect();
-        let so_far = Tensor::f_from_slice(&so_far)?.f_view([bsz as i64, beam, step])?;
-        let c = beam_step(step, &lprobs, &so_far)?;
+        // ties: libtorch's topk, over the sum written into this step's own log-probs (the same
+        // additions as `lprobs + scores[:, :, step - 1]`, without another `[bsz, beam, V]`)
+        let lprobs = match prev {
+            None => lprobs.f_slice(1, 0, None, beam)?.f_contiguous()?,
+            Some(prev) => lprobs.f_add_(&Tensor::f_from_slice(&prev)?.f_view([bsz as i64, beam, 1])?)?,
+        };
+        let c = top_candidates(&lprobs, k)?;
         let flat = |t: &Tensor| t.f_contiguous()?.f_view([-1]);
         Ok(Candidates {
             k: k as usize,
