@@ -177,8 +177,10 @@ impl SequenceGenerator {
         Ok(finalized)
     }
 
-    /// What the generator does to the log-probs before the search: NaN to −inf, no padding,
-    /// the unknown-word penalty, only EOS at `max_len` and no EOS before `min_len`.
+    /// What the generator does to the log-probs before the search: no padding, the unknown-word
+    /// penalty, only EOS at `max_len` and no EOS before `min_len`. fairseq's NaN to −inf comes
+    /// first there; here [`Self::candidates`] makes it only when the host's top-k met a NaN (the
+    /// masks above give −inf, or keep a NaN, either way).
     fn mask_log_probs(&self, lprobs: &mut Tensor, step: i64, max_len: i64) -> Result<(), GenerateError> {
         let Specials { pad, eos, unk } = self.specials;
         let vocab = self.vocab_size as usize;
@@ -190,9 +192,6 @@ impl SequenceGenerator {
         }
         let unk_penalty = self.cfg.unk_penalty as f32;
         for row in data.chunks_exact_mut(vocab) {
-            for v in row.iter_mut() {
-                *v = if v.is_nan() { f32::NEG_INFINITY } else { *v };
-            }
             row[pad as usize] = f32::NEG_INFINITY;
             row[unk as usize] -= unk_penalty;
             if step >= max_len {
@@ -219,8 +218,11 @@ impl SequenceGenerator {
             let beams = top.indices.iter().map(|i| i / vocab).collect();
             return Ok(Candidates { k: k as usize, scores: top.values, indices, beams });
         }
-        // ties: libtorch's topk, over the sum written into this step's own log-probs (the same
-        // additions as `lprobs + scores[:, :, step - 1]`, without another `[bsz, beam, V]`)
+        // ties or NaN: libtorch's topk, over the sum written into this step's own log-probs (the
+        // same additions as `lprobs + scores[:, :, step - 1]`, without another `[bsz, beam, V]`)
+        // SAFETY: as in `mask_log_probs`.
+        let data = unsafe { f32_view_mut(&mut lprobs) }.ok_or_else(|| bad("log-probs are not a host f32 tensor"))?;
+        data.iter_mut().filter(|v| v.is_nan()).for_each(|v| *v = f32::NEG_INFINITY);
         let lprobs = match prev {
             None => lprobs.f_slice(1, 0, None, beam)?.f_contiguous()?,
             Some(prev) => lprobs.f_add_(&Tensor::f_from_slice(&prev)?.f_view([bsz as i64, beam, 1])?)?,

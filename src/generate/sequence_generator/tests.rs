@@ -214,6 +214,31 @@ fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
     }
 }
 
+/// A NaN log-prob is −inf to both searches (fairseq's `lprobs[lprobs != lprobs] = -inf`), also
+/// where it falls on the unknown word, on EOS at `max_len`, or on padding.
+#[test]
+fn the_host_search_equals_the_tensor_search_over_nan_log_probs() {
+    let _rng = crate::generate::rng_lock();
+    let mut model = Markov::new(5);
+    let mut table = model.table.copy();
+    for (token, every) in [(7i64, 3i64), (3, 2), (2, 5), (1, 1)] {
+        let rows = Tensor::arange_start_step(0, N_SRC * V, every, (Kind::Int64, Device::Cpu));
+        let _ = table.index_copy_(0, &rows, &table.index_select(0, &rows).index_fill(1, &Tensor::from_slice(&[token]), f64::NAN));
+    }
+    assert!(table.isnan().any().int64_value(&[]) != 0);
+    model.table = table;
+    for cfg in configs() {
+        let gen = SequenceGenerator::new(cfg.clone(), V as usize, Specials::default()).unwrap();
+        let mut out = Vec::new();
+        for host in [false, true] {
+            model.host = host;
+            out.push(gen.generate(&mut model, &batch(&sources())).unwrap());
+        }
+        assert_eq!(out[0], out[1], "{cfg:?}");
+        assert!(out[0].iter().flatten().all(|h| h.score.is_finite()), "{cfg:?}");
+    }
+}
+
 #[test]
 fn scores_are_consistent_with_positional_scores() {
     let _rng = crate::generate::rng_lock();
