@@ -32,7 +32,7 @@ pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids:
         };
         let text = bundle.side_pipeline(&lang).map_err(common::hub_error)?;
         common::print_warnings(&bundle.report);
-        let dict = ids.then(|| match side {
+        let dict = ids.then_some(match side {
             Side::Source => bundle.src_dict,
             Side::Target => bundle.tgt_dict,
         });

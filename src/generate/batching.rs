@@ -133,7 +133,7 @@ pub fn batch_by_size(
 
         let overflow = over_sentences(new_batch_sentences) || over_tokens(new_batch_num_tokens);
         let size_matches_with_bsz_mult =
-            new_batch_sentences < bsz_mult || new_batch_sentences % bsz_mult == 0;
+            new_batch_sentences < bsz_mult || new_batch_sentences.is_multiple_of(bsz_mult);
 
         if overflow {
             let tail_num_tokens = tail_max_tokens * (new_batch_end - batches_ends[batches_count]);

@@ -143,7 +143,7 @@ impl PackedWeight {
     /// the range starts on a whole unit of panels.
     pub fn columns(&self, range: std::ops::Range<usize>) -> Option<Self> {
         let unit = PANEL * self.isa.panels_per_unit();
-        if range.start % unit != 0 || range.start >= range.end || range.end > self.out_features {
+        if !range.start.is_multiple_of(unit) || range.start >= range.end || range.end > self.out_features {
             return None;
         }
         let width = range.end - range.start;

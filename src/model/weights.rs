@@ -125,7 +125,7 @@ fn parameter(raw: &Tensor, device: Device, kind: Kind) -> Result<Tensor, ModelEr
     let converted = raw.f_to_device(device)?.f_to_kind(kind)?.f_contiguous()?;
     let tensor = if converted.data_ptr() != raw.data_ptr() {
         converted
-    } else if converted.data_ptr() as usize % ALIGNMENT == 0 {
+    } else if (converted.data_ptr() as usize).is_multiple_of(ALIGNMENT) {
         // a separate, non-view handle: requires_grad below must not touch the checkpoint's
         converted.f_detach()?
     } else {

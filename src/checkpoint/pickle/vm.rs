@@ -498,7 +498,7 @@ impl Vm<'_> {
     }
 
     pub(super) fn fill_dict(&self, at: usize, d: &mut Dict, items: Vec<Value>) -> Result<(), PickleError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(self.err(at, "odd number of items for a dict"));
         }
         let mut it = items.into_iter();
@@ -509,7 +509,7 @@ impl Vm<'_> {
     }
 
     pub(super) fn setitems(&mut self, at: usize, target: &Value, items: Vec<Value>) -> Result<(), PickleError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(self.err(at, "odd number of items for SETITEMS"));
         }
         match self.node_mut(target) {

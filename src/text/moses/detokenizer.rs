@@ -156,7 +156,7 @@ impl MosesDetokenizer {
                 if lang == "cs" && token == "\u{201c}" {
                     *count = 1;
                 }
-                if *count % 2 == 0 {
+                if (*count).is_multiple_of(2) {
                     if lang == "en" && token == "'" && i > 0 && tokens[i - 1].ends_with('s') {
                         out.push_str(token);
                         prepend_space = " ";
