@@ -135,7 +135,7 @@ fn reordering_the_incremental_state_follows_the_rows() {
                 _ => None,
             };
             if let Some(new_order) = new_order {
-                state.reorder(&new_order);
+                state.reorder(&new_order).unwrap();
                 tokens = tokens.index_select(0, &new_order);
                 enc = enc.reorder(&new_order);
                 order = order.index_select(0, &new_order);

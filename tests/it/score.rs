@@ -182,6 +182,46 @@ fn parity_with_fairseq_score_reference() {
     assert_eq!(compared, 6 * 2 * 72, "rows compared");
 }
 
+/// `--compute-type float32` (the host's packed kernels, another summation order): every row's
+/// average log-probability within 1e-4 of fairseq-generate --score-reference's golden, on every
+/// fixture. `--lm` keeps fairseq's arithmetic only: another compute type is one error.
+#[test]
+fn float32_scores_within_1e_4_of_fairseq_s_goldens() {
+    let m = manifest();
+    let pairs = fixture_pairs(&m);
+    let dir = tempfile::tempdir().unwrap();
+    let csv_path = dir.path().join("pairs.csv");
+    let rows: Vec<Vec<String>> = pairs.iter().enumerate().map(|(i, (s, t))| vec![i.to_string(), s.clone(), t.clone()]).collect();
+    write_csv(&csv_path, &["id", "source", "target"], &rows);
+    let (mut compared, mut max_diff) = (0, 0f64);
+    for fx in m["fixtures"].as_array().unwrap() {
+        let name = fx["name"].as_str().unwrap();
+        let golden = fx["goldens"]["score_reference"].as_object().unwrap().values().next().unwrap();
+        let expected = golden_scores(&repo(fx["dir"].as_str().unwrap()).join(golden["file"].as_str().unwrap()));
+        let scored = score(&model_args(fx), &csv_path, &["--tokenized", "--batch-size", "16", "-q", "--compute-type", "float32"]);
+        assert_eq!(scored.output.len(), pairs.len());
+        for (i, row) in scored.output.iter().enumerate() {
+            assert_eq!(row["error"], "", "{name} row {i}");
+            let avg: f64 = row["avg_logprob"].parse().unwrap();
+            let diff = (avg - expected[&i].0 * LN2).abs();
+            assert!(diff <= 1e-4, "{name} row {i}: float32 {avg} against fairseq's {}", expected[&i].0 * LN2);
+            max_diff = max_diff.max(diff);
+            compared += 1;
+        }
+    }
+    eprintln!("score --compute-type float32: {compared} rows, max |avg_logprob diff| {max_diff:.2e} (base e)");
+    assert_eq!(compared, 6 * 72, "rows compared");
+
+    let out = tchseq()
+        .args(["score", "--lm", "--compute-type", "int8", "-m"])
+        .arg(fixture("lm/lm-gpt"))
+        .arg("--input")
+        .arg(fixture("lm/input.en"))
+        .output()
+        .unwrap();
+    crate::util::one_line_error(&out, "--compute-type other than exact is not supported with --lm");
+}
+
 fn first_fixture(m: &serde_json::Value) -> Vec<String> {
     model_args(&m["fixtures"][0])
 }

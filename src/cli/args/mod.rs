@@ -336,6 +336,11 @@ pub struct ScoreArgs {
     /// Rows read and scored at a time; memory stays bounded by this.
     #[arg(long = "buffer-size", default_value_t = 10000)]
     pub buffer_size: usize,
+    /// As translate's: `exact` gives fairseq-generate --score-reference's scores bit for bit;
+    /// `float32` computes on the host's packed kernels (scores move in the last digits); `int8`
+    /// quantizes the linear layers; `float16`/`bfloat16` halve the model.
+    #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
+    pub compute_type: ComputeTypeArg,
     /// Continue a previous interrupted run.
     #[arg(long)]
     pub resume: bool,

@@ -1,12 +1,10 @@
 //! The real backend: `hub::Scorer` over a fairseq model.
 
 use anyhow::Result;
-use tch::Kind;
-
 use tchseq::hub::{TextMode, Translator, Weights};
 
 use super::{Backend, Encoded, Scored};
-use crate::cli::args::{GlobalArgs, ScoreArgs};
+use crate::cli::args::{DtypeArg, GlobalArgs, ScoreArgs};
 use crate::cli::common;
 
 pub struct ModelBackend {
@@ -18,10 +16,12 @@ impl ModelBackend {
     pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
         let device = common::resolve_device(global.device)?;
         // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
-        let weights = Weights::Load { device, kind: Kind::Float, replay_init: false };
+        let kind = common::weight_kind(a.compute_type, DtypeArg::Fp32)?;
+        let weights = Weights::Load { device, kind, replay_init: false };
         let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
         let text = if a.tokenized { TextMode::Tokenized } else { TextMode::Raw };
-        let scorer = Translator::new(bundle, device, text).map_err(common::hub_error)?;
+        let mut scorer = Translator::new(bundle, device, text).map_err(common::hub_error)?;
+        scorer.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&scorer.report);
         Ok(Self { scorer, inter_threads: global.inter_threads })
     }

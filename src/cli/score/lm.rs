@@ -9,7 +9,7 @@ use std::io::{BufReader, Write};
 use anyhow::{bail, Context, Result};
 
 use super::format::{f32_json, f32_text};
-use crate::cli::args::{GlobalArgs, LmBreakMode, ScoreArgs, ScoreFormat};
+use crate::cli::args::{ComputeTypeArg, GlobalArgs, LmBreakMode, ScoreArgs, ScoreFormat};
 use crate::cli::common;
 use crate::cli::lines::{lines, Newlines};
 use crate::cli::partial::OutputSink;
@@ -35,6 +35,9 @@ struct Totals {
 pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     if a.resume || a.shard.num_shards.is_some() {
         bail!("--resume and --num-shards are not supported with --lm");
+    }
+    if a.compute_type != ComputeTypeArg::Exact {
+        bail!("--compute-type other than exact is not supported with --lm");
     }
     // fairseq 0.12.2 takes the continuation marker as the value with trailing spaces removed;
     // its bare --remove-bpe ("subword_nmt") then matches no token: here it means `@@`
