@@ -46,14 +46,13 @@ pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> ModelError
     ModelError::Unsupported(format!("{what}: {text}"))
 }
 
-/// A linear layer's weight and bias, packed by fbgemm (`quantized::linear_prepack`): the
-/// weight quantized per output row (qint8, symmetric), the bias kept in f32.
+/// A linear layer's weight and bias in int8: on the host's VNNI kernel (`host_gemm_i8.rs`), or
+/// packed by fbgemm (`quantized::linear_prepack`: the weight quantized per output row, qint8,
+/// symmetric; the bias kept in f32).
 #[derive(Debug)]
-pub struct Int8Weight {
-    /// fbgemm's, or null when `host` computes.
-    packed: *mut std::ffi::c_void,
-    bias: Option<Tensor>,
-    host: Option<PackedInt8>,
+pub enum Int8Weight {
+    Host(PackedInt8),
+    Fbgemm { packed: std::ptr::NonNull<std::ffi::c_void>, bias: Option<Tensor> },
 }
 
 // SAFETY: the packed parameters are never changed after packing; `linear_dynamic` only reads
@@ -65,8 +64,7 @@ impl Int8Weight {
     pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
         let _guard = tch::no_grad_guard();
         if weight.device() == tch::Device::Cpu && PackedInt8::available() {
-            let host = PackedInt8::quantize(weight, bias)?;
-            return Ok(Self { packed: std::ptr::null_mut(), bias: None, host: Some(host) });
+            return Ok(Self::Host(PackedInt8::quantize(weight, bias)?));
         }
         let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
         let out = weight.size()[0];
@@ -76,36 +74,40 @@ impl Int8Weight {
         let mut error = std::ptr::null_mut();
         // SAFETY: valid tensors for the call's duration; the result is owned by the returned value.
         let packed = unsafe { ffi::tchseq_linear_prepack(weight.as_ptr(), scale.as_ptr(), zero.as_ptr(), std::ptr::null(), &mut error) };
-        if packed.is_null() {
-            return Err(shim_error("int8 linear", error));
+        match std::ptr::NonNull::new(packed) {
+            Some(packed) => Ok(Self::Fbgemm { packed, bias }),
+            None => Err(shim_error("int8 linear", error)),
         }
-        Ok(Self { packed, bias, host: None })
     }
 
     /// `F.linear(x, weight, bias)` in int8, result in `x`'s kind. Activations are quantized per
     /// row (see the module docs), to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI:
     /// without it fbgemm sums byte products in 16 bits, which 8-bit activations can overflow.
     pub fn linear(&self, x: &Tensor) -> Result<Tensor, ModelError> {
-        if let Some(host) = &self.host {
-            let y = host.linear(&x.f_to_kind(Kind::Float)?, false)?;
-            let y = y.ok_or_else(|| ModelError::Input(format!("int8 linear of {} outputs on {:?}", host.out_features(), x.size())))?;
-            return Ok(if x.kind() == Kind::Float { y } else { y.f_to_kind(x.kind())? });
-        }
-        let input = x.f_to_kind(Kind::Float)?;
-        let row_scale = input.f_abs()?.f_amax([-1i64].as_slice(), true)?.f_clamp_min(1e-12)?;
-        let input = input.f_div(&row_scale)?.f_contiguous()?;
-        let mut error = std::ptr::null_mut();
-        // SAFETY: `input` and the packed parameters outlive the call; a non-null result is a
-        // new at::Tensor that `from_ptr` takes ownership of.
-        let y = unsafe { ffi::tchseq_linear_dynamic(input.as_ptr(), self.packed, !has_vnni(), &mut error) };
-        if y.is_null() {
-            return Err(shim_error("int8 linear", error));
-        }
-        let mut y = unsafe { Tensor::from_ptr(y) };
-        let _ = y.f_mul_(&row_scale)?;
-        if let Some(b) = &self.bias {
-            let _ = y.f_add_(b)?;
-        }
+        let y = match self {
+            Self::Host(host) => {
+                let y = host.linear(&x.f_to_kind(Kind::Float)?, false)?;
+                y.ok_or_else(|| ModelError::Input(format!("int8 linear of {} outputs on {:?}", host.out_features(), x.size())))?
+            }
+            Self::Fbgemm { packed, bias } => {
+                let input = x.f_to_kind(Kind::Float)?;
+                let row_scale = input.f_abs()?.f_amax([-1i64].as_slice(), true)?.f_clamp_min(1e-12)?;
+                let input = input.f_div(&row_scale)?.f_contiguous()?;
+                let mut error = std::ptr::null_mut();
+                // SAFETY: `input` and the packed parameters outlive the call; a non-null result
+                // is a new at::Tensor that `from_ptr` takes ownership of.
+                let y = unsafe { ffi::tchseq_linear_dynamic(input.as_ptr(), packed.as_ptr(), !has_vnni(), &mut error) };
+                if y.is_null() {
+                    return Err(shim_error("int8 linear", error));
+                }
+                let mut y = unsafe { Tensor::from_ptr(y) };
+                let _ = y.f_mul_(&row_scale)?;
+                if let Some(b) = bias {
+                    let _ = y.f_add_(b)?;
+                }
+                y
+            }
+        };
         Ok(if x.kind() == Kind::Float { y } else { y.f_to_kind(x.kind())? })
     }
 }
@@ -122,9 +124,9 @@ fn has_vnni() -> bool {
 
 impl Drop for Int8Weight {
     fn drop(&mut self) {
-        if !self.packed.is_null() {
+        if let Self::Fbgemm { packed, .. } = self {
             // SAFETY: packed by `quantize`, freed once.
-            unsafe { ffi::tchseq_linear_packed_free(self.packed) };
+            unsafe { ffi::tchseq_linear_packed_free(packed.as_ptr()) };
         }
     }
 }
