@@ -65,43 +65,11 @@ fn read_entry<'a>(data: &'a [u8], e: &Entry) -> Result<Cow<'a, [u8]>, ContainerE
         (&mut f).take(e.size).read_to_end(&mut out).map_err(|err| ContainerError::Zip(format!("entry {}: {err}", e.name)))?;
         Cow::Owned(out)
     };
-    let computed = crc32(&bytes, usize::try_from(tch::get_num_threads()).unwrap_or(1));
+    let computed = crc32fast::hash(&bytes);
     if computed != e.crc32 {
         return Err(ContainerError::Crc { name: e.name.clone(), stored: e.crc32, computed });
     }
     Ok(bytes)
-}
-
-/// Bytes a thread checks at least: below this a thread costs more than it saves.
-const CRC_PER_THREAD: usize = 8 << 20;
-
-/// The CRC-32 of `bytes`, a large entry's shared out among up to `threads` threads and the parts
-/// combined (the check read every byte of the file once, a fifth of transformer-big's load).
-fn crc32(bytes: &[u8], threads: usize) -> u32 {
-    let threads = threads.min(bytes.len() / CRC_PER_THREAD).max(1);
-    if threads == 1 {
-        return crc32fast::hash(bytes);
-    }
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = bytes
-            .chunks(bytes.len().div_ceil(threads))
-            .map(|part| {
-                scope.spawn(move || {
-                    let mut h = crc32fast::Hasher::new();
-                    h.update(part);
-                    h
-                })
-            })
-            .collect();
-        let mut whole = crc32fast::Hasher::new();
-        for part in parts {
-            match part.join() {
-                Ok(h) => whole.combine(&h),
-                Err(_) => return crc32fast::hash(bytes),
-            }
-        }
-        whole.finalize()
-    })
 }
 
 /// torch writes the archive from byte 0. The zip crate's default offset detection can misplace
@@ -162,21 +130,4 @@ pub fn read(data: &[u8]) -> Result<RawFile, ContainerError> {
         .filter_map(|e| e.name.strip_prefix(&data_prefix).map(|k| (k.to_string(), e.clone())))
         .collect();
     Ok(RawFile { format: ContainerFormat::Zip, pickle, storages: StorageSource::Zip(ZipStorages { entries: storages }), big_endian })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_crc_shared_among_threads_is_the_whole_crc() {
-        let bytes: Vec<u8> = (0..3 * CRC_PER_THREAD + 12_345).map(|i| (i * 2_654_435_761usize >> 13) as u8).collect();
-        let want = crc32fast::hash(&bytes);
-        for threads in 1..=5 {
-            for len in [0, 17, CRC_PER_THREAD, 2 * CRC_PER_THREAD + 1, bytes.len()] {
-                assert_eq!(crc32(&bytes[..len], threads), crc32fast::hash(&bytes[..len]), "{threads} threads, {len} bytes");
-            }
-        }
-        assert_eq!(crc32(&bytes, 3), want);
-    }
 }
