@@ -206,7 +206,7 @@ impl SequenceGenerator {
     }
 
     /// `BeamSearch.step` over `lprobs` `[bsz · beam, V]`, with the cumulative scores of the last
-    /// step; on the host ([`beam_topk`]), or through libtorch where that leaves it (ties).
+    /// step; on the host ([`beam_topk`]), or through libtorch where that leaves it (ties, NaN).
     fn candidates(&self, lprobs: &mut Tensor, step: i64, bsz: usize, scores: &[f32], score_width: usize) -> Result<Candidates, GenerateError> {
         let (beam, vocab) = (self.beam_size, self.vocab_size);
         let mut lprobs = lprobs.f_view([bsz as i64, beam, vocab])?;
