@@ -36,6 +36,14 @@ fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) {
     w.flush().unwrap();
 }
 
+/// The fixture pairs as `DIR/pairs.csv` with an `id` column (the row number).
+fn write_pairs_csv(dir: &Path, pairs: &[(String, String)]) -> std::path::PathBuf {
+    let path = dir.join("pairs.csv");
+    let rows: Vec<Vec<String>> = pairs.iter().enumerate().map(|(i, (s, t))| vec![i.to_string(), s.clone(), t.clone()]).collect();
+    write_csv(&path, &["id", "source", "target"], &rows);
+    path
+}
+
 /// `H-{id}\t{score}\t...` and `P-{id}\t...` lines of a fairseq-generate run: id -> (base-2
 /// score, base-2 positional scores as printed).
 fn golden_scores(path: &Path) -> BTreeMap<usize, (f64, Vec<String>)> {
@@ -116,10 +124,7 @@ fn parity_with_fairseq_score_reference() {
     let m = manifest();
     let pairs = fixture_pairs(&m);
     let dir = tempfile::tempdir().unwrap();
-    let csv_path = dir.path().join("pairs.csv");
-    let rows: Vec<Vec<String>> =
-        pairs.iter().enumerate().map(|(i, (s, t))| vec![i.to_string(), s.clone(), t.clone()]).collect();
-    write_csv(&csv_path, &["id", "source", "target"], &rows);
+    let csv_path = write_pairs_csv(dir.path(), &pairs);
 
     let mut compared = 0;
     for fx in m["fixtures"].as_array().unwrap() {
@@ -190,9 +195,7 @@ fn float32_scores_within_1e_4_of_fairseq_s_goldens() {
     let m = manifest();
     let pairs = fixture_pairs(&m);
     let dir = tempfile::tempdir().unwrap();
-    let csv_path = dir.path().join("pairs.csv");
-    let rows: Vec<Vec<String>> = pairs.iter().enumerate().map(|(i, (s, t))| vec![i.to_string(), s.clone(), t.clone()]).collect();
-    write_csv(&csv_path, &["id", "source", "target"], &rows);
+    let csv_path = write_pairs_csv(dir.path(), &pairs);
     let (mut compared, mut max_diff) = (0, 0f64);
     for fx in m["fixtures"].as_array().unwrap() {
         let name = fx["name"].as_str().unwrap();
