@@ -27,9 +27,9 @@ pub fn apply_threads(threads: Option<usize>, inter_threads: usize) -> Result<()>
     Ok(())
 }
 
-/// The dtype the weights are loaded in: `--compute-type`'s where it has one (`float16` loads
-/// the model halved, as `--dtype fp16` does), else `--dtype`'s.
-pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg) -> Result<Kind> {
+/// The dtype the weights are loaded in on `device`: `--compute-type`'s where it has one
+/// (`float16` loads the model halved, as `--dtype fp16` does), else `--dtype`'s.
+pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg, device: Device) -> Result<Kind> {
     let from_dtype = match dtype {
         DtypeArg::Fp32 => Kind::Float,
         DtypeArg::Fp16 => Kind::Half,
@@ -37,7 +37,8 @@ pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg) -> Result<Kind
     };
     match compute_type.compute_type().weight_kind() {
         None => Ok(from_dtype),
-        Some(kind) if dtype == DtypeArg::Fp32 || kind == from_dtype => Ok(kind),
+        Some(_) if dtype == DtypeArg::Fp32 => Ok(compute_type.compute_type().load_kind(device).unwrap_or(from_dtype)),
+        Some(kind) if kind == from_dtype => Ok(kind),
         Some(_) => bail!(
             "--dtype {} and --compute-type {} disagree: --compute-type float16 and bfloat16 halve the model themselves, and the others compute in fp32",
             format!("{dtype:?}").to_lowercase(),

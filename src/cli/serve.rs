@@ -54,7 +54,7 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         }
         let (source_lang, target_lang) = pair.clone().unzip();
         let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang, target_lang, task: Default::default() };
-        let weights = Weights::Load { device, kind: common::weight_kind(a.compute_type, DtypeArg::Fp32)?, replay_init: false };
+        let weights = Weights::Load { device, kind: common::weight_kind(a.compute_type, DtypeArg::Fp32, device)?, replay_init: false };
         let hint = format!("name the pair as --model {name}={}@SRC-TGT", model_args.model.as_deref().unwrap_or(Path::new("")).display());
         // without @SRC-TGT a multilingual model serves every pair it knows, on one copy of its weights
         let spec = ModelSpec { any_pair: pair.is_none(), ..common::model_spec(&model_args) };

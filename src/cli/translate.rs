@@ -41,7 +41,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
     }
     let device = common::resolve_device(global.device)?;
-    let kind = common::weight_kind(a.compute_type, a.dtype)?;
+    let kind = common::weight_kind(a.compute_type, a.dtype, device)?;
     // fairseq-interactive: utils.set_torch_seed(cfg.common.seed) before the models are built
     let seed = i64::try_from(a.seed).context("--seed is too large")?;
     tch::manual_seed(seed);

@@ -7,6 +7,7 @@ use tch::{Kind, Tensor};
 
 use super::fused::{self, FusedProjections, Heads};
 use super::incremental::AttentionState;
+use super::host_gemm::Precision;
 use super::nn::Linear;
 use super::weights::Weights;
 use super::ModelError;
@@ -71,13 +72,13 @@ impl MultiheadAttention {
     /// Packs the fused projections for the host and makes `q_proj`, `k_proj` and `v_proj`
     /// ranges of their columns, so that one copy of the weights serves the incremental step and
     /// whole sequences; `q_proj` then gives `q · scaling`. Returns whether it could.
-    pub fn pack_fused_for_host(&mut self) -> Result<bool, ModelError> {
+    pub fn pack_fused_for_host(&mut self, precision: Precision) -> Result<bool, ModelError> {
         let c = self.embed_dim as usize;
         let Some(fused) = self.fused.as_mut() else {
             return Ok(false);
         };
         for linear in fused.linears_mut() {
-            if !linear.pack_for_host()? {
+            if !linear.pack_for_host(precision)? {
                 return Ok(false);
             }
         }

@@ -17,7 +17,9 @@ pub enum ComputeType {
     /// The model halved as fairseq's `--fp16` halves it (softmax and log-softmax in fp32, where
     /// fairseq computes them so), with the fused decoder attention of `Float32`.
     Float16,
-    /// As `Float16`, in bfloat16 (fairseq's `--bf16`).
+    /// fairseq's `--bf16` model. On a GPU as `Float16`, in bfloat16; on a CPU with AVX512_BF16
+    /// as `Float32`, with every linear layer's products in bfloat16 on the host
+    /// (`host_gemm_bf16.rs`), accumulated in fp32.
     BFloat16,
 }
 
@@ -53,6 +55,16 @@ impl ComputeType {
             Self::Float32 | Self::Int8 => Some(Kind::Float),
             Self::Exact => None,
         }
+    }
+
+    /// The dtype to load the weights in on `device`: [`ComputeType::weight_kind`], but fp32
+    /// for `bfloat16` on a CPU whose host kernel takes it (the model rounds its weights itself,
+    /// without a second copy of them).
+    pub fn load_kind(self, device: tch::Device) -> Option<Kind> {
+        if self == Self::BFloat16 && device == tch::Device::Cpu && super::host_gemm::Precision::Bf16.available() {
+            return Some(Kind::Float);
+        }
+        self.weight_kind()
     }
 
     /// Whether it runs on the CPU only (its kernels are host or fbgemm code).

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use tch::{Device, Kind, Tensor};
 
-use super::ModelError;
+use super::{host_gemm_bf16, ModelError};
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
 /// Output columns per panel: one AVX-512 register, two AVX ones.
-const PANEL: usize = 16;
+pub(super) const PANEL: usize = 16;
 /// Input rows kept hot across a sweep of the panels (about 192 KiB of them, within L2).
 const CHUNK_BYTES: usize = 192 << 10;
 /// Work below this many flops is not worth waking another thread for.
@@ -25,7 +25,7 @@ const GRAIN_FLOPS: usize = 1 << 19;
 /// One cache line of a panel; a `Vec` of them is 64-byte aligned.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
-struct Line([f32; PANEL]);
+pub(super) struct Line(pub(super) [f32; PANEL]);
 
 /// The instructions the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,12 +86,31 @@ impl Isa {
     }
 }
 
-/// A weight `[out, in]` as panels `[units · panels_per_unit][in][16]` and its bias (zeros
-/// without one), both zero-padded to whole units; or a range of its output columns
-/// ([`PackedWeight::columns`]), sharing the panels.
+/// What a panel's weights are stored in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    /// bfloat16 pairs for `vdpbf16ps` (`host_gemm_bf16.rs`); AVX-512 only.
+    Bf16,
+}
+
+impl Precision {
+    /// Whether this CPU runs the kernels of this precision.
+    pub fn available(self) -> bool {
+        match self {
+            Self::F32 => Isa::detect().is_some(),
+            Self::Bf16 => host_gemm_bf16::available(),
+        }
+    }
+}
+
+/// A weight `[out, in]` as panels `[units · panels_per_unit][in][16]` (in bfloat16:
+/// `[in / 2]` lines of pairs) and its bias (zeros without one), both zero-padded to whole units;
+/// or a range of its output columns ([`PackedWeight::columns`]), sharing the panels.
 #[derive(Debug)]
 pub struct PackedWeight {
     panels: Arc<Vec<Line>>,
+    precision: Precision,
     bias: Arc<Vec<f32>>,
     /// This weight's first panel and panel count in `panels`.
     first_panel: usize,
@@ -110,7 +129,20 @@ impl PackedWeight {
         }
     }
 
+    /// [`PackedWeight::pack`] in `precision`; `None` where this CPU lacks its kernels.
+    pub fn pack_with(precision: Precision, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+        match precision {
+            _ if !precision.available() => Ok(None),
+            Precision::F32 => Self::pack(weight, bias),
+            Precision::Bf16 => Self::pack_in(Isa::Avx512, Precision::Bf16, weight, bias),
+        }
+    }
+
     pub fn pack_for(isa: Isa, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+        Self::pack_in(isa, Precision::F32, weight, bias)
+    }
+
+    fn pack_in(isa: Isa, precision: Precision, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
         if weight.device() != Device::Cpu || weight.kind() != Kind::Float || weight.dim() != 2 {
             return Ok(None);
         }
@@ -123,20 +155,26 @@ impl PackedWeight {
         };
         let unit = PANEL * isa.panels_per_unit();
         let panel_count = out_features.div_ceil(unit) * isa.panels_per_unit();
-        let mut panels = vec![Line([0.0; PANEL]); panel_count * in_features];
-        for o in 0..out_features {
-            let (p, c) = (o / PANEL, o % PANEL);
-            for (i, &value) in w[o * in_features..][..in_features].iter().enumerate() {
-                panels[p * in_features + i].0[c] = value;
+        let panels = match precision {
+            Precision::Bf16 => host_gemm_bf16::pack(w, out_features, in_features, panel_count),
+            Precision::F32 => {
+                let mut panels = vec![Line([0.0; PANEL]); panel_count * in_features];
+                for o in 0..out_features {
+                    let (p, c) = (o / PANEL, o % PANEL);
+                    for (i, &value) in w[o * in_features..][..in_features].iter().enumerate() {
+                        panels[p * in_features + i].0[c] = value;
+                    }
+                }
+                panels
             }
-        }
+        };
         let mut padded_bias = vec![0f32; panel_count * PANEL];
         if let Some(b) = bias {
             let b = Vec::<f32>::try_from(b.f_contiguous()?.f_view([-1])?)?;
             let n = b.len().min(out_features);
             padded_bias[..n].copy_from_slice(&b[..n]);
         }
-        Ok(Some(Self { panels: Arc::new(panels), bias: Arc::new(padded_bias), first_panel: 0, panel_count, in_features, out_features, isa }))
+        Ok(Some(Self { panels: Arc::new(panels), precision, bias: Arc::new(padded_bias), first_panel: 0, panel_count, in_features, out_features, isa }))
     }
 
     /// Output columns `range` of this weight (rows of `W`), sharing its panels: `None` unless
@@ -149,6 +187,7 @@ impl PackedWeight {
         let width = range.end - range.start;
         Some(Self {
             panels: Arc::clone(&self.panels),
+            precision: self.precision,
             bias: Arc::clone(&self.bias),
             first_panel: self.first_panel + range.start / PANEL,
             panel_count: width.div_ceil(unit) * self.isa.panels_per_unit(),
@@ -156,6 +195,10 @@ impl PackedWeight {
             out_features: width,
             isa: self.isa,
         })
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     pub fn in_features(&self) -> usize {
@@ -170,7 +213,18 @@ impl PackedWeight {
     pub fn row_into(&self, o: usize, out: &mut [f32]) {
         let (p, c) = (self.first_panel + o / PANEL, o % PANEL);
         for (i, v) in out.iter_mut().enumerate().take(self.in_features) {
-            *v = self.panels[p * self.in_features + i].0[c];
+            *v = match self.precision {
+                Precision::F32 => self.panels[p * self.in_features + i].0[c],
+                Precision::Bf16 => host_gemm_bf16::weight_at(&self.panels, self.in_features, self.first_panel * PANEL + o, i),
+            };
+        }
+    }
+
+    /// Lines of a panel: one an input in f32, one a pair of inputs in bfloat16.
+    fn lines_per_panel(&self) -> usize {
+        match self.precision {
+            Precision::F32 => self.in_features,
+            Precision::Bf16 => self.in_features.div_ceil(2),
         }
     }
 
@@ -234,6 +288,7 @@ impl PackedWeight {
         let units = self.panel_count / self.isa.panels_per_unit();
         let pass = self.isa.rows_per_pass();
         let chunk_rows = (CHUNK_BYTES / (k * 4)).max(1).div_ceil(pass) * pass;
+        let pairs = (self.precision == Precision::Bf16).then(|| host_gemm_bf16::input_pairs(x, rows, k));
         let y_ptr = SendPtr(y.as_mut_ptr());
         for start in (0..rows).step_by(chunk_rows) {
             let chunk = chunk_rows.min(rows - start);
@@ -247,11 +302,36 @@ impl PackedWeight {
                         // SAFETY: the kernel reads `m` rows of `x` from row `r` and writes only
                         // unit `u`'s columns of those rows of `y`, which no other range writes;
                         // the ISA was detected when packing.
-                        unsafe { self.unit(u, m, x.as_ptr().add(r * k), y_ptr.0.add(r * n), relu) };
+                        unsafe {
+                            match &pairs {
+                                Some(pairs) => self.unit_bf16(u, m, pairs.as_ptr().add(r * k.div_ceil(2)), y_ptr.0.add(r * n), relu),
+                                None => self.unit(u, m, x.as_ptr().add(r * k), y_ptr.0.add(r * n), relu),
+                            }
+                        };
                     }
                 }
             });
         }
+    }
+
+    /// [`PackedWeight::unit`] for bfloat16 panels, from `m` rows of input pairs.
+    ///
+    /// # Safety
+    /// As `unit`, with `x` `m` rows of `in_features.div_ceil(2)` pairs; AVX512_BF16 is available.
+    unsafe fn unit_bf16(&self, u: usize, m: usize, x: *const u32, y: *mut f32, relu: bool) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let pairs = self.lines_per_panel();
+            let first = u * self.isa.panels_per_unit();
+            let panel = self.panels.as_ptr().add((self.first_panel + first) * pairs);
+            let bias = self.bias.as_ptr().add((self.first_panel + first) * PANEL);
+            let col = first * PANEL;
+            let cols = (self.out_features - col).min(PANEL * self.isa.panels_per_unit());
+            let job = host_gemm_bf16::Job { pairs, x, panel, bias, y: y.add(col), ldy: self.out_features, cols, relu };
+            host_gemm_bf16::avx512bf16::dispatch(m, &job);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (u, m, x, y, relu);
     }
 
     /// # Safety

@@ -4,7 +4,7 @@ use tch::{Kind, Tensor};
 
 use std::sync::Arc;
 
-use super::host_gemm::PackedWeight;
+use super::host_gemm::{PackedWeight, Precision};
 use super::host_norm::HostLayerNorm;
 use super::host_gemm_nt::TableProjection;
 use crate::libtorch::reuse::BufferPool;
@@ -100,14 +100,14 @@ impl Linear {
         }
     }
 
-    /// Computes on the host from packed panels from now on (`host_gemm.rs`), where the CPU
-    /// allows; returns whether it does.
-    pub fn pack_for_host(&mut self) -> Result<bool, ModelError> {
+    /// Computes on the host from panels packed in `precision` from now on (`host_gemm.rs`),
+    /// where the CPU allows; returns whether it does.
+    pub fn pack_for_host(&mut self, precision: Precision) -> Result<bool, ModelError> {
         if self.int8.is_some() || self.table.is_some() {
             return Ok(false);
         }
         if self.packed.is_none() {
-            self.packed = PackedWeight::pack(&self.weight, self.bias.as_ref())?.map(Arc::new);
+            self.packed = PackedWeight::pack_with(precision, &self.weight, self.bias.as_ref())?.map(Arc::new);
         }
         Ok(self.packed.is_some())
     }
@@ -139,6 +139,11 @@ impl Linear {
         if self.packed.is_some() || self.int8.is_some() {
             self.weight = Tensor::new();
         }
+    }
+
+    /// Whether the layer computes from bfloat16 panels (`--compute-type bfloat16` on the CPU).
+    pub fn is_bfloat16(&self) -> bool {
+        self.packed.as_ref().is_some_and(|p| p.precision() == Precision::Bf16)
     }
 
     /// Whether the layer computes in int8 ([`Linear::quantize_int8`]).

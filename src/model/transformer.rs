@@ -5,6 +5,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::decoder::TransformerDecoder;
 use super::encoder::TransformerEncoder;
+use super::host_gemm::Precision;
 use super::compute_type::ComputeType;
 use super::nn::{LayerNorm, Linear};
 use super::options::{DecoderOptions, EncDecOptions};
@@ -79,7 +80,8 @@ impl TransformerModel {
     /// Switches the model to `compute_type`. `float16` and `bfloat16` rebuild the model from its
     /// own tensors in that dtype (fairseq's `model.half()`). Every compute type but `exact` fuses
     /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
-    /// decoder's linear layers on the host from packed weights (`host_gemm.rs`); `int8` quantizes
+    /// decoder's linear layers on the host from packed weights (`host_gemm.rs`), and `bfloat16`
+    /// (with AVX512_BF16) does the same from bfloat16 panels (`host_gemm_bf16.rs`); `int8` quantizes
     /// every linear layer (the output projection too on the host's int8 kernel, with AVX-512
     /// VNNI; through fbgemm it stays fp32, on the host), keeps the embeddings, norms and attention
     /// in fp32, and turns the encoder's fast path off, as that kernel takes the fp32 weights.
@@ -91,13 +93,16 @@ impl TransformerModel {
             return Err(ModelError::Unsupported(format!("compute type {} on {:?} (it runs on the CPU only)", compute_type.name(), self.device)));
         }
         let _guard = tch::no_grad_guard();
+        if compute_type == ComputeType::BFloat16 && self.device == Device::Cpu && Precision::Bf16.available() {
+            return self.bfloat16_on_host();
+        }
         if let Some(kind) = compute_type.weight_kind().filter(|&k| k != self.kind) {
             let allow_fastpath = self.encoder.allow_fastpath;
             (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, kind)?;
             self.encoder.allow_fastpath = allow_fastpath;
         }
-        if compute_type == ComputeType::Float32 && self.device == Device::Cpu && super::host_gemm::Isa::detect().is_some() {
-            return self.pack_for_host();
+        if compute_type == ComputeType::Float32 && self.device == Device::Cpu && Precision::F32.available() {
+            return self.pack_for_host(Precision::F32);
         }
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
@@ -148,7 +153,7 @@ impl TransformerModel {
             self.decoder.output_projection.quantize_int8()?;
             self.decoder.output_projection.release_weight();
         } else {
-            self.host_output_projection()?;
+            self.host_output_projection(Precision::F32)?;
         }
         crate::libtorch::return_freed_memory();
         Ok(())
@@ -175,7 +180,27 @@ impl TransformerModel {
     /// the embedding table from the table itself (`host_gemm_nt.rs`). The encoder leaves its fast path, whose kernel
     /// takes libtorch's weights, and `named_tensors` lets go of them (`verify` runs `exact`, and
     /// no compute type follows another).
-    fn pack_for_host(&mut self) -> Result<(), ModelError> {
+    /// `bfloat16` on a CPU with AVX512_BF16: fairseq's `--bf16` model (every weight rounded to
+    /// bfloat16), computed as `float32` computes, with the linear layers' products in bfloat16
+    /// on the host (`host_gemm_bf16.rs`). The weights are rounded in place, one at a time; a
+    /// model loaded halved is first rebuilt in fp32.
+    fn bfloat16_on_host(&mut self) -> Result<(), ModelError> {
+        if self.kind != Kind::Float {
+            let allow_fastpath = self.encoder.allow_fastpath;
+            (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, Kind::Float)?;
+            self.encoder.allow_fastpath = allow_fastpath;
+        }
+        let _inference = crate::libtorch::InferenceMode::enter();
+        for t in self.named_tensors.values_mut() {
+            if t.kind() == Kind::Float {
+                let rounded = t.f_to_kind(Kind::BFloat16)?;
+                t.f_copy_(&rounded)?;
+            }
+        }
+        self.pack_for_host(Precision::Bf16)
+    }
+
+    fn pack_for_host(&mut self, precision: Precision) -> Result<(), ModelError> {
         // each weight is let go of as soon as it is packed, and the heap's free memory handed
         // back as it goes, so that loading never holds two copies of more than a layer (only
         // this model's modules hold them now)
@@ -185,13 +210,13 @@ impl TransformerModel {
             l.in_proj_weight = Tensor::new();
         }
         self.host_layer_norms()?;
-        self.host_output_projection()?;
+        self.host_output_projection(precision)?;
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
-            l.self_attn.pack_fused_for_host()?;
+            l.self_attn.pack_fused_for_host(precision)?;
             if let Some(e) = l.encoder_attn.as_mut() {
                 e.fuse_projections(false)?;
-                e.pack_fused_for_host()?;
+                e.pack_fused_for_host(precision)?;
             }
             for a in std::iter::once(&mut l.self_attn).chain(l.encoder_attn.as_mut()) {
                 for linear in [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj].into_iter().chain(a.fused.iter_mut().flat_map(|f| f.linears_mut())) {
@@ -202,7 +227,7 @@ impl TransformerModel {
         }
         let mut packed = 0;
         self.for_each_linear(&mut |linear| {
-            if linear.pack_for_host()? {
+            if linear.pack_for_host(precision)? {
                 linear.release_weight();
                 packed += 1;
                 if packed % 8 == 0 {
@@ -220,13 +245,13 @@ impl TransformerModel {
     /// would hold two copies of the largest weight while it is made: 512 MB more at M2M-100's
     /// size); a smaller one is packed, faster for narrow models, and the embeddings look their
     /// rows up in the panels.
-    fn host_output_projection(&mut self) -> Result<(), ModelError> {
+    fn host_output_projection(&mut self, precision: Precision) -> Result<(), ModelError> {
         let projection = &mut self.decoder.output_projection;
         let output = projection.weight.data_ptr();
         let table_bytes = projection.weight.numel() * 4;
         let tied = |e: &super::embedding::Embedding| e.weight.data_ptr() == output;
         let tied_any = tied(&self.decoder.embedding.embed_tokens) || tied(&self.encoder.embedding.embed_tokens);
-        if !(tied_any && table_bytes >= TABLE_BYTES && projection.compute_from_table()) && projection.pack_for_host()? {
+        if !(tied_any && table_bytes >= TABLE_BYTES && projection.compute_from_table()) && projection.pack_for_host(precision)? {
             if let Some(packed) = projection.packed().cloned() {
                 for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
                     if embedding.weight.data_ptr() == output {

@@ -369,11 +369,12 @@ fn float32_against_exact_moves_scores_by_less_than_1e_4_and_keeps_every_hypothes
     assert!(moved > 0, "float32 gave exact's bits: the fused path did not run");
 }
 
-/// float32 and int8 hold each weight once: every linear layer's libtorch weight is let go of once
-/// packed (or quantized), `named_tensors` no longer holds them, and the model still translates as
-/// exact does (float32) or close to it (int8).
+/// float32, int8 and bfloat16 (where the CPU runs it) hold each weight once: every linear
+/// layer's libtorch weight is let go of once packed (or quantized), `named_tensors` no longer
+/// holds them, and the model still translates as exact does (float32) or close to it (int8,
+/// bfloat16, whose every linear layer computes from bfloat16 panels).
 #[test]
-fn float32_and_int8_hold_each_weight_once() {
+fn float32_int8_and_bfloat16_hold_each_weight_once() {
     set_test_threads();
     let has_host_kernels = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
     assert!(has_host_kernels, "this CPU lacks AVX2 or FMA, which float32's host kernels need");
@@ -395,7 +396,11 @@ fn float32_and_int8_hold_each_weight_once() {
         (translator, texts)
     };
     let (_, exact) = translate("exact");
-    for compute_type in ["float32", "int8"] {
+    let mut compute_types = vec!["float32", "int8"];
+    if bfloat16_runs_here() {
+        compute_types.push("bfloat16");
+    }
+    for compute_type in compute_types {
         let (translator, texts) = translate(compute_type);
         let model = &translator.models[0];
         assert!(model.named_tensors.is_empty(), "{compute_type}: named_tensors still holds the weights");
@@ -415,6 +420,8 @@ fn float32_and_int8_hold_each_weight_once() {
         // their rows up in the panels, and no linear layer keeps libtorch's copy; int8 on the
         // host's kernel (AVX-512 VNNI) quantizes the projection, and the embeddings keep the f32
         // table they look up
+        let in_bfloat16 = linears.iter().filter(|l| l.is_bfloat16()).count();
+        assert_eq!(in_bfloat16, if compute_type == "bfloat16" { linears.len() } else { 0 }, "{compute_type}: layers on bfloat16 panels");
         let held = linears.iter().filter(|l| l.weight.defined()).count();
         assert_eq!(held, 0, "{compute_type}: {held} of {} linear layers still hold their libtorch weight", linears.len());
         let projection_int8 = model.decoder.output_projection.is_int8();
@@ -427,7 +434,7 @@ fn float32_and_int8_hold_each_weight_once() {
         if compute_type == "float32" {
             assert_eq!(texts, exact, "float32 translates as exact does");
         } else {
-            assert!(texts.iter().zip(&exact).filter(|(a, b)| a == b).count() >= 2, "int8: {texts:?} against {exact:?}");
+            assert!(texts.iter().zip(&exact).filter(|(a, b)| a == b).count() >= 2, "{compute_type}: {texts:?} against {exact:?}");
         }
     }
 }

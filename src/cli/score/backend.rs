@@ -16,7 +16,7 @@ impl ModelBackend {
     pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
         let device = common::resolve_device(global.device)?;
         // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
-        let kind = common::weight_kind(a.compute_type, DtypeArg::Fp32)?;
+        let kind = common::weight_kind(a.compute_type, DtypeArg::Fp32, device)?;
         let weights = Weights::Load { device, kind, replay_init: false };
         let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
         let text = if a.tokenized { TextMode::Tokenized } else { TextMode::Raw };
