@@ -244,14 +244,15 @@ impl TransformerModel {
     /// both: a large one computes from the table itself, as the embeddings look it up (packing it
     /// would hold two copies of the largest weight while it is made: 512 MB more at M2M-100's
     /// size); a smaller one is packed, faster for narrow models, and the embeddings look their
-    /// rows up in the panels.
+    /// rows up in the panels. In bfloat16 it is always packed: the panels are half the table.
     fn host_output_projection(&mut self, precision: Precision) -> Result<(), ModelError> {
         let projection = &mut self.decoder.output_projection;
         let output = projection.weight.data_ptr();
         let table_bytes = projection.weight.numel() * 4;
         let tied = |e: &super::embedding::Embedding| e.weight.data_ptr() == output;
         let tied_any = tied(&self.decoder.embedding.embed_tokens) || tied(&self.encoder.embedding.embed_tokens);
-        if !(tied_any && table_bytes >= TABLE_BYTES && projection.compute_from_table()) && projection.pack_for_host(precision)? {
+        let from_table = precision == Precision::F32 && tied_any && table_bytes >= TABLE_BYTES;
+        if !(from_table && projection.compute_from_table()) && projection.pack_for_host(precision)? {
             if let Some(packed) = projection.packed().cloned() {
                 for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
                     if embedding.weight.data_ptr() == output {
