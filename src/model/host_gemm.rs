@@ -17,8 +17,27 @@ use crate::libtorch::parallel::parallel_for;
 
 /// Output columns per panel: one AVX-512 register, two AVX ones.
 pub(super) const PANEL: usize = 16;
-/// Input rows kept hot across a sweep of the panels (about 192 KiB of them, within L2).
-const CHUNK_BYTES: usize = 192 << 10;
+/// Input rows kept hot across a sweep of the panels: 5/8 of a core's L2 (640 KiB of 1 MiB on a
+/// Zen 4 or 5), the rest for the panels streaming through. Each sweep reads every panel once, so
+/// fewer, larger chunks read the weight fewer times a step: at transformer-big size 640 KiB
+/// took 10% off float32's time against 192 KiB. The chunks split rows only, so the bits do not
+/// depend on it.
+fn chunk_bytes() -> usize {
+    static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CHUNK.get_or_init(|| {
+        let read = |name: &str| std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index2/{name}")).ok();
+        let l2 = read("level").filter(|l| l.trim() == "2").and(read("size")).and_then(|s| {
+            let s = s.trim();
+            let (digits, scale) = match (s.strip_suffix('K'), s.strip_suffix('M')) {
+                (Some(d), _) => (d, 1 << 10),
+                (_, Some(d)) => (d, 1 << 20),
+                _ => (s, 1),
+            };
+            digits.parse::<usize>().ok().map(|n| n * scale)
+        });
+        l2.filter(|&b| b >= 128 << 10).map_or(192 << 10, |b| b / 8 * 5)
+    })
+}
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 19;
 
@@ -287,7 +306,7 @@ impl PackedWeight {
         assert!(rows * k == x.len() && y.len() == rows * n, "host gemm: mismatched operands");
         let units = self.panel_count / self.isa.panels_per_unit();
         let pass = self.isa.rows_per_pass();
-        let chunk_rows = (CHUNK_BYTES / (k * 4)).max(1).div_ceil(pass) * pass;
+        let chunk_rows = (chunk_bytes() / (k * 4)).max(1).div_ceil(pass) * pass;
         let pairs = (self.precision == Precision::Bf16).then(|| host_gemm_bf16::input_pairs(x, rows, k));
         let y_ptr = SendPtr(y.as_mut_ptr());
         for start in (0..rows).step_by(chunk_rows) {
