@@ -27,14 +27,19 @@ pub fn apply_threads(threads: Option<usize>, inter_threads: usize) -> Result<()>
     Ok(())
 }
 
-/// The dtype the weights are loaded in on `device`: `--compute-type`'s where it has one
-/// (`float16` loads the model halved, as `--dtype fp16` does), else `--dtype`'s.
-pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg, device: Device) -> Result<Kind> {
-    let from_dtype = match dtype {
+/// `--dtype`'s kind.
+pub fn dtype_kind(dtype: DtypeArg) -> Kind {
+    match dtype {
         DtypeArg::Fp32 => Kind::Float,
         DtypeArg::Fp16 => Kind::Half,
         DtypeArg::Bf16 => Kind::BFloat16,
-    };
+    }
+}
+
+/// The dtype the weights are loaded in on `device`: `--compute-type`'s where it has one
+/// (`float16` loads the model halved, as `--dtype fp16` does), else `--dtype`'s.
+pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg, device: Device) -> Result<Kind> {
+    let from_dtype = dtype_kind(dtype);
     match compute_type.compute_type().weight_kind() {
         None => Ok(from_dtype),
         Some(_) if dtype == DtypeArg::Fp32 => Ok(compute_type.compute_type().load_kind(device).unwrap_or(from_dtype)),

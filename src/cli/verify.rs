@@ -444,7 +444,7 @@ fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: Tolera
 }
 
 pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
-    let bundle = common::load_single(global, &args.model, None, common::weight_kind(super::args::ComputeTypeArg::Exact, args.dtype, common::resolve_device(global.device)?)?)?;
+    let bundle = common::load_single(global, &args.model, None, common::dtype_kind(args.dtype))?;
     let (model, device) = (&bundle.models[0], bundle.models[0].device);
     let checkpoint_path = &bundle.files.checkpoints[0];
     let reference = read_tensor_dict(&args.reference)?;

@@ -2,6 +2,7 @@
 
 use tch::Kind;
 
+use super::host_gemm::Precision;
 use super::ModelError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,14 +58,25 @@ impl ComputeType {
         }
     }
 
+    /// The precision of the host kernels' panels that its linear layers compute from on
+    /// `device`, where this CPU runs them: `float32` and `bfloat16` on the CPU.
+    pub(crate) fn host_precision(self, device: tch::Device) -> Option<Precision> {
+        let precision = match self {
+            Self::Float32 => Precision::F32,
+            Self::BFloat16 => Precision::Bf16,
+            _ => return None,
+        };
+        (device == tch::Device::Cpu && precision.available()).then_some(precision)
+    }
+
     /// The dtype to load the weights in on `device`: [`ComputeType::weight_kind`], but fp32
-    /// for `bfloat16` on a CPU whose host kernel takes it (the model rounds its weights itself,
-    /// without a second copy of them).
+    /// for `bfloat16` on the host's kernels (the model rounds its weights itself, without a
+    /// second copy of them).
     pub fn load_kind(self, device: tch::Device) -> Option<Kind> {
-        if self == Self::BFloat16 && device == tch::Device::Cpu && super::host_gemm::Precision::Bf16.available() {
-            return Some(Kind::Float);
+        match self.host_precision(device) {
+            Some(_) => Some(Kind::Float),
+            None => self.weight_kind(),
         }
-        self.weight_kind()
     }
 
     /// Whether it runs on the CPU only (its kernels are host or fbgemm code).

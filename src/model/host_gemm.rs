@@ -333,22 +333,29 @@ impl PackedWeight {
         }
     }
 
+    /// The kernel call for unit `u`: its panels, bias and columns, for `x`'s rows of
+    /// `lines_per_panel` values (inputs in f32, input pairs in bfloat16).
+    ///
+    /// # Safety
+    /// `u` is a unit of this weight and `y` its caller's rows of `out_features`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn job<X>(&self, u: usize, x: *const X, y: *mut f32, relu: bool) -> Job<X> {
+        let lines = self.lines_per_panel();
+        let first = u * self.isa.panels_per_unit();
+        let panel = self.panels.as_ptr().add((self.first_panel + first) * lines) as *const f32;
+        let bias = self.bias.as_ptr().add((self.first_panel + first) * PANEL);
+        let col = first * PANEL;
+        let cols = (self.out_features - col).min(PANEL * self.isa.panels_per_unit());
+        Job { k: lines, x, panel, bias, y: y.add(col), ldy: self.out_features, cols, relu }
+    }
+
     /// [`PackedWeight::unit`] for bfloat16 panels, from `m` rows of input pairs.
     ///
     /// # Safety
     /// As `unit`, with `x` `m` rows of `in_features.div_ceil(2)` pairs; AVX512_BF16 is available.
     unsafe fn unit_bf16(&self, u: usize, m: usize, x: *const u32, y: *mut f32, relu: bool) {
         #[cfg(target_arch = "x86_64")]
-        {
-            let pairs = self.lines_per_panel();
-            let first = u * self.isa.panels_per_unit();
-            let panel = self.panels.as_ptr().add((self.first_panel + first) * pairs);
-            let bias = self.bias.as_ptr().add((self.first_panel + first) * PANEL);
-            let col = first * PANEL;
-            let cols = (self.out_features - col).min(PANEL * self.isa.panels_per_unit());
-            let job = host_gemm_bf16::Job { pairs, x, panel, bias, y: y.add(col), ldy: self.out_features, cols, relu };
-            host_gemm_bf16::avx512bf16::dispatch(m, &job);
-        }
+        host_gemm_bf16::avx512bf16::dispatch(m, &self.job(u, x, y, relu));
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (u, m, x, y, relu);
     }
@@ -358,13 +365,7 @@ impl PackedWeight {
     unsafe fn unit(&self, u: usize, m: usize, x: *const f32, y: *mut f32, relu: bool) {
         #[cfg(target_arch = "x86_64")]
         {
-            let k = self.in_features;
-            let first = u * self.isa.panels_per_unit();
-            let panel = self.panels.as_ptr().add((self.first_panel + first) * k) as *const f32;
-            let bias = self.bias.as_ptr().add((self.first_panel + first) * PANEL);
-            let col = first * PANEL;
-            let cols = (self.out_features - col).min(PANEL * self.isa.panels_per_unit());
-            let job = Job { k, x, panel, bias, y: y.add(col), ldy: self.out_features, cols, relu };
+            let job = self.job(u, x, y, relu);
             match self.isa {
                 Isa::Avx512 => avx512::dispatch(m, &job),
                 Isa::Avx2 => avx2::dispatch(m, &job),
@@ -379,46 +380,55 @@ struct SendPtr(*mut f32);
 // SAFETY: the ranges of `parallel_for` write disjoint columns through it.
 unsafe impl Sync for SendPtr {}
 
-/// One kernel call: `m` rows of `x` (`k` apart) through one unit of panels into `cols` columns
-/// of `y` (`ldy` apart), from `bias`.
+/// One kernel call: `m` rows of `x` (`k` apart) through one unit of panels of `k` lines each
+/// into `cols` columns of `y` (`ldy` apart), from `bias`. In bfloat16 `x` holds input pairs and
+/// `k` counts pairs.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-struct Job {
-    k: usize,
-    x: *const f32,
-    panel: *const f32,
-    bias: *const f32,
-    y: *mut f32,
-    ldy: usize,
-    cols: usize,
-    relu: bool,
+pub(super) struct Job<X> {
+    pub(super) k: usize,
+    pub(super) x: *const X,
+    pub(super) panel: *const f32,
+    pub(super) bias: *const f32,
+    pub(super) y: *mut f32,
+    pub(super) ldy: usize,
+    pub(super) cols: usize,
+    pub(super) relu: bool,
 }
 
+/// `$rows::<m>($job)` for `m` rows, 1 to 12 (more: 12), as the AVX-512 kernels take them.
+macro_rules! by_row_count {
+    ($m:expr, $rows:ident, $job:expr) => {
+        match $m {
+            1 => $rows::<1>($job),
+            2 => $rows::<2>($job),
+            3 => $rows::<3>($job),
+            4 => $rows::<4>($job),
+            5 => $rows::<5>($job),
+            6 => $rows::<6>($job),
+            7 => $rows::<7>($job),
+            8 => $rows::<8>($job),
+            9 => $rows::<9>($job),
+            10 => $rows::<10>($job),
+            11 => $rows::<11>($job),
+            _ => $rows::<12>($job),
+        }
+    };
+}
+pub(super) use by_row_count;
+
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{Job, PANEL};
 
-    pub unsafe fn dispatch(m: usize, j: &Job) {
-        match m {
-            1 => rows::<1>(j),
-            2 => rows::<2>(j),
-            3 => rows::<3>(j),
-            4 => rows::<4>(j),
-            5 => rows::<5>(j),
-            6 => rows::<6>(j),
-            7 => rows::<7>(j),
-            8 => rows::<8>(j),
-            9 => rows::<9>(j),
-            10 => rows::<10>(j),
-            11 => rows::<11>(j),
-            _ => rows::<12>(j),
-        }
+    pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
+        by_row_count!(m, rows, j)
     }
 
     /// `R` rows through two panels: 2R accumulators, two weight registers and a broadcast.
     #[target_feature(enable = "avx512f")]
-    unsafe fn rows<const R: usize>(j: &Job) {
+    unsafe fn rows<const R: usize>(j: &Job<f32>) {
         let k = j.k;
         let (p0, p1) = (j.panel, j.panel.add(k * PANEL));
         let mut acc = [[_mm512_loadu_ps(j.bias), _mm512_loadu_ps(j.bias.add(PANEL))]; R];
@@ -431,6 +441,16 @@ mod avx512 {
                 acc[1] = _mm512_fmadd_ps(xr, w1, acc[1]);
             }
         }
+        store(&acc, j);
+    }
+
+    /// The `R` rows of a unit's accumulators into `j.y`'s `j.cols` columns (ReLU first with
+    /// `j.relu`).
+    ///
+    /// # Safety
+    /// `j.y` holds `R` rows `j.ldy` apart with `j.cols` columns to write; the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn store<const R: usize, X>(acc: &[[__m512; 2]; R], j: &Job<X>) {
         let zero = _mm512_setzero_ps();
         let lo = if j.cols >= PANEL { 0xffff } else { (1u32 << j.cols) as u16 - 1 };
         let hi = if j.cols >= 2 * PANEL { 0xffff } else if j.cols > PANEL { (1u32 << (j.cols - PANEL)) as u16 - 1 } else { 0 };
@@ -449,7 +469,7 @@ mod avx2 {
 
     use super::{Job, PANEL};
 
-    pub unsafe fn dispatch(m: usize, j: &Job) {
+    pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
         match m {
             1 => rows::<1>(j),
             2 => rows::<2>(j),
@@ -463,7 +483,7 @@ mod avx2 {
     /// `R` rows through one panel: 2R accumulators, two weight registers and a broadcast fit
     /// in the 16 AVX registers.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows<const R: usize>(j: &Job) {
+    unsafe fn rows<const R: usize>(j: &Job<f32>) {
         let k = j.k;
         let mut acc = [[_mm256_loadu_ps(j.bias), _mm256_loadu_ps(j.bias.add(8))]; R];
         for kk in 0..k {

@@ -72,24 +72,11 @@ pub fn input_pairs(x: &[f32], rows: usize, k: usize) -> Vec<u32> {
     out
 }
 
-/// One kernel call: `m` rows of input pairs (`pairs` apart) through one unit (two panels) into
-/// `cols` columns of `y` (`ldy` apart), from `bias`.
-pub struct Job {
-    pub pairs: usize,
-    pub x: *const u32,
-    pub panel: *const Line,
-    pub bias: *const f32,
-    pub y: *mut f32,
-    pub ldy: usize,
-    pub cols: usize,
-    pub relu: bool,
-}
-
 #[cfg(target_arch = "x86_64")]
 pub mod avx512bf16 {
     use std::arch::x86_64::*;
 
-    use super::{Job, PANEL};
+    use crate::model::host_gemm::{avx512, by_row_count, Job, PANEL};
 
     /// Rounds the whole 32-input blocks of `row` into `lanes` with `vcvtne2ps2bf16` (the same
     /// rounding as [`super::round`] for every value but subnormals, which it flushes to zero);
@@ -110,29 +97,17 @@ pub mod avx512bf16 {
     }
 
     /// # Safety
-    /// `j` describes `m` (1..=12) readable rows and a writable unit; the CPU has AVX512_BF16.
-    pub unsafe fn dispatch(m: usize, j: &Job) {
-        match m {
-            1 => rows::<1>(j),
-            2 => rows::<2>(j),
-            3 => rows::<3>(j),
-            4 => rows::<4>(j),
-            5 => rows::<5>(j),
-            6 => rows::<6>(j),
-            7 => rows::<7>(j),
-            8 => rows::<8>(j),
-            9 => rows::<9>(j),
-            10 => rows::<10>(j),
-            11 => rows::<11>(j),
-            _ => rows::<12>(j),
-        }
+    /// `j` describes `m` (1..=12) readable rows of input pairs and a writable unit; the CPU has
+    /// AVX512_BF16.
+    pub unsafe fn dispatch(m: usize, j: &Job<u32>) {
+        by_row_count!(m, rows, j)
     }
 
     /// `R` rows through two panels: 2R accumulators, two weight registers and a broadcast pair.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn rows<const R: usize>(j: &Job) {
-        let pairs = j.pairs;
-        let (p0, p1) = (j.panel as *const f32, j.panel.add(pairs) as *const f32);
+    unsafe fn rows<const R: usize>(j: &Job<u32>) {
+        let pairs = j.k;
+        let (p0, p1) = (j.panel, j.panel.add(pairs * PANEL));
         let mut acc = [[_mm512_loadu_ps(j.bias), _mm512_loadu_ps(j.bias.add(PANEL))]; R];
         for kk in 0..pairs {
             let w0: __m512bh = std::mem::transmute(_mm512_load_ps(p0.add(kk * PANEL)));
@@ -143,15 +118,7 @@ pub mod avx512bf16 {
                 acc[1] = _mm512_dpbf16_ps(acc[1], xr, w1);
             }
         }
-        let zero = _mm512_setzero_ps();
-        let lo = if j.cols >= PANEL { 0xffff } else { (1u32 << j.cols) as u16 - 1 };
-        let hi = if j.cols >= 2 * PANEL { 0xffff } else if j.cols > PANEL { (1u32 << (j.cols - PANEL)) as u16 - 1 } else { 0 };
-        for (r, acc) in acc.iter().enumerate() {
-            let (a0, a1) = if j.relu { (_mm512_max_ps(acc[0], zero), _mm512_max_ps(acc[1], zero)) } else { (acc[0], acc[1]) };
-            let out = j.y.add(r * j.ldy);
-            _mm512_mask_storeu_ps(out, lo, a0);
-            _mm512_mask_storeu_ps(out.add(PANEL), hi, a1);
-        }
+        avx512::store(&acc, j);
     }
 }
 
@@ -177,11 +144,14 @@ mod tests {
     fn equals_f_linear_on_rounded_operands_for_every_shape_and_row_count() {
         use super::super::host_gemm::{PackedWeight, Precision};
         use tch::{Device, Kind, Tensor};
+        let opts = (Kind::Float, Device::Cpu);
         if !available() {
-            eprintln!("skipped: this CPU lacks AVX512_BF16");
+            // without AVX512_BF16 (or with it hidden) nothing is packed for the kernel
+            let w = Tensor::randn([16, 8], opts);
+            assert!(PackedWeight::pack_with(Precision::Bf16, &w, None).unwrap().is_none());
+            eprintln!("this CPU runs no bfloat16 kernel: only the refusal to pack for it was checked");
             return;
         }
-        let opts = (Kind::Float, Device::Cpu);
         let rounded = |t: &Tensor| t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
         for &(out, inp) in &[(384i64, 128i64), (37, 21), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1001)] {
             let w = Tensor::randn([out, inp], opts);
@@ -212,6 +182,7 @@ mod tests {
     #[test]
     fn the_vector_rounding_of_inputs_equals_the_scalar_one() {
         if !available() {
+            eprintln!("this CPU lacks AVX512_BF16: the vector rounding it would check never runs here");
             return;
         }
         let k = 70;

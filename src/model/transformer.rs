@@ -93,16 +93,16 @@ impl TransformerModel {
             return Err(ModelError::Unsupported(format!("compute type {} on {:?} (it runs on the CPU only)", compute_type.name(), self.device)));
         }
         let _guard = tch::no_grad_guard();
-        if compute_type == ComputeType::BFloat16 && self.device == Device::Cpu && Precision::Bf16.available() {
-            return self.bfloat16_on_host();
-        }
-        if let Some(kind) = compute_type.weight_kind().filter(|&k| k != self.kind) {
+        if let Some(kind) = compute_type.load_kind(self.device).filter(|&k| k != self.kind) {
             let allow_fastpath = self.encoder.allow_fastpath;
             (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, kind)?;
             self.encoder.allow_fastpath = allow_fastpath;
         }
-        if compute_type == ComputeType::Float32 && self.device == Device::Cpu && Precision::F32.available() {
-            return self.pack_for_host(Precision::F32);
+        if let Some(precision) = compute_type.host_precision(self.device) {
+            if precision == Precision::Bf16 {
+                self.round_weights_to_bfloat16()?;
+            }
+            return self.pack_for_host(precision);
         }
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
@@ -180,16 +180,10 @@ impl TransformerModel {
     /// the embedding table from the table itself (`host_gemm_nt.rs`). The encoder leaves its fast path, whose kernel
     /// takes libtorch's weights, and `named_tensors` lets go of them (`verify` runs `exact`, and
     /// no compute type follows another).
-    /// `bfloat16` on a CPU with AVX512_BF16: fairseq's `--bf16` model (every weight rounded to
-    /// bfloat16), computed as `float32` computes, with the linear layers' products in bfloat16
-    /// on the host (`host_gemm_bf16.rs`). The weights are rounded in place, one at a time; a
-    /// model loaded halved is first rebuilt in fp32.
-    fn bfloat16_on_host(&mut self) -> Result<(), ModelError> {
-        if self.kind != Kind::Float {
-            let allow_fastpath = self.encoder.allow_fastpath;
-            (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, Kind::Float)?;
-            self.encoder.allow_fastpath = allow_fastpath;
-        }
+    /// fairseq's `--bf16` model for the host's bfloat16 panels (`host_gemm_bf16.rs`): every fp32
+    /// weight rounded to bfloat16 in place, one at a time; the rest of the model then computes
+    /// as `float32` does.
+    fn round_weights_to_bfloat16(&mut self) -> Result<(), ModelError> {
         let _inference = crate::libtorch::InferenceMode::enter();
         for t in self.named_tensors.values_mut() {
             if t.kind() == Kind::Float {
@@ -197,7 +191,7 @@ impl TransformerModel {
                 t.f_copy_(&rounded)?;
             }
         }
-        self.pack_for_host(Precision::Bf16)
+        Ok(())
     }
 
     fn pack_for_host(&mut self, precision: Precision) -> Result<(), ModelError> {
