@@ -441,16 +441,17 @@ pub(super) mod avx512 {
                 acc[1] = _mm512_fmadd_ps(xr, w1, acc[1]);
             }
         }
-        store(&acc, j);
+        store(acc, j);
     }
 
     /// The `R` rows of a unit's accumulators into `j.y`'s `j.cols` columns (ReLU first with
-    /// `j.relu`).
+    /// `j.relu`). The accumulators come by value: a reference would let them escape a kernel that
+    /// this does not inline into, and the kernel's loop would store every one of them each pass.
     ///
     /// # Safety
     /// `j.y` holds `R` rows `j.ldy` apart with `j.cols` columns to write; the CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn store<const R: usize, X>(acc: &[[__m512; 2]; R], j: &Job<X>) {
+    pub unsafe fn store<const R: usize, X>(acc: [[__m512; 2]; R], j: &Job<X>) {
         let zero = _mm512_setzero_ps();
         let lo = if j.cols >= PANEL { 0xffff } else { (1u32 << j.cols) as u16 - 1 };
         let hi = if j.cols >= 2 * PANEL { 0xffff } else if j.cols > PANEL { (1u32 << (j.cols - PANEL)) as u16 - 1 } else { 0 };

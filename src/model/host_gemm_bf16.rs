@@ -118,7 +118,7 @@ pub mod avx512bf16 {
                 acc[1] = _mm512_dpbf16_ps(acc[1], xr, w1);
             }
         }
-        avx512::store(&acc, j);
+        avx512::store(acc, j);
     }
 }
 
