@@ -9,7 +9,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_gemm::{feature_hidden, Isa};
+use super::host_gemm::{by_row_count, feature_hidden, Isa};
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
@@ -142,46 +142,28 @@ impl PackedInt8 {
         (q, scales)
     }
 
-    /// Panels `first` and `first + 1` (where there is one) for every row, eight rows a pass:
-    /// sixteen accumulators, two weight loads and eight broadcasts a group of four inputs.
+    /// Panels `first` and `first + 1` (where there is one) for every row, up to twelve rows a
+    /// pass.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512vnni")]
     unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], m: usize, y: *mut f32, relu: bool) {
-        use std::arch::x86_64::*;
-        const R: usize = 8;
         let g = self.groups;
         let count = (self.out_features.div_ceil(PANEL) - first).min(2);
-        let a = &self.blocks[first * g..][..g];
-        let b = &self.blocks[(first + count - 1) * g..][..g];
         let mut r0 = 0;
         while r0 < m {
-            let rows = (m - r0).min(R);
-            let mut acc = [[_mm512_setzero_si512(); 2]; R];
-            for gi in 0..g {
-                let wa = _mm512_load_si512(a[gi].0.as_ptr() as *const __m512i);
-                let wb = _mm512_load_si512(b[gi].0.as_ptr() as *const __m512i);
-                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-                    let x = _mm512_set1_epi32(*xq.get_unchecked((r0 + r) * g + gi) as i32);
-                    acc[0] = _mm512_dpbusd_epi32(acc[0], x, wa);
-                    acc[1] = _mm512_dpbusd_epi32(acc[1], x, wb);
-                }
-            }
-            for (i, col0) in (0..count).map(|i| (i, (first + i) * PANEL)) {
-                let width = (self.out_features - col0).min(PANEL);
-                let mask: __mmask16 = if width == PANEL { 0xffff } else { (1u16 << width) - 1 };
-                let scale = _mm512_loadu_ps(self.scale[col0..].as_ptr());
-                let offset = _mm512_loadu_si512(self.offset[col0..].as_ptr() as *const __m512i);
-                let bias = _mm512_loadu_ps(self.bias[col0..].as_ptr());
-                for (r, acc) in acc.iter().enumerate().take(rows) {
-                    let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], offset));
-                    let s = _mm512_mul_ps(scale, _mm512_set1_ps(row_scale[r0 + r]));
-                    let mut v = _mm512_fmadd_ps(sum, s, bias);
-                    if relu {
-                        v = _mm512_max_ps(v, _mm512_setzero_ps());
-                    }
-                    _mm512_mask_storeu_ps(y.add((r0 + r) * self.out_features + col0), mask, v);
-                }
-            }
+            let rows = (m - r0).min(12);
+            let unit = Unit {
+                a: self.blocks[first * g..].as_ptr(),
+                b: self.blocks[(first + count - 1) * g..].as_ptr(),
+                groups: g,
+                x: xq[r0 * g..].as_ptr(),
+                row_scale: row_scale[r0..].as_ptr(),
+                columns: [first * PANEL, (first + 1) * PANEL],
+                count,
+                packed: self,
+                y: y.add(r0 * self.out_features),
+                relu,
+            };
+            by_row_count!(rows, vnni_rows, &unit);
             r0 += rows;
         }
     }
@@ -189,6 +171,62 @@ impl PackedInt8 {
     #[cfg(not(target_arch = "x86_64"))]
     unsafe fn panels(&self, _first: usize, _xq: &[u32], _row_scale: &[f32], _m: usize, _y: *mut f32, _relu: bool) {
         unreachable!("PackedInt8::available() is false off x86_64")
+    }
+}
+
+/// Up to twelve rows through one or two panels (`b` is `a` when there is one).
+struct Unit<'a> {
+    a: *const Block,
+    b: *const Block,
+    groups: usize,
+    /// The unit's first row of quantized inputs, `groups` words a row, and its scales.
+    x: *const u32,
+    row_scale: *const f32,
+    /// The first column of each panel.
+    columns: [usize; 2],
+    count: usize,
+    packed: &'a PackedInt8,
+    /// The unit's first output row.
+    y: *mut f32,
+    relu: bool,
+}
+
+/// `R` rows of a unit: 2R accumulators, two weight loads and R broadcasts a group of four
+/// inputs, then each column's `(Σ − 128 Σ w_q) · s_w · s_x + b`.
+///
+/// # Safety
+/// `u` describes `R` readable rows and writable outputs; the CPU has AVX-512 VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn vnni_rows<const R: usize>(u: &Unit) {
+    use std::arch::x86_64::*;
+    let g = u.groups;
+    let mut acc = [[_mm512_setzero_si512(); 2]; R];
+    for gi in 0..g {
+        let wa = _mm512_load_si512(u.a.add(gi) as *const __m512i);
+        let wb = _mm512_load_si512(u.b.add(gi) as *const __m512i);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let x = _mm512_set1_epi32(*u.x.add(r * g + gi) as i32);
+            acc[0] = _mm512_dpbusd_epi32(acc[0], x, wa);
+            acc[1] = _mm512_dpbusd_epi32(acc[1], x, wb);
+        }
+    }
+    let p = u.packed;
+    for (i, &col0) in u.columns.iter().enumerate().take(u.count) {
+        let width = (p.out_features - col0).min(PANEL);
+        let mask: __mmask16 = if width == PANEL { 0xffff } else { (1u16 << width) - 1 };
+        let scale = _mm512_loadu_ps(p.scale.as_ptr().add(col0));
+        let offset = _mm512_loadu_si512(p.offset.as_ptr().add(col0) as *const __m512i);
+        let bias = _mm512_loadu_ps(p.bias.as_ptr().add(col0));
+        for (r, acc) in acc.iter().enumerate() {
+            let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], offset));
+            let s = _mm512_mul_ps(scale, _mm512_set1_ps(*u.row_scale.add(r)));
+            let mut v = _mm512_fmadd_ps(sum, s, bias);
+            if u.relu {
+                v = _mm512_max_ps(v, _mm512_setzero_ps());
+            }
+            _mm512_mask_storeu_ps(u.y.add(r * p.out_features + col0), mask, v);
+        }
     }
 }
 
