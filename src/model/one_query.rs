@@ -181,14 +181,37 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
                 *score = exp(*score - max);
             }
             let sum: f32 = sum8(&scores);
+            scores.iter_mut().for_each(|p| *p /= sum);
             let o = &mut out[(row - first) * s.heads * d + h * d..][..d];
-            o.fill(0.0);
-            for (&p, v) in scores.iter().zip(&values) {
-                let w = p / sum;
-                for (o, &x) in o.iter_mut().zip(&v[head..][..d]) {
-                    *o += w * x;
-                }
+            for (c, o) in o.chunks_mut(LANES).enumerate() {
+                weighted_sum(o, &scores, &values, head + c * LANES);
             }
+        }
+    }
+}
+
+const LANES: usize = 16;
+
+/// `o[j] = Σ_l w[l] · values[l][at + j]`, summed in position order; a whole chunk of
+/// [`LANES`] columns stays in registers across the positions.
+#[inline(always)]
+fn weighted_sum(o: &mut [f32], w: &[f32], values: &[&[f32]], at: usize) {
+    if let Ok(o) = <&mut [f32; LANES]>::try_from(&mut *o) {
+        let mut acc = [0f32; LANES];
+        for (&w, v) in w.iter().zip(values) {
+            let x: &[f32; LANES] = v[at..][..LANES].try_into().expect("a whole chunk");
+            for j in 0..LANES {
+                acc[j] += w * x[j];
+            }
+        }
+        *o = acc;
+        return;
+    }
+    o.fill(0.0);
+    let n = o.len();
+    for (&w, v) in w.iter().zip(values) {
+        for (o, &x) in o.iter_mut().zip(&v[at..][..n]) {
+            *o += w * x;
         }
     }
 }
