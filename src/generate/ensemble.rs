@@ -70,6 +70,7 @@ impl StepModel for EnsembleModel<'_> {
         need_attn: bool,
     ) -> Result<(Tensor, Option<Tensor>), GenerateError> {
         let n = self.models.len();
+        let on_host = self.host_bookkeeping();
         let mut log_probs = Vec::with_capacity(n);
         let mut avg_attn: Option<Tensor> = None;
         for (model, (enc, inc)) in self.models.iter().zip(self.state.iter_mut()) {
@@ -87,7 +88,7 @@ impl StepModel for EnsembleModel<'_> {
             if temperature != 1.0 {
                 let _ = last.f_div_(&crate::model::python_float(temperature)?)?;
             }
-            let probs = log_probs_in_place(last)?.f_select(1, -1)?;
+            let probs = log_probs_in_place(last, on_host)?.f_select(1, -1)?;
             if n == 1 {
                 return Ok((probs, attn));
             }
@@ -112,10 +113,14 @@ impl StepModel for EnsembleModel<'_> {
 
 /// `get_normalized_probs(logits, log_probs=True)`, written over `logits` when it is a contiguous
 /// f32 tensor that nothing else reads (the decoder's fresh output): the same kernel and the same
-/// bits, without a second `[rows, vocab]` tensor each step.
-fn log_probs_in_place(logits: Tensor) -> Result<Tensor, GenerateError> {
+/// bits, without a second `[rows, vocab]` tensor each step. `on_host` (the fast compute types on
+/// the CPU): the host's kernel, another summation order.
+fn log_probs_in_place(mut logits: Tensor, on_host: bool) -> Result<Tensor, GenerateError> {
     if logits.kind() != Kind::Float || !logits.is_contiguous() {
         return Ok(get_normalized_probs(&logits, true));
+    }
+    if on_host && crate::model::log_softmax_in_place(&mut logits) {
+        return Ok(logits);
     }
     Ok(logits.f_log_softmax_int_out(&logits, -1, Kind::Float)?)
 }
@@ -131,11 +136,11 @@ mod tests {
         for shape in [[160i64, 1, 32000], [5, 1, 7944], [1, 1, 7944], [37, 1, 33]] {
             let logits = spread(shape.iter().product()).view(shape);
             let want = get_normalized_probs(&logits, true);
-            let got = log_probs_in_place(logits.copy()).unwrap();
+            let got = log_probs_in_place(logits.copy(), false).unwrap();
             assert!(got.equal(&want), "{shape:?}");
         }
         let half = spread(64).view([4, 1, 16]).to_kind(Kind::Half);
-        let got = log_probs_in_place(half.shallow_clone()).unwrap();
+        let got = log_probs_in_place(half.shallow_clone(), true).unwrap();
         assert_eq!(got.kind(), Kind::Float);
         assert!(got.equal(&get_normalized_probs(&half, true)));
     }

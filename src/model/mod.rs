@@ -21,6 +21,7 @@ mod host_gemm_bf16;
 mod host_gemm_i8;
 mod host_gemm_nt;
 mod host_norm;
+mod host_softmax;
 mod incremental;
 mod kv_cache;
 mod int8;
@@ -41,6 +42,7 @@ pub use embedding::{
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
 pub use compute_type::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
+pub use host_softmax::log_softmax_in_place;
 pub use language_model::TransformerLanguageModel;
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
 pub use nn::{python_float, ActivationFn, LayerNorm, Linear};

@@ -3,13 +3,14 @@
 //! long queries and costs some 180 µs a call at 1,280 heads of one query (the bundled model at
 //! batch 32, beam 5), where the arithmetic is a few dozen products per head.
 //!
-//! The softmax's exponential is Cephes' `expf` polynomial (about 1 ulp), written so that the
-//! compiler vectorizes it; another summation order than libtorch's, like the rest of `float32`.
+//! The softmax's exponential is `host_softmax::exp`; another summation order than libtorch's,
+//! like the rest of `float32`.
 
 use tch::{Device, Kind, Tensor};
 
 use super::kv_cache::HostKvCache;
 use super::host_gemm::Isa;
+use super::host_softmax::exp;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 
@@ -243,37 +244,9 @@ fn sum8(a: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Cephes' `expf`: `2^n · e^r` with `|r| ≤ ln2 / 2`; 0 below −87.3 (and for −∞).
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    let clamped = x.clamp(-87.3, 88.3);
-    let n = (clamped * LOG2E + 0.5).floor();
-    let r = clamped - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r
-        + 0.5;
-    let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    if x < -87.3 {
-        0.0
-    } else {
-        y * scale
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exp_is_within_two_ulp_of_libm() {
-        for i in -8700..=8800 {
-            let x = i as f32 / 100.0;
-            let (got, want) = (exp(x), x.exp());
-            assert!((got - want).abs() <= 2.0 * f32::EPSILON * want, "exp({x}) = {got}, libm {want}");
-        }
-        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-    }
 
     #[test]
     fn attention_equals_libtorch_within_float_rounding() {

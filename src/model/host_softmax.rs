@@ -1,0 +1,151 @@
+//! The fast compute types' `get_normalized_probs(logits, log_probs=True)` on the host: each
+//! row's `x − max − ln Σ exp(x − max)`, written over the logits. The same three passes as
+//! libtorch's kernel, with the exponential below in place of Sleef's and another summation
+//! order, like the rest of `float32`; `exact` keeps libtorch's.
+
+use tch::{Device, Kind, Tensor};
+
+use super::host_gemm::Isa;
+use crate::libtorch::host::f32_view_mut;
+use crate::libtorch::parallel::parallel_for;
+
+/// Elements below which a call stays on one thread.
+const GRAIN_ELEMENTS: usize = 1 << 15;
+const LANES: usize = 16;
+
+/// `log_softmax(logits, -1)` written over `logits`; false (and nothing written) unless it is a
+/// contiguous float32 CPU tensor.
+pub fn log_softmax_in_place(logits: &mut Tensor) -> bool {
+    let Some(&width) = logits.size().last() else { return false };
+    if logits.device() != Device::Cpu || logits.kind() != Kind::Float || !logits.is_contiguous() || width <= 0 {
+        return false;
+    }
+    let width = width as usize;
+    // SAFETY: the caller hands over the logits, which nothing else reads during the call.
+    let Some(data) = (unsafe { f32_view_mut(logits) }) else { return false };
+    let rows = data.len() / width;
+    let out = SharedRows(data.as_mut_ptr());
+    parallel_for(rows, GRAIN_ELEMENTS.div_ceil(width), |start, end| {
+        let out = &out;
+        // SAFETY: each range holds its own rows.
+        let part = unsafe { std::slice::from_raw_parts_mut(out.0.add(start * width), (end - start) * width) };
+        for row in part.chunks_exact_mut(width) {
+            log_softmax_row(row);
+        }
+    });
+    true
+}
+
+struct SharedRows(*mut f32);
+// SAFETY: `log_softmax_in_place` hands each thread disjoint rows.
+unsafe impl Sync for SharedRows {}
+
+fn log_softmax_row(row: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    match Isa::here() {
+        // SAFETY: the CPU has the features the function is compiled for.
+        Some(Isa::Avx512) => return unsafe { row_avx512(row) },
+        // SAFETY: as above.
+        Some(Isa::Avx2) => return unsafe { row_avx2(row) },
+        None => {}
+    }
+    row_generic(row)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn row_avx512(row: &mut [f32]) {
+    row_generic(row)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_avx2(row: &mut [f32]) {
+    row_generic(row)
+}
+
+/// One row, with [`LANES`] partial maxima and sums so that it vectorizes. A NaN makes the whole
+/// row NaN, as in libtorch.
+#[inline(always)]
+fn row_generic(row: &mut [f32]) {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    for chunk in chunks {
+        for j in 0..LANES {
+            lanes[j] = if chunk[j] > lanes[j] { chunk[j] } else { lanes[j] };
+        }
+    }
+    let max = lanes.iter().fold(tail, |m, &x| if x > m { x } else { m });
+    let mut sums = [0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|&x| exp(x - max)).sum();
+    for chunk in chunks {
+        for j in 0..LANES {
+            sums[j] += exp(chunk[j] - max);
+        }
+    }
+    let shift = max + (sums.iter().sum::<f32>() + tail).ln();
+    row.iter_mut().for_each(|x| *x -= shift);
+}
+
+/// Cephes' `expf`: `2^n · e^r` with `|r| ≤ ln2 / 2`; 0 below −87.3 (and for −∞).
+#[inline(always)]
+pub(super) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    let clamped = x.clamp(-87.3, 88.3);
+    let n = (clamped * LOG2E + 0.5).floor();
+    let r = clamped - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 0.166_666_65) * r
+        + 0.5;
+    let y = p * r * r + r + 1.0;
+    // 2^n from the low bits of `n + 127 + 2²³` (n is a whole number in −126..=128), which
+    // vectorizes where the saturating `n as i32` does not
+    let scale = f32::from_bits((n + (127.0 + 8_388_608.0)).to_bits() << 23);
+    if x < -87.3 {
+        0.0
+    } else {
+        y * scale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_within_two_ulp_of_libm() {
+        for i in -8700..=8800 {
+            let x = i as f32 / 100.0;
+            let (got, want) = (exp(x), x.exp());
+            assert!((got - want).abs() <= 2.0 * f32::EPSILON * want, "exp({x}) = {got}, libm {want}");
+        }
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+    }
+
+    #[test]
+    fn log_softmax_equals_libtorch_within_float_rounding() {
+        let opts = (Kind::Float, Device::Cpu);
+        tch::manual_seed(11);
+        for shape in [[160i64, 7944], [5, 33], [1, 15], [3, 1], [2, 128_112]] {
+            let logits = Tensor::randn(shape, opts) * 8.0;
+            let want = logits.log_softmax(-1, Kind::Float);
+            let mut got = logits.copy();
+            assert!(log_softmax_in_place(&mut got));
+            let diff = (&got - &want).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{shape:?}: {diff}");
+        }
+        // −∞ stays −∞; a NaN spoils its row only, as in libtorch
+        let mut t = Tensor::from_slice(&[0.0f32, f32::NEG_INFINITY, 1.0, 2.0, f32::NAN, 0.0]).view([2, 3]);
+        assert!(log_softmax_in_place(&mut t));
+        let v = Vec::<f32>::try_from(t.view([-1])).unwrap();
+        assert_eq!(v[1], f32::NEG_INFINITY);
+        assert!((v[0] - (-(1.0f32 + 1f32.exp()).ln())).abs() < 1e-6);
+        assert!(v[3..].iter().all(|x| x.is_nan()));
+        // not a contiguous float32 tensor: untouched
+        let mut half = Tensor::ones([2, 4], (Kind::Half, Device::Cpu));
+        assert!(!log_softmax_in_place(&mut half));
+        let mut strided = Tensor::ones([4, 4], opts).transpose(0, 1);
+        assert!(!log_softmax_in_place(&mut strided));
+    }
+}
