@@ -148,10 +148,12 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
         Keys::Dense { .. } => len * d,
         Keys::Cache(cache) => cache.head_stride(),
     };
-    let mut scores = vec![0f32; len];
+    // each head's attention probabilities over the positions, `[heads, len]`
+    let mut probs = vec![0f32; s.heads * len];
     // each position's key and value from head 0 on
     let (mut keys, mut values): (Vec<&[f32]>, Vec<&[f32]>) = (Vec::with_capacity(len), Vec::with_capacity(len));
     let first = range.start;
+    let width = s.heads * d;
     for row in range {
         let kv_row = row / per_kv;
         let bias = bias.map(|b| &b[kv_row * len..][..len]);
@@ -168,7 +170,7 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
             keys.push(k);
             values.push(v);
         }
-        for h in 0..s.heads {
+        for (h, scores) in probs.chunks_exact_mut(len).enumerate() {
             let query = &q[row * s.q_stride + h * d..][..d];
             let head = h * head_stride;
             for (score, k) in scores.iter_mut().zip(&keys) {
@@ -181,13 +183,73 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
             for score in scores.iter_mut() {
                 *score = exp(*score - max);
             }
-            let sum: f32 = sum8(&scores);
+            let sum: f32 = sum8(scores);
             scores.iter_mut().for_each(|p| *p /= sum);
-            let o = &mut out[(row - first) * s.heads * d + h * d..][..d];
-            for (c, o) in o.chunks_mut(LANES).enumerate() {
-                weighted_sum(o, &scores, &values, head + c * LANES);
+        }
+        let o = &mut out[(row - first) * width..][..width];
+        if d % LANES == 0 {
+            let heads = Heads { probs: &probs, len, chunks_per_head: d / LANES, head_stride };
+            let mut c = 0;
+            while c < width / LANES {
+                let n = (width / LANES - c).min(GROUP);
+                let o = &mut o[c * LANES..][..n * LANES];
+                match n {
+                    1 => weighted_sums::<1>(o, &heads, &values, c),
+                    2 => weighted_sums::<2>(o, &heads, &values, c),
+                    3 => weighted_sums::<3>(o, &heads, &values, c),
+                    4 => weighted_sums::<4>(o, &heads, &values, c),
+                    5 => weighted_sums::<5>(o, &heads, &values, c),
+                    6 => weighted_sums::<6>(o, &heads, &values, c),
+                    7 => weighted_sums::<7>(o, &heads, &values, c),
+                    _ => weighted_sums::<GROUP>(o, &heads, &values, c),
+                }
+                c += n;
+            }
+        } else {
+            for (h, o) in o.chunks_exact_mut(d).enumerate() {
+                for (c, o) in o.chunks_mut(LANES).enumerate() {
+                    weighted_sum(o, &probs[h * len..][..len], &values, h * head_stride + c * LANES);
+                }
             }
         }
+    }
+}
+
+/// Chunks of [`LANES`] output columns summed over the positions together, each in its own
+/// registers: one chunk alone waits on its own additions, position after position.
+const GROUP: usize = 8;
+
+/// Where [`weighted_sums`] reads each head's probabilities and values.
+struct Heads<'a> {
+    probs: &'a [f32],
+    len: usize,
+    chunks_per_head: usize,
+    head_stride: usize,
+}
+
+/// Output chunks `first..first + N` (`o`, `N × LANES` columns): each column the sum over the
+/// positions, in position order, of its head's probability times its value.
+#[inline(always)]
+fn weighted_sums<const N: usize>(o: &mut [f32], heads: &Heads, values: &[&[f32]], first: usize) {
+    let mut acc = [[0f32; LANES]; N];
+    let mut at = [0usize; N];
+    let mut head = [0usize; N];
+    for g in 0..N {
+        let c = first + g;
+        head[g] = c / heads.chunks_per_head;
+        at[g] = head[g] * heads.head_stride + (c % heads.chunks_per_head) * LANES;
+    }
+    for (l, v) in values.iter().enumerate() {
+        for g in 0..N {
+            let w = heads.probs[head[g] * heads.len + l];
+            let x: &[f32; LANES] = v[at[g]..][..LANES].try_into().expect("a whole chunk");
+            for j in 0..LANES {
+                acc[g][j] += w * x[j];
+            }
+        }
+    }
+    for (o, acc) in o.chunks_exact_mut(LANES).zip(&acc) {
+        o.copy_from_slice(acc);
     }
 }
 
@@ -252,7 +314,7 @@ mod tests {
     fn attention_equals_libtorch_within_float_rounding() {
         tch::manual_seed(5);
         let opts = (Kind::Float, Device::Cpu);
-        for &(rows, kv_rows, heads, len, d, stride) in &[(6i64, 6i64, 4i64, 7i64, 16i64, 64i64), (10, 2, 2, 5, 12, 40), (1, 1, 8, 1, 64, 512)] {
+        for &(rows, kv_rows, heads, len, d, stride) in &[(6i64, 6i64, 4i64, 7i64, 16i64, 64i64), (10, 2, 2, 5, 12, 40), (1, 1, 8, 1, 64, 512), (4, 2, 5, 9, 48, 256)] {
             let q = Tensor::randn([1, rows, stride], opts);
             let k = Tensor::randn([kv_rows, heads, len, d], opts);
             let v = Tensor::randn([kv_rows, heads, len, d], opts);
