@@ -176,16 +176,7 @@ impl PackedWeight {
         let panel_count = out_features.div_ceil(unit) * isa.panels_per_unit();
         let panels = match precision {
             Precision::Bf16 => host_gemm_bf16::pack(w, out_features, in_features, panel_count),
-            Precision::F32 => {
-                let mut panels = vec![Line([0.0; PANEL]); panel_count * in_features];
-                for o in 0..out_features {
-                    let (p, c) = (o / PANEL, o % PANEL);
-                    for (i, &value) in w[o * in_features..][..in_features].iter().enumerate() {
-                        panels[p * in_features + i].0[c] = value;
-                    }
-                }
-                panels
-            }
+            Precision::F32 => pack_f32(w, out_features, in_features, panel_count),
         };
         let mut padded_bias = vec![0f32; panel_count * PANEL];
         if let Some(b) = bias {
@@ -375,6 +366,41 @@ impl PackedWeight {
         let _ = (u, m, x, y, relu);
     }
 }
+
+/// `w` `[out, in]` as `panel_count` panels of `in` lines, shared out among the threads: the
+/// pages of a large weight's panels are first touched (and faulted in) on both cores.
+fn pack_f32(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
+    struct SharedLines(*mut Line);
+    // SAFETY: each range writes only its own panels' lines.
+    unsafe impl Sync for SharedLines {}
+    let total = panel_count * in_features;
+    let mut panels: Vec<Line> = Vec::with_capacity(total);
+    let lines = SharedLines(panels.as_mut_ptr());
+    let panel_bytes = (in_features * std::mem::size_of::<Line>()).max(1);
+    parallel_for(panel_count, PACK_GRAIN_BYTES.div_ceil(panel_bytes), |p0, p1| {
+        let lines = &lines;
+        for p in p0..p1 {
+            for i in 0..in_features {
+                let mut line = [0f32; PANEL];
+                for (c, v) in line.iter_mut().enumerate() {
+                    let o = p * PANEL + c;
+                    if o < out_features {
+                        *v = w[o * in_features + i];
+                    }
+                }
+                // SAFETY: line `p · in + i` is below `total`, the capacity, and only this range
+                // writes panel `p`.
+                unsafe { lines.0.add(p * in_features + i).write(Line(line)) };
+            }
+        }
+    });
+    // SAFETY: the ranges above wrote every line below `total`.
+    unsafe { panels.set_len(total) };
+    panels
+}
+
+/// Packing below this many bytes of panels stays on one thread.
+const PACK_GRAIN_BYTES: usize = 1 << 18;
 
 struct SendPtr(*mut f32);
 // SAFETY: the ranges of `parallel_for` write disjoint columns through it.
