@@ -24,6 +24,11 @@ ln -s "$project_site/torch" "$fresh_site/torch"
 echo "$project_site" > "$fresh_site/zz-torch-dependencies.pth"
 
 clean_env=(env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8)
+# numeric pins (`MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2 make test`) hold on both sides of each
+# comparison: the source build below inherits them
+for pin in MKL_CBWR ATEN_CPU_CAPABILITY TCHSEQ_CPU_FEATURES_OFF; do
+  if [[ -n ${!pin:-} ]]; then clean_env+=("$pin=${!pin}"); fi
+done
 if "${clean_env[@]}" bash -c 'command -v cargo || command -v rustc' >/dev/null; then
   echo "error: the clean environment still has a Rust toolchain on PATH" >&2
   exit 1
