@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # fairseq 0.12.2 goldens under tchseq's reproducible mode (tests/fixtures/reproducible): the same
 # runs as the other goldens, with MKL_CBWR=AVX2,STRICT ATEN_CPU_CAPABILITY=avx2 set before torch
-# starts. Those bits do not depend on the thread count, but they do on the CPU vendor (an Intel Xeon
-# and an AMD Zen differ; Zen 1, 4 and 5 agree), so each vendor has its own set,
-# tests/fixtures/reproducible/<vendor>/, made on a CPU of that vendor; tests/it/reproducible.rs
-# compares tchseq --reproducible bit for bit with the set of the CPU it runs on.
-#   bash reference/reproducible_goldens.sh      (writes the set of this machine's vendor)
+# starts. Those bits do not depend on the thread count, but they do on the CPU: an Intel Xeon and
+# an AMD Zen differ, and so does a Zen 3 from a Zen 1, 4 or 5 (which agree). Each vendor has a set,
+# tests/fixtures/reproducible/<vendor>/, and a CPU class whose bits differ from it a set of its
+# own, <vendor>-<class>/; tests/it/reproducible.rs holds tchseq --reproducible bit for bit to one
+# of its vendor's sets.
+#   bash reference/reproducible_goldens.sh          (writes the set <vendor> of this machine)
+#   bash reference/reproducible_goldens.sh zen3     (writes the set <vendor>-zen3)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh
@@ -16,7 +18,7 @@ case "$(grep -m1 '^vendor_id' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')" in
   AuthenticAMD) VENDOR=amd ;;
   *) echo "error: pinned goldens are kept for Intel and AMD CPUs only" >&2; exit 2 ;;
 esac
-OUT=tests/fixtures/reproducible/$VENDOR
+OUT=tests/fixtures/reproducible/$VENDOR${1:+-$1}
 FIX=tests/fixtures/models
 M=weights/multi30k.en-de
 SR=tests/fixtures/bundled/score_reference

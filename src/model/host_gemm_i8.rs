@@ -1,11 +1,15 @@
-//! `--compute-type int8` on CPUs with AVX-512 VNNI: a linear layer in int8 on the host. The
-//! weight is quantized once per output column (symmetric, `max |w| / 127`) and packed into
-//! panels of 16 columns × 4 inputs, one 64-byte register each; each input row is quantized on
-//! the fly to unsigned 8 bits (`round(x / s) + 128`, `s = max |x| / 127`), and `vpdpbusd` sums
-//! four byte products into each 32-bit lane. The `+ 128` is taken back with each column's
-//! weight sum. The same quantization as fbgemm's path (`int8.rs`), without its per-call libtorch
-//! ops, and with the weight read as bytes. Integer sums are exact, so the result depends only on
-//! the quantized values.
+//! `--compute-type int8` on the host: a linear layer in int8. The weight is quantized once per
+//! output column (symmetric, `max |w| / 127`) and packed into panels of 16 columns × 4 inputs,
+//! 64 bytes each; each input row is quantized on the fly (`round(x / s)`, `s = max |x| / 127`).
+//! - With AVX-512 VNNI, the row goes to unsigned bytes (`+ 128`), `vpdpbusd` sums four byte
+//!   products into each 32-bit lane, and the `+ 128` is taken back with each column's weight sum.
+//! - With AVX2, the row stays in 16 bits, and `vpmaddwd` sums two products of sign-extended
+//!   weights into each lane. (AVX2's byte product, `vpmaddubsw`, saturates at 16 bits, which is
+//!   why fbgemm and oneDNN give up a bit of the input or the weight there.)
+//!
+//! Integer sums are exact and the scaling is the same expression, so both kernels give the same
+//! bits: int8's output does not depend on which of the two a CPU has. The same quantization as
+//! fbgemm's path (`int8.rs`), without its per-call libtorch ops, and with the weight read as bytes.
 
 use tch::{Device, Kind, Tensor};
 
@@ -18,13 +22,64 @@ const PANEL: usize = 16;
 /// Work below this many multiply-adds is not worth waking another thread for.
 const GRAIN_MACS: usize = 1 << 20;
 
-/// One panel's 16 columns × 4 inputs.
+/// One panel's 16 columns × 4 inputs, in the order its kernel reads them ([`Kernel::slot`]).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 struct Block([i8; 64]);
 
+/// Which instructions multiply the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    Vnni,
+    Avx2,
+}
+
+impl Kernel {
+    /// The best this CPU has, unless `TCHSEQ_CPU_FEATURES_OFF` hides it.
+    fn here() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match Isa::here() {
+                Some(Isa::Avx512) if std::arch::is_x86_feature_detected!("avx512vnni") && !feature_hidden("avx512vnni") => Some(Self::Vnni),
+                Some(_) => Some(Self::Avx2),
+                None => None,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    /// Every kernel this CPU runs, best first (the tests run each).
+    #[cfg(test)]
+    fn all_here() -> Vec<Self> {
+        match Self::here() {
+            Some(Self::Vnni) => vec![Self::Vnni, Self::Avx2],
+            Some(Self::Avx2) => vec![Self::Avx2],
+            None => vec![],
+        }
+    }
+
+    /// Where input `i` (of 4) of column `j` (of 16) lies in a [`Block`]: VNNI reads a column's
+    /// four inputs as one 32-bit lane; AVX2 reads inputs in pairs, 8 columns × 2 inputs at a time.
+    fn slot(self, j: usize, i: usize) -> usize {
+        match self {
+            Self::Vnni => j * 4 + i,
+            Self::Avx2 => (i / 2) * 32 + (j / 8) * 16 + (j % 8) * 2 + i % 2,
+        }
+    }
+
+    /// 32-bit words of a quantized input row with `groups` groups of 4 inputs.
+    fn row_words(self, groups: usize) -> usize {
+        match self {
+            Self::Vnni => groups,
+            Self::Avx2 => 2 * groups,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct PackedInt8 {
+    kernel: Kernel,
     in_features: usize,
     out_features: usize,
     /// Groups of 4 inputs (the last one zero-padded).
@@ -38,19 +93,20 @@ pub struct PackedInt8 {
 }
 
 impl PackedInt8 {
-    /// Whether this CPU runs the kernel (AVX-512 VNNI), unless `TCHSEQ_CPU_FEATURES_OFF` hides it.
+    /// Whether this CPU runs a kernel (AVX-512 VNNI or AVX2), unless `TCHSEQ_CPU_FEATURES_OFF`
+    /// hides it.
     pub fn available() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            Isa::here() == Some(Isa::Avx512) && std::arch::is_x86_feature_detected!("avx512vnni") && !feature_hidden("avx512vnni")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
+        Kernel::here().is_some()
     }
 
     /// `weight` `[out, in]` and `bias` `[out]`, any float kind on the CPU; only where
     /// [`PackedInt8::available`].
     pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
+        let kernel = Kernel::here().ok_or_else(|| ModelError::Unsupported("no int8 kernel for this CPU (it needs AVX2)".into()))?;
+        Self::quantize_for(kernel, weight, bias)
+    }
+
+    fn quantize_for(kernel: Kernel, weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
         let (out_features, in_features) = weight.size2()?;
         let (n, k) = (out_features as usize, in_features as usize);
         let w = Vec::<f32>::try_from(weight.f_to_kind(Kind::Float)?.f_contiguous()?.f_view([-1])?)?;
@@ -64,22 +120,23 @@ impl PackedInt8 {
         let (groups, panels) = (k.div_ceil(4), n.div_ceil(PANEL));
         let mut blocks = vec![Block([0; 64]); panels * groups];
         let (mut scale, mut offset, mut bias) = (vec![0f32; panels * PANEL], vec![0i32; panels * PANEL], vec![0f32; panels * PANEL]);
-        let mut shifted = vec![0u8; k];
+        let mut values = vec![0i16; k];
         for col in 0..n {
             let row = &w[col * k..][..k];
             let s = max_abs(row).max(1e-8) / 127.0;
-            // SAFETY: the caller checked `available()`.
-            unsafe { quantize_row(row, 1.0 / s, &mut shifted) };
+            // SAFETY: `kernel` is one this CPU runs.
+            unsafe { quantize_row(row, 1.0 / s, &mut values) };
             let (p, j) = (col / PANEL, col % PANEL);
             let mut sum = 0i32;
-            for (i, &u) in shifted.iter().enumerate() {
-                let q = (i32::from(u) - 128) as i8;
+            for (i, &q) in values.iter().enumerate() {
                 sum += i32::from(q);
-                blocks[p * groups + i / 4].0[j * 4 + i % 4] = q;
+                blocks[p * groups + i / 4].0[kernel.slot(j, i % 4)] = q as i8;
             }
-            (scale[col], offset[col], bias[col]) = (s, 128 * sum, b[col]);
+            // VNNI's inputs carry + 128, taken back with the column's weight sum
+            let shift = if kernel == Kernel::Vnni { 128 } else { 0 };
+            (scale[col], offset[col], bias[col]) = (s, shift * sum, b[col]);
         }
-        Ok(Self { in_features: k, out_features: n, groups, blocks, scale, offset, bias })
+        Ok(Self { kernel, in_features: k, out_features: n, groups, blocks, scale, offset, bias })
     }
 
     pub fn out_features(&self) -> usize {
@@ -126,45 +183,73 @@ impl PackedInt8 {
         });
     }
 
-    /// Each row as unsigned bytes, four to a `u32`, and its scale.
+    /// Each row quantized as its kernel reads it, in 32-bit words: unsigned bytes, four to a
+    /// word (VNNI), or 16-bit values, two to a word (AVX2); and its scale.
     fn quantize_rows(&self, x: &[f32], m: usize) -> (Vec<u32>, Vec<f32>) {
-        let (k, g) = (self.in_features, self.groups);
-        let mut q = vec![0x8080_8080u32; m * g];
+        let (k, words) = (self.in_features, self.kernel.row_words(self.groups));
+        let pad = if self.kernel == Kernel::Vnni { 0x8080_8080u32 } else { 0 };
+        let mut q = vec![pad; m * words];
         let mut scales = vec![0f32; m];
         for r in 0..m {
             let row = &x[r * k..][..k];
             let max = max_abs(row);
             let s = if max > 0.0 { max / 127.0 } else { 1.0 };
-            // SAFETY: `available()` held when the layer chose this kernel.
-            unsafe { quantize_row(row, 1.0 / s, bytemuck_u32(&mut q[r * g..][..g])) };
+            let out = &mut q[r * words..][..words];
+            // SAFETY: `kernel` is one this CPU runs (it was chosen when the weight was packed).
+            unsafe {
+                match self.kernel {
+                    Kernel::Vnni => quantize_row_u8(row, 1.0 / s, bytemuck_u32(out)),
+                    Kernel::Avx2 => quantize_row(row, 1.0 / s, words_as_i16(out)),
+                }
+            }
             scales[r] = s;
         }
         (q, scales)
     }
 
-    /// Panels `first` and `first + 1` (where there is one) for every row, up to twelve rows a
-    /// pass.
+    /// Panels `first` and `first + 1` (where there is one) for every row: up to twelve rows
+    /// through both a pass (VNNI), or six rows through one (AVX2).
     #[cfg(target_arch = "x86_64")]
     unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], m: usize, y: *mut f32, relu: bool) {
-        let g = self.groups;
+        let (g, words) = (self.groups, self.kernel.row_words(self.groups));
         let count = (self.out_features.div_ceil(PANEL) - first).min(2);
+        let unit = |r0: usize, panel: usize, count: usize| Unit {
+            a: self.blocks[panel * g..].as_ptr(),
+            b: self.blocks[(panel + count - 1) * g..].as_ptr(),
+            groups: g,
+            x: xq[r0 * words..].as_ptr(),
+            row_words: words,
+            row_scale: row_scale[r0..].as_ptr(),
+            columns: [panel * PANEL, (panel + 1) * PANEL],
+            count,
+            packed: self,
+            y: y.add(r0 * self.out_features),
+            relu,
+        };
         let mut r0 = 0;
         while r0 < m {
-            let rows = (m - r0).min(12);
-            let unit = Unit {
-                a: self.blocks[first * g..].as_ptr(),
-                b: self.blocks[(first + count - 1) * g..].as_ptr(),
-                groups: g,
-                x: xq[r0 * g..].as_ptr(),
-                row_scale: row_scale[r0..].as_ptr(),
-                columns: [first * PANEL, (first + 1) * PANEL],
-                count,
-                packed: self,
-                y: y.add(r0 * self.out_features),
-                relu,
-            };
-            by_row_count!(rows, vnni_rows, &unit);
-            r0 += rows;
+            match self.kernel {
+                Kernel::Vnni => {
+                    let rows = (m - r0).min(12);
+                    by_row_count!(rows, vnni_rows, &unit(r0, first, count));
+                    r0 += rows;
+                }
+                Kernel::Avx2 => {
+                    let rows = (m - r0).min(6);
+                    for panel in first..first + count {
+                        let u = unit(r0, panel, 1);
+                        match rows {
+                            1 => avx2_rows::<1>(&u),
+                            2 => avx2_rows::<2>(&u),
+                            3 => avx2_rows::<3>(&u),
+                            4 => avx2_rows::<4>(&u),
+                            5 => avx2_rows::<5>(&u),
+                            _ => avx2_rows::<6>(&u),
+                        }
+                    }
+                    r0 += rows;
+                }
+            }
         }
     }
 
@@ -179,8 +264,9 @@ struct Unit<'a> {
     a: *const Block,
     b: *const Block,
     groups: usize,
-    /// The unit's first row of quantized inputs, `groups` words a row, and its scales.
+    /// The unit's first row of quantized inputs, `row_words` words a row, and its scales.
     x: *const u32,
+    row_words: usize,
     row_scale: *const f32,
     /// The first column of each panel.
     columns: [usize; 2],
@@ -206,7 +292,7 @@ unsafe fn vnni_rows<const R: usize>(u: &Unit) {
         let wa = _mm512_load_si512(u.a.add(gi) as *const __m512i);
         let wb = _mm512_load_si512(u.b.add(gi) as *const __m512i);
         for (r, acc) in acc.iter_mut().enumerate() {
-            let x = _mm512_set1_epi32(*u.x.add(r * g + gi) as i32);
+            let x = _mm512_set1_epi32(*u.x.add(r * u.row_words + gi) as i32);
             acc[0] = _mm512_dpbusd_epi32(acc[0], x, wa);
             acc[1] = _mm512_dpbusd_epi32(acc[1], x, wb);
         }
@@ -230,11 +316,59 @@ unsafe fn vnni_rows<const R: usize>(u: &Unit) {
     }
 }
 
+/// `R` rows of one panel: 2R accumulators of 8 columns; for each pair of inputs, two weight
+/// loads (sign-extended to 16 bits) and R broadcasts; then [`vnni_rows`]'s scaling, so that the
+/// bits are the same.
+///
+/// # Safety
+/// `u` describes `R` readable rows, one panel and writable outputs; the CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_rows<const R: usize>(u: &Unit) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    for gi in 0..u.groups {
+        let block = u.a.add(gi) as *const __m128i;
+        for pair in 0..2 {
+            let w0 = _mm256_cvtepi8_epi16(_mm_load_si128(block.add(2 * pair)));
+            let w1 = _mm256_cvtepi8_epi16(_mm_load_si128(block.add(2 * pair + 1)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let x = _mm256_set1_epi32(*u.x.add(r * u.row_words + 2 * gi + pair) as i32);
+                acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x, w0));
+                acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x, w1));
+            }
+        }
+    }
+    let p = u.packed;
+    for half in 0..2 {
+        let col0 = u.columns[0] + 8 * half;
+        let Some(width) = p.out_features.checked_sub(col0).filter(|&w| w > 0).map(|w| w.min(8)) else { break };
+        let scale = _mm256_loadu_ps(p.scale.as_ptr().add(col0));
+        let offset = _mm256_loadu_si256(p.offset.as_ptr().add(col0) as *const __m256i);
+        let bias = _mm256_loadu_ps(p.bias.as_ptr().add(col0));
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (r, acc) in acc.iter().enumerate() {
+            let sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[half], offset));
+            let s = _mm256_mul_ps(scale, _mm256_set1_ps(*u.row_scale.add(r)));
+            let mut v = _mm256_fmadd_ps(sum, s, bias);
+            if u.relu {
+                v = _mm256_max_ps(v, _mm256_setzero_ps());
+            }
+            let out = u.y.add(r * p.out_features + col0);
+            if width == 8 {
+                _mm256_storeu_ps(out, v);
+            } else {
+                _mm256_maskstore_ps(out, mask, v);
+            }
+        }
+    }
+}
+
 /// `round(v · inv) + 128` for each `v` of `row` (to nearest, ties to even; within ±127 as the
 /// row's largest magnitude maps to 127).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn quantize_row(row: &[f32], inv: f32, out: &mut [u8]) {
+unsafe fn quantize_row_u8(row: &[f32], inv: f32, out: &mut [u8]) {
     use std::arch::x86_64::*;
     let scale = _mm512_set1_ps(inv);
     let (lo, hi, bias) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127), _mm512_set1_epi32(128));
@@ -245,12 +379,46 @@ unsafe fn quantize_row(row: &[f32], inv: f32, out: &mut [u8]) {
         _mm_storeu_si128(out.as_mut_ptr().add(c * 16) as *mut __m128i, _mm512_cvtepi32_epi8(i));
     }
     for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
-        *o = ((v * inv).round_ties_even().clamp(-127.0, 127.0) as i32 + 128) as u8;
+        *o = (quantize(v, inv) + 128) as u8;
     }
 }
 
+/// `round(v · inv)` within ±127 for each `v` of `row`, as [`quantize_row_u8`] rounds it (for
+/// either kernel: a CPU with VNNI has AVX2 too).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_row(row: &[f32], inv: f32, out: &mut [i16]) {
+    use std::arch::x86_64::*;
+    let scale = _mm256_set1_ps(inv);
+    let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
+    let chunks = row.len() / 16;
+    for c in 0..chunks {
+        let q = |at: usize| {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(row.as_ptr().add(at)), scale);
+            _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v), lo), hi)
+        };
+        // packs interleaves the 128-bit halves; the permute puts the 16 values back in order
+        let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(q(c * 16), q(c * 16 + 8)));
+        _mm256_storeu_si256(out.as_mut_ptr().add(c * 16) as *mut __m256i, packed);
+    }
+    for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
+        *o = quantize(v, inv) as i16;
+    }
+}
+
+/// One value as the vector loops quantize it (a NaN, which `cvtps2dq` makes -2³¹, to -127).
+fn quantize(v: f32, inv: f32) -> i32 {
+    let x = (v * inv).round_ties_even();
+    if x.is_nan() { -127 } else { x.clamp(-127.0, 127.0) as i32 }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn quantize_row(_row: &[f32], _inv: f32, _out: &mut [u8]) {
+unsafe fn quantize_row(_row: &[f32], _inv: f32, _out: &mut [i16]) {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_row_u8(_row: &[f32], _inv: f32, _out: &mut [u8]) {
     unreachable!("PackedInt8::available() is false off x86_64")
 }
 
@@ -273,6 +441,12 @@ fn bytemuck_u32(words: &mut [u32]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 4) }
 }
 
+/// The 16-bit halves of `u32`s, in memory order.
+fn words_as_i16(words: &mut [u32]) -> &mut [i16] {
+    // SAFETY: i16's alignment divides u32's, any bits are valid, and the length covers the same bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut i16, words.len() * 2) }
+}
+
 struct SendPtr(*mut f32);
 // SAFETY: `gemm` hands each thread disjoint columns.
 unsafe impl Sync for SendPtr {}
@@ -281,19 +455,22 @@ unsafe impl Sync for SendPtr {}
 mod tests {
     use super::*;
 
-    /// The kernel against the same quantization in plain integer arithmetic.
+    /// Each kernel against the same quantization in plain integer arithmetic.
     #[test]
     fn equals_the_quantized_product_computed_plainly() {
-        if !PackedInt8::available() {
-            eprintln!("skipped: this CPU has no AVX-512 VNNI (int8 then runs through fbgemm, tested by the int8 BLEU test)");
+        let kernels = Kernel::all_here();
+        assert_eq!(PackedInt8::available(), !kernels.is_empty());
+        if kernels.is_empty() {
+            eprintln!("skipped: this CPU has no AVX2 (int8 then runs through fbgemm, tested by the int8 BLEU test)");
             return;
         }
         tch::manual_seed(17);
-        for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33)] {
+        for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33), (7, 24, 9)] {
             let x = Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu));
             let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu)) * 0.1;
             let b = Tensor::randn([n as i64], (Kind::Float, Device::Cpu));
-            let packed = PackedInt8::quantize(&w, Some(&b)).unwrap();
+            for &kernel in &kernels {
+            let packed = PackedInt8::quantize_for(kernel, &w, Some(&b)).unwrap();
             for relu in [false, true] {
                 let got = Vec::<f32>::try_from(packed.linear(&x, relu).unwrap().unwrap().view([-1])).unwrap();
                 let (xs, ws, bs) = (Vec::<f32>::try_from(x.view([-1])).unwrap(), Vec::<f32>::try_from(w.view([-1])).unwrap(), Vec::<f32>::try_from(&b).unwrap());
@@ -308,13 +485,9 @@ mod tests {
                             .zip(col)
                             .map(|(a, b)| ((a * (1.0 / sx)).round_ties_even() as i32) * ((b * (1.0 / sw)).round_ties_even() as i32))
                             .sum();
-                        let mut want = dot as f32 * (sw * sx) + bs[c];
-                        if relu {
-                            want = want.max(0.0);
-                        }
-                        let exact = (dot as f32 * sw * sx + bs[c]).max(if relu { 0.0 } else { f32::NEG_INFINITY });
-                        let tol = 1e-5 * want.abs().max(1.0);
-                        assert!((got[r * n + c] - want).abs() <= tol || (got[r * n + c] - exact).abs() <= tol, "m {m} k {k} n {n} [{r},{c}]: {} vs {want}", got[r * n + c]);
+                        let want = (dot as f32).mul_add(sw * sx, bs[c]);
+                        let want = if relu { want.max(0.0) } else { want };
+                        assert_eq!(got[r * n + c].to_bits(), want.to_bits(), "{kernel:?} m {m} k {k} n {n} [{r},{c}]: {} vs {want}", got[r * n + c]);
                     }
                 }
                 // and close to the f32 product
@@ -323,6 +496,24 @@ mod tests {
                 let err = (packed.linear(&x, relu).unwrap().unwrap() - &f).abs().max().double_value(&[]);
                 assert!(err < 0.05 * (k as f64).sqrt() * 0.1, "m {m} k {k} n {n}: {err}");
             }
+            }
+        }
+    }
+
+    /// Where a CPU has both kernels, they give the same bits.
+    #[test]
+    fn vnni_and_avx2_give_the_same_bits() {
+        let kernels = Kernel::all_here();
+        if kernels.len() < 2 {
+            eprintln!("not checked: this CPU has no AVX-512 VNNI, so only the AVX2 kernel runs here ({kernels:?})");
+            return;
+        }
+        tch::manual_seed(5);
+        for &(m, k, n) in &[(1usize, 512usize, 70usize), (12, 100, 48), (31, 64, 130)] {
+            let x = Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu));
+            let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
+            let out = |kernel| PackedInt8::quantize_for(kernel, &w, None).unwrap().linear(&x, false).unwrap().unwrap();
+            assert!(out(Kernel::Vnni).equal(&out(Kernel::Avx2)), "m {m} k {k} n {n}");
         }
     }
 }

@@ -5,7 +5,8 @@
 //! first, and back after, so that in effect each row (token) gets its own scale, as CTranslate2's
 //! int8 does: on test_2016_flickr 89 of 1,000 hypotheses changed instead of 125, for 1.23× the
 //! time at the bundled size. Not fairseq's arithmetic: its fidelity is measured, not exact.
-//! On CPUs with AVX-512 VNNI the same quantization runs on the host instead (`host_gemm_i8.rs`).
+//! On CPUs with AVX2 the same quantization runs on the host instead (`host_gemm_i8.rs`), with
+//! 8-bit inputs (no `reduce_range`); fbgemm is left for CPUs without it.
 
 use tch::{Kind, Tensor};
 

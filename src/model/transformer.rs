@@ -82,8 +82,8 @@ impl TransformerModel {
     /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
     /// decoder's linear layers on the host from packed weights (`host_gemm.rs`), and `bfloat16`
     /// (with AVX512_BF16) does the same from bfloat16 panels (`host_gemm_bf16.rs`); `int8` quantizes
-    /// every linear layer (the output projection too on the host's int8 kernel, with AVX-512
-    /// VNNI; through fbgemm it stays fp32, on the host), keeps the embeddings, norms and attention
+    /// every linear layer (the output projection too on the host's int8 kernel, with AVX2 or
+    /// AVX-512 VNNI; through fbgemm it stays fp32, on the host), keeps the embeddings, norms and attention
     /// in fp32, and turns the encoder's fast path off, as that kernel takes the fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if compute_type == ComputeType::Exact {
