@@ -76,6 +76,7 @@ fn compile_shim(lib: &std::path::Path) {
         .file("csrc/cuda_memory.cpp")
         .file("csrc/op_profile.cpp")
         .file("csrc/storage_use_count.cpp")
+        .file("csrc/file_storage.cpp")
         .compile("tchseq_shim");
     // at::parallel_for is a header template around `#pragma omp parallel`: it needs OpenMP, and
     // the libgomp libtorch itself loads (in its lib directory), not a second runtime

@@ -317,9 +317,7 @@ impl Translator {
         let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
         let translator = py
             .detach(|| {
-                let mut t = HubTranslator::new(ModelBundle::load(&spec, &LoadOptions::fp32(device))?, device, text)?;
-                t.set_compute_type(compute_type)?;
-                Ok::<_, tchseq::hub::HubError>(t)
+                HubTranslator::with_compute_type(ModelBundle::load(&spec, &LoadOptions::fp32(device))?, device, text, compute_type)
             })
             .map_err(value_error)?;
         let open = open && translator.languages.is_multilingual() && translator.language_pairs().len() > 1;

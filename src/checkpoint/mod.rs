@@ -9,13 +9,15 @@
 //!
 //! Cost of a load (no timed tests; measure with `time tchseq inspect -m DIR --json >/dev/null`):
 //! the file is memory-mapped, the pickle is parsed once (linear in its size), and every storage
-//! that `model` refers to is CRC32-checked and copied exactly once into a libtorch tensor;
-//! optimizer state and other unreferenced storages are neither read nor copied. fairseq 0.12.2's
+//! that `model` refers to is CRC32-checked and becomes a libtorch tensor, read in place where the
+//! zip stores it as is (`file_storage.rs`; copied once when loading is done, if still in use),
+//! else copied once; optimizer state and other unreferenced storages are neither read nor copied. fairseq 0.12.2's
 //! encoder-layer BetterTransformer copies (`in_proj_weight` = cat(q, k, v), ...) are CRC-checked
 //! but never copied: the upgrade derives them from each layer's own weights, as fairseq's loading
 //! does, which adds one copy of each encoder layer's attention input projection.
 
 pub mod container;
+mod file_storage;
 pub mod pickle;
 pub mod pyjson;
 pub mod upgrade;
@@ -23,6 +25,7 @@ pub mod upgrade;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value as Json};
@@ -32,6 +35,8 @@ pub use container::ContainerFormat;
 
 use crate::config::{ConfigError, TransformerConfig};
 use container::{ContainerError, RawFile};
+use file_storage::{open, release_pages, FileBytes};
+pub use file_storage::FileStorages;
 use pickle::{Node, NodeId, Pickle, StorageDtype, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -72,61 +77,10 @@ pub struct Checkpoint {
     /// fairseq's post-upgrade state-dict names -> tensors in the stored dtype, on CPU,
     /// in the order fairseq's model.state_dict() lists them.
     pub state_dict: IndexMap<String, Tensor>,
-}
-
-/// The file's bytes: memory-mapped (read-only) or, for tiny files, read.
-struct FileBytes {
-    map: memmap2::Mmap,
-}
-
-/// `read_all`: ask the kernel to read the whole file ahead (for loads that read every storage; a
-/// summary reads only the pickle). Read ahead into the page cache, not faulted into this
-/// process: `MAP_POPULATE` made the whole file resident at once, so a load's peak RSS was the
-/// file plus the tensors copied from it before their pages were released.
-fn open(path: &Path, read_all: bool) -> Result<FileBytes, CheckpointError> {
-    let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if meta.is_dir() {
-        return Err(CheckpointError::Invalid { path: path.to_path_buf(), msg: "is a directory, not a checkpoint file".into() });
-    }
-    // SAFETY: the map is read-only and private to this process; a checkpoint modified while it
-    // is being loaded is outside what any loader can defend against (torch.load included).
-    let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(io)?;
-    #[cfg(unix)]
-    if read_all {
-        // advice only: a kernel that declines it reads the pages as they are touched
-        let _ = map.advise(memmap2::Advice::WillNeed);
-    }
-    Ok(FileBytes { map })
-}
-
-/// Hands the mapped pages wholly inside `part` (a slice of `map`) back to the kernel. Each
-/// storage is copied into its tensor once; keeping its file pages mapped would count the
-/// checkpoint twice in peak RSS. The map stays valid: a later read faults the file back in.
-fn release_pages(map: &[u8], part: &[u8]) {
-    #[cfg(unix)]
-    {
-        let range = map.as_ptr_range();
-        let (start, end) = (part.as_ptr() as usize, part.as_ptr() as usize + part.len());
-        if start < range.start as usize || end > range.end as usize {
-            return;
-        }
-        // SAFETY: sysconf has no preconditions.
-        let page = match usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }) {
-            Ok(p) if p.is_power_of_two() => p,
-            _ => return,
-        };
-        let first = (start + page - 1) & !(page - 1);
-        let last = end & !(page - 1);
-        if last > first {
-            // SAFETY: [first, last) lies inside the read-only file mapping; MADV_DONTNEED only
-            // drops its pages from this process, and the contents read back are the file's.
-            unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (map, part);
+    /// The storages that still read the file (`file_storage.rs`): when this is dropped (after
+    /// `state_dict`, as declared), or on [`FileStorages::detach`], each one still in use moves
+    /// into memory of its own.
+    pub file_storages: FileStorages,
 }
 
 fn read_container(path: &Path, bytes: &[u8]) -> Result<RawFile, CheckpointError> {
@@ -170,11 +124,19 @@ pub fn dtype_name(k: Kind) -> String {
 struct Materializer<'a> {
     path: &'a Path,
     raw: &'a RawFile,
+    file: &'a Arc<FileBytes>,
     bytes: &'a [u8],
     storages: HashMap<NodeId, Tensor>,
+    file_storages: FileStorages,
 }
 
-impl Materializer<'_> {
+impl<'a> Materializer<'a> {
+    fn new(path: &'a Path, raw: &'a RawFile, file: &'a Arc<FileBytes>) -> Self {
+        Self { path, raw, file, bytes: &file.map, storages: HashMap::new(), file_storages: FileStorages::new() }
+    }
+}
+
+impl<'a> Materializer<'a> {
     /// The tensor entry `v` and its storage, its view checked against the storage.
     fn entry(&self, name: &str, v: &Value) -> Result<(pickle::TensorRef, &pickle::StorageRef), CheckpointError> {
         let err = |msg: String| CheckpointError::Tensor { path: self.path.to_path_buf(), name: name.to_string(), msg };
@@ -190,7 +152,7 @@ impl Materializer<'_> {
     }
 
     /// A storage's bytes, CRC-checked.
-    fn storage_data(&self, name: &str, s: &pickle::StorageRef) -> Result<Cow<'_, [u8]>, CheckpointError> {
+    fn storage_data(&self, name: &str, s: &pickle::StorageRef) -> Result<Cow<'a, [u8]>, CheckpointError> {
         self.raw.storage_bytes(self.bytes, s).map_err(|source| CheckpointError::TensorData {
             path: self.path.to_path_buf(),
             name: name.to_string(),
@@ -219,16 +181,28 @@ impl Materializer<'_> {
         if !self.storages.contains_key(&t.storage) {
             let data = self.storage_data(name, &s)?;
             let numel = i64::try_from(s.numel).map_err(|_| err("storage too large".into()))?;
-            let st = if self.raw.big_endian {
-                let es = s.dtype.element_size();
-                let swapped: Vec<u8> = data.chunks_exact(es).flat_map(|c| c.iter().rev().copied()).collect();
-                Tensor::f_from_data_size(&swapped, &[numel], kind)
-            } else {
-                Tensor::f_from_data_size(&data, &[numel], kind)
-            }
-            .map_err(tch_err)?;
-            if let Cow::Borrowed(part) = data {
-                release_pages(self.bytes, part);
+            // in place where the zip stores it as is, else a copy (whose file pages go back)
+            let in_place = match &data {
+                Cow::Borrowed(part) if !self.raw.big_endian => self.file_storages.tensor_over(self.file, part, kind).map_err(err)?,
+                _ => None,
+            };
+            let st = match in_place {
+                Some(st) => st,
+                None if self.raw.big_endian => {
+                    let es = s.dtype.element_size();
+                    let swapped: Vec<u8> = data.chunks_exact(es).flat_map(|c| c.iter().rev().copied()).collect();
+                    Tensor::f_from_data_size(&swapped, &[numel], kind).map_err(tch_err)?
+                }
+                None => {
+                    let st = Tensor::f_from_data_size(&data, &[numel], kind).map_err(tch_err)?;
+                    if let Cow::Borrowed(part) = data {
+                        release_pages(self.bytes, part);
+                    }
+                    st
+                }
+            };
+            if st.numel() as i64 != numel {
+                return Err(err(format!("a storage of {} elements where {numel} were declared", st.numel())));
             }
             self.storages.insert(t.storage, st);
         }
@@ -337,7 +311,7 @@ pub fn read_tensor_dict(path: &Path) -> Result<TensorDict, CheckpointError> {
     let file = open(path, true)?;
     let raw = read_container(path, &file.map)?;
     let root = raw.pickle.dict(&raw.pickle.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a dict of tensors", raw.pickle.type_name(&raw.pickle.root))))?;
-    let mut m = Materializer { path, raw: &raw, bytes: &file.map, storages: HashMap::new() };
+    let mut m = Materializer::new(path, &raw, &file);
     let mut out = TensorDict::default();
     for (k, v) in &root.entries {
         let Value::Str(name) = k else { continue };
@@ -352,6 +326,8 @@ pub fn read_tensor_dict(path: &Path) -> Result<TensorDict, CheckpointError> {
             _ => out.skipped.push((name.to_string(), raw.pickle.type_name(v))),
         }
     }
+    // the tensors read in place move into memory of their own
+    drop(m);
     Ok(out)
 }
 
@@ -393,7 +369,7 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let root = p.dict(&p.root).ok_or_else(|| invalid(path, format!("top level is a {}, not a fairseq checkpoint dict", p.type_name(&p.root))))?;
     let model = model_dict(path, p, root)?;
     let (config, config_source) = resolve_config(path, p, root)?;
-    let mut m = Materializer { path, raw: &raw, bytes: &file.map, storages: HashMap::new() };
+    let mut m = Materializer::new(path, &raw, &file);
     let mut sd = IndexMap::with_capacity(model.len());
     for (k, v) in &model.entries {
         let Value::Str(name) = k else {
@@ -410,7 +386,8 @@ pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
     }
     let state_dict = upgrade::upgrade_state_dict(&config, sd)
         .map_err(|source| CheckpointError::Upgrade { path: path.to_path_buf(), source })?;
-    Ok(Checkpoint { path: path.to_path_buf(), format: raw.format, config_source, config, state_dict })
+    let file_storages = m.file_storages;
+    Ok(Checkpoint { path: path.to_path_buf(), format: raw.format, config_source, config, state_dict, file_storages })
 }
 
 /// What can be known about a checkpoint without materialising any tensor.
@@ -460,23 +437,4 @@ pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
         src_embed_rows: rows("encoder.embed_tokens.weight"),
         tgt_embed_rows: rows("decoder.embed_tokens.weight"),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn released_pages_read_back_as_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.bin");
-        let data: Vec<u8> = (0..5 * 4096 + 123).map(|i| (i * 7 % 251) as u8).collect();
-        std::fs::write(&path, &data).unwrap();
-        let file = open(&path, true).unwrap();
-        let map: &[u8] = &file.map;
-        release_pages(map, &map[100..4 * 4096 + 5]);
-        // a slice that is not part of the map is left alone
-        release_pages(map, &data[..]);
-        assert_eq!(map, &data[..]);
-    }
 }

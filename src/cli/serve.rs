@@ -72,8 +72,7 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         }
         let options = LoadOptions { weights, pipeline: Default::default() };
         let bundle = ModelBundle::load(&spec, &options).map_err(|e| common::hub_error_naming(e, &hint))?;
-        let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
-        translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
+        let translator = Translator::with_compute_type(bundle, device, TextMode::Raw, a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&translator.report);
         max_positions = max_positions.min(translator.max_source_positions);
         let more = match pair {

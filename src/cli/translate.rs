@@ -51,8 +51,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     let weights = Weights::Load { device, kind, replay_init: a.sampling };
     let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
-    let mut translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
-    translator.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
+    let translator = Translator::with_compute_type(bundle, device, TextMode::Raw, a.compute_type.name()).map_err(common::hub_error)?;
     common::print_warnings(&translator.report);
     let max_source_positions = translator.max_source_positions;
 

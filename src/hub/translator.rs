@@ -11,6 +11,7 @@ use super::guide::{batch_prefixes, TargetGuide};
 use super::options::TranslateOptions;
 use super::scorer::PairScoring;
 use super::{HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
+use crate::checkpoint::FileStorages;
 use crate::config::LanguageTask;
 use crate::generate::batching::{batch_by_size, collate, ordered_indices};
 use crate::generate::rng_replay::replay_dataloader_iter;
@@ -211,8 +212,28 @@ pub struct Translator {
 }
 
 impl Translator {
-    /// Takes a bundle loaded with weights on `device` and builds its translation pipeline.
-    pub fn new(mut bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
+    /// Takes a bundle loaded with weights on `device` and builds its translation pipeline, in
+    /// `exact` arithmetic.
+    pub fn new(bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
+        Self::with_compute_type(bundle, device, text, ComputeType::Exact.name())
+    }
+
+    /// [`Translator::new`], then [`Translator::set_compute_type`]. The weights that a compute type
+    /// packs are packed from the checkpoint's file as mapped (where the zip stores them as is),
+    /// and only what the model still holds as tensors is copied afterwards
+    /// (`checkpoint/file_storage.rs`).
+    pub fn with_compute_type(mut bundle: ModelBundle, device: Device, text: TextMode, compute_type: &str) -> Result<Self, HubError> {
+        // the state dicts go first, so that a weight packed and let go of frees its file pages
+        let file_storages: Vec<FileStorages> = bundle.checkpoints.drain(..).map(|c| c.file_storages).collect();
+        let mut translator = Self::build(bundle, device, text)?;
+        let switched = translator.set_compute_type(compute_type);
+        // what the model still reads from the file moves into memory of its own
+        drop(file_storages);
+        switched?;
+        Ok(translator)
+    }
+
+    fn build(mut bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
         let (pipeline, target_pipeline) = match text {
             TextMode::Raw => {
                 let target_lang = bundle.pipeline_options.target_lang.clone();

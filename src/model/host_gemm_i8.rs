@@ -208,7 +208,7 @@ impl PackedInt8 {
     }
 
     /// Panels `first` and `first + 1` (where there is one) for every row: up to twelve rows
-    /// through both a pass (VNNI), or six rows through one (AVX2).
+    /// through both a pass (VNNI), or five rows through one (AVX2).
     #[cfg(target_arch = "x86_64")]
     unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], m: usize, y: *mut f32, relu: bool) {
         let (g, words) = (self.groups, self.kernel.row_words(self.groups));
@@ -235,7 +235,8 @@ impl PackedInt8 {
                     r0 += rows;
                 }
                 Kernel::Avx2 => {
-                    let rows = (m - r0).min(6);
+                    // five: a sixth row's accumulators would not fit AVX2's 16 registers
+                    let rows = (m - r0).min(5);
                     for panel in first..first + count {
                         let u = unit(r0, panel, 1);
                         match rows {
@@ -243,8 +244,7 @@ impl PackedInt8 {
                             2 => avx2_rows::<2>(&u),
                             3 => avx2_rows::<3>(&u),
                             4 => avx2_rows::<4>(&u),
-                            5 => avx2_rows::<5>(&u),
-                            _ => avx2_rows::<6>(&u),
+                            _ => avx2_rows::<5>(&u),
                         }
                     }
                     r0 += rows;

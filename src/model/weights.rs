@@ -74,11 +74,17 @@ impl<'a> StateDict<'a> {
         let mut differing = Vec::new();
         for &(_, name) in &present {
             let other = &inner.sd[name];
-            let same = other.size() == reference.size()
-                && other
-                    .f_to_kind(reference.kind())
-                    .and_then(|o| o.f_equal(reference))
-                    .unwrap_or(false);
+            // a checkpoint stores tied parameters once; then the names are views of one storage
+            let one_view = other.data_ptr() == reference.data_ptr()
+                && other.kind() == reference.kind()
+                && other.size() == reference.size()
+                && other.stride() == reference.stride();
+            let same = one_view
+                || other.size() == reference.size()
+                    && other
+                        .f_to_kind(reference.kind())
+                        .and_then(|o| o.f_equal(reference))
+                        .unwrap_or(false);
             if !same {
                 differing.push(name.to_string());
             }
@@ -276,5 +282,20 @@ mod tests {
         let h = half.root().sub("a").get("weight", &[4, 4]).unwrap();
         assert_ne!(h.data_ptr(), aligned.data_ptr());
         assert_eq!(h.kind(), Kind::Half);
+    }
+
+    #[test]
+    fn tied_names_warn_only_when_their_values_differ() {
+        let storage = Tensor::arange(16, (Kind::Float, Device::Cpu)).view([4, 4]);
+        let warnings = |other: Tensor| {
+            let sd = state_dict(&[("a.weight", storage.shallow_clone()), ("b.weight", other)]);
+            let state = StateDict::new(&sd, Device::Cpu, Kind::Float);
+            state.tie(&["a.weight", "b.weight"]).unwrap();
+            state.finish().0.warnings
+        };
+        assert!(warnings(storage.shallow_clone()).is_empty(), "one storage");
+        assert!(warnings(storage.copy()).is_empty(), "equal copies");
+        assert!(warnings(storage.transpose(0, 1)).iter().any(|w| w.contains("tied weights differ: a.weight")), "a transposed view of the same storage");
+        assert!(warnings(storage.copy() + 1.0).iter().any(|w| w.contains("tied weights differ: a.weight")));
     }
 }

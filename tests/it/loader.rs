@@ -279,3 +279,42 @@ fn multilingual_dirs_find_the_files_their_checkpoint_names() {
     let e = resolve(Some(tmp.path()), None, None, Some("en"), Some("de")).unwrap_err().to_string();
     assert!(e.contains("lang_list.txt") && e.contains("not in the model directory"), "{e}");
 }
+
+/// A loaded model reads nothing from its checkpoint file: the weights that loading read where
+/// the file is mapped (`checkpoint/file_storage.rs`) are packed or copied once it is done. The
+/// file is then rewritten with zeros, and truncated: a tensor still over it would translate
+/// otherwise, or fault.
+#[test]
+fn a_loaded_model_no_longer_reads_its_checkpoint_file() {
+    use tchseq::hub::{Batching, LoadOptions, ModelBundle, TextMode, TranslateOptions, Translation, Translator};
+    let lines = ["A man in an orange hat starring at something.", "Two dogs play in the snow."];
+    for compute_type in ["exact", "float32", "int8"] {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["model.pt", "dict.en.txt", "dict.de.txt", "bpecodes"] {
+            std::fs::copy(repo("weights/multi30k.en-de").join(f), dir.path().join(f)).unwrap();
+        }
+        let spec = ModelSpec { model: Some(dir.path().to_path_buf()), ..Default::default() };
+        let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+        let translator = Translator::with_compute_type(bundle, tch::Device::Cpu, TextMode::Raw, compute_type).unwrap();
+        let translate = || -> Vec<(String, f32)> {
+            let (generator, batching) = translator.search(&TranslateOptions::default(), Batching::new(None, Some(8), 1).unwrap()).unwrap();
+            let done = translator.translate(&generator, &lines, &batching, false).unwrap();
+            done.into_iter()
+                .flat_map(|t| match t {
+                    Translation::Done { hypos, .. } => hypos,
+                    Translation::TooLong { .. } => panic!("a test sentence is too long"),
+                })
+                .map(|h| (translator.target_string(&h.tokens), h.score as f32))
+                .collect()
+        };
+        let before = translate();
+        let model = dir.path().join("model.pt");
+        let len = std::fs::metadata(&model).unwrap().len();
+        std::fs::write(&model, vec![0u8; len as usize]).unwrap();
+        assert_eq!(translate(), before, "{compute_type}: the file zeroed");
+        std::fs::File::create(&model).unwrap();
+        assert_eq!(translate(), before, "{compute_type}: the file truncated");
+        assert!(before.len() >= lines.len(), "{before:?}");
+        eprintln!("{compute_type}: {} hypotheses unchanged with the file zeroed and truncated", before.len());
+    }
+}

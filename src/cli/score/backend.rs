@@ -20,8 +20,7 @@ impl ModelBackend {
         let weights = Weights::Load { device, kind, replay_init: false };
         let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
         let text = if a.tokenized { TextMode::Tokenized } else { TextMode::Raw };
-        let mut scorer = Translator::new(bundle, device, text).map_err(common::hub_error)?;
-        scorer.set_compute_type(a.compute_type.name()).map_err(common::hub_error)?;
+        let scorer = Translator::with_compute_type(bundle, device, text, a.compute_type.name()).map_err(common::hub_error)?;
         common::print_warnings(&scorer.report);
         Ok(Self { scorer, inter_threads: global.inter_threads })
     }
