@@ -11,10 +11,11 @@
 //! the file is memory-mapped, the pickle is parsed once (linear in its size), and every storage
 //! that `model` refers to is CRC32-checked and becomes a libtorch tensor, read in place where the
 //! zip stores it as is (`file_storage.rs`; copied once when loading is done, if still in use),
-//! else copied once; optimizer state and other unreferenced storages are neither read nor copied. fairseq 0.12.2's
-//! encoder-layer BetterTransformer copies (`in_proj_weight` = cat(q, k, v), ...) are CRC-checked
-//! but never copied: the upgrade derives them from each layer's own weights, as fairseq's loading
-//! does, which adds one copy of each encoder layer's attention input projection.
+//! else copied once; optimizer state and other unreferenced storages are neither read nor
+//! copied. fairseq 0.12.2's encoder-layer BetterTransformer copies (`in_proj_weight` =
+//! cat(q, k, v), ...) are CRC-checked but never copied: the upgrade derives them from each
+//! layer's own weights, as fairseq's loading does, which adds one copy of each encoder layer's
+//! attention input projection.
 
 pub mod container;
 mod file_storage;
@@ -187,7 +188,14 @@ impl<'a> Materializer<'a> {
                 _ => None,
             };
             let st = match in_place {
-                Some(st) => st,
+                Some(st) => {
+                    // read for the CRC: handed back, so that the checkpoint is not resident all
+                    // at once before its weights are packed one by one
+                    if let Cow::Borrowed(part) = data {
+                        release_pages(self.bytes, part);
+                    }
+                    st
+                }
                 None if self.raw.big_endian => {
                     let es = s.dtype.element_size();
                     let swapped: Vec<u8> = data.chunks_exact(es).flat_map(|c| c.iter().rev().copied()).collect();

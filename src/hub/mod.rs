@@ -238,6 +238,8 @@ pub struct ModelBundle {
     /// The ensemble, in `files.checkpoints` order (empty with `Weights::ConfigOnly`).
     pub models: Vec<TransformerModel>,
     /// The loaded checkpoints, in `files.checkpoints` order (kept for `inspect` and `verify`).
+    /// While they are here, the models' weights may still read the checkpoint files where they
+    /// are mapped; [`Translator::with_compute_type`] (and dropping them) ends that.
     pub checkpoints: Vec<Checkpoint>,
     /// The source dictionary, language tokens appended.
     pub src_dict: Dictionary,
