@@ -317,8 +317,8 @@ unsafe fn vnni_rows<const R: usize>(u: &Unit) {
 }
 
 /// `R` rows of one panel: 2R accumulators of 8 columns; for each pair of inputs, two weight
-/// loads (sign-extended to 16 bits) and R broadcasts; then [`vnni_rows`]'s scaling, so that the
-/// bits are the same.
+/// loads (sign-extended to 16 bits) and R broadcasts; then [`vnni_rows`]'s scaling (whose
+/// offset is 0 here), so that the bits are the same.
 ///
 /// # Safety
 /// `u` describes `R` readable rows, one panel and writable outputs; the CPU has AVX2 and FMA.
@@ -344,11 +344,11 @@ unsafe fn avx2_rows<const R: usize>(u: &Unit) {
         let col0 = u.columns[0] + 8 * half;
         let Some(width) = p.out_features.checked_sub(col0).filter(|&w| w > 0).map(|w| w.min(8)) else { break };
         let scale = _mm256_loadu_ps(p.scale.as_ptr().add(col0));
-        let offset = _mm256_loadu_si256(p.offset.as_ptr().add(col0) as *const __m256i);
         let bias = _mm256_loadu_ps(p.bias.as_ptr().add(col0));
         let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (r, acc) in acc.iter().enumerate() {
-            let sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[half], offset));
+            // signed inputs: no offset to take back (`offset` is 0 for this kernel)
+            let sum = _mm256_cvtepi32_ps(acc[half]);
             let s = _mm256_mul_ps(scale, _mm256_set1_ps(*u.row_scale.add(r)));
             let mut v = _mm256_fmadd_ps(sum, s, bias);
             if u.relu {
