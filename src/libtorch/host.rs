@@ -41,6 +41,29 @@ pub unsafe fn f32_view_mut(t: &mut Tensor) -> Option<&mut [f32]> {
     Some(unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n) })
 }
 
+/// Column `col` of an int64 CPU matrix `t` (any strides) into `out`; false (and `out` left
+/// empty) for any other tensor or column.
+///
+/// # Safety
+/// Nothing may write `t`'s storage while it is read.
+pub unsafe fn i64_column_into(t: &Tensor, col: i64, out: &mut Vec<i64>) -> bool {
+    out.clear();
+    if t.device() != Device::Cpu || t.kind() != Kind::Int64 || t.dim() != 2 {
+        return false;
+    }
+    let (size, stride) = (t.size(), t.stride());
+    if !(0..size[1]).contains(&col) {
+        return false;
+    }
+    let base = t.data_ptr() as *const i64;
+    for r in 0..size[0] {
+        // SAFETY: `(r, col)` is inside the tensor, whose storage `t` keeps alive; the caller
+        // rules out writers.
+        out.push(unsafe { *base.offset((r * stride[0] + col * stride[1]) as isize) });
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +78,18 @@ mod tests {
         assert!(unsafe { f32_view(&t.to_kind(Kind::Double)) }.is_none());
         let empty = Tensor::zeros([0, 4], (Kind::Float, Device::Cpu));
         assert_eq!(unsafe { f32_view(&empty) }, Some(&[][..]));
+    }
+
+    #[test]
+    fn reads_a_column_of_a_strided_int64_matrix() {
+        let t = Tensor::arange(12, (Kind::Int64, Device::Cpu)).view([3, 4]);
+        let mut out = vec![7];
+        assert!(unsafe { i64_column_into(&t.narrow(1, 0, 3), 2, &mut out) });
+        assert_eq!(out, [2, 6, 10]);
+        assert!(unsafe { i64_column_into(&t.tr(), 1, &mut out) });
+        assert_eq!(out, [4, 5, 6, 7]);
+        assert!(!unsafe { i64_column_into(&t, 4, &mut out) });
+        assert!(out.is_empty());
+        assert!(!unsafe { i64_column_into(&t.to_kind(Kind::Float), 0, &mut out) });
     }
 }

@@ -1,5 +1,7 @@
 //! `TransformerDecoderBase` (fairseq/models/transformer/transformer_decoder.py).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use tch::{Kind, Tensor};
 
 use super::embedding::EmbeddingFrontEnd;
@@ -37,8 +39,13 @@ pub struct TransformerDecoder {
     /// fairseq does; false runs fairseq's own bmm path, the one incremental decoding takes
     /// (for checking the cache against a full pass with the same kernels).
     pub torch_self_attention: bool,
+    /// Incremental steps of the fast compute types on host buffers where they can
+    /// (`host_step.rs`); false keeps them on the tensor path (for checking one against the other).
+    pub host_step: bool,
+    /// Steps taken on the host so far.
+    host_steps: AtomicUsize,
     /// The logits' buffers, reused from step to step where the output projection is packed.
-    logits: BufferPool,
+    pub(super) logits: BufferPool,
 }
 
 impl TransformerDecoder {
@@ -68,9 +75,16 @@ impl TransformerDecoder {
             padding_idx: PADDING_IDX,
             max_target_positions: o.side.max_positions,
             torch_self_attention: true,
+            host_step: true,
+            host_steps: AtomicUsize::new(0),
             logits: BufferPool::default(),
         };
         Ok((decoder, warnings))
+    }
+
+    /// How many incremental steps ran on host buffers (`host_step.rs`).
+    pub fn host_steps(&self) -> usize {
+        self.host_steps.load(Ordering::Relaxed)
     }
 
     /// fairseq's `decoder.max_positions()`.
@@ -118,6 +132,13 @@ impl TransformerDecoder {
                     "{bsz} target rows for an encoder output of {enc_bsz} rows (mask {:?})",
                     encoder_out.encoder_padding_mask.size()
                 )));
+            }
+        }
+        let mut incremental_state = incremental_state;
+        if let Some(state) = incremental_state.as_deref_mut().filter(|_| self.host_step && !need_attn && !return_all_hiddens) {
+            if let Some(logits) = self.host_step(prev_output_tokens, state)? {
+                self.host_steps.fetch_add(1, Ordering::Relaxed);
+                return Ok(DecoderOut { logits, attn: None, inner_states: Vec::new() });
             }
         }
         let enc = encoder_out.map(|e| &e.encoder_out);

@@ -49,6 +49,28 @@ impl Embedding {
         Ok(())
     }
 
+    /// Row `id` into `out` (`embedding_dim` floats), from the table or the panels it shares, as
+    /// [`Embedding::forward`] looks it up; false (nothing written) when `id` is outside the
+    /// table or the table is not a float32 CPU matrix.
+    pub fn row_into(&self, id: i64, out: &mut [f32]) -> bool {
+        let dim = self.dim as usize;
+        if !(0..self.rows).contains(&id) || out.len() != dim {
+            return false;
+        }
+        if let Some(packed) = &self.packed {
+            packed.row_into(id as usize, out);
+            return true;
+        }
+        // SAFETY: nothing writes the table while the model runs.
+        match unsafe { crate::libtorch::host::f32_view(&self.weight) } {
+            Some(table) if table.len() == self.rows as usize * dim => {
+                out.copy_from_slice(&table[id as usize * dim..][..dim]);
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor, ModelError> {
         let rows = self.num_embeddings();
         // libtorch checks the range too, but with an unhelpful message
@@ -216,6 +238,25 @@ impl PositionalEmbedding {
             Self::Sinusoidal(_) => SinusoidalPositionalEmbedding::MAX_POSITIONS,
             Self::Learned(l) => usize::try_from(l.max_positions()).unwrap_or(0),
         }
+    }
+
+    /// The row an incremental step at `prefix_len` tokens adds for every sentence (position
+    /// `padding_idx + prefix_len`), as [`PositionalEmbedding::forward`] takes it; None where
+    /// the table does not hold it as a float32 CPU matrix (`forward` then grows the table or
+    /// reports the error).
+    pub fn incremental_row(&self, prefix_len: usize) -> Option<&[f32]> {
+        let (table, padding_idx) = match self {
+            Self::Sinusoidal(s) => (&s.weights, s.padding_idx),
+            Self::Learned(l) => (&l.embedding.weight, l.embedding.padding_idx),
+        };
+        let (rows, dim) = table.size2().ok()?;
+        let at = padding_idx.checked_add(i64::try_from(prefix_len).ok()?)?;
+        if !(0..rows).contains(&at) {
+            return None;
+        }
+        // SAFETY: nothing writes the table while the model runs.
+        let data = unsafe { crate::libtorch::host::f32_view(table) }?;
+        data.get(at as usize * dim as usize..(at as usize + 1) * dim as usize)
     }
 
     pub fn forward(&self, input: &Tensor, incremental: bool) -> Result<Tensor, ModelError> {

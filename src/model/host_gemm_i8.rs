@@ -139,6 +139,10 @@ impl PackedInt8 {
         Ok(Self { kernel, in_features: k, out_features: n, groups, blocks, scale, offset, bias })
     }
 
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
     pub fn out_features(&self) -> usize {
         self.out_features
     }

@@ -62,6 +62,28 @@ impl TableProjection {
     }
 }
 
+impl TableProjection {
+    /// `(vocab, dim)` of the table.
+    pub fn shape(&self) -> (usize, usize) {
+        let (vocab, dim) = self.table.size2().unwrap_or((0, 0));
+        (vocab as usize, dim as usize)
+    }
+
+    /// [`TableProjection::forward`] on slices: `x` `[rows, dim]` into `y` `[rows, vocab]`; false
+    /// (nothing written) when their lengths do not fit.
+    pub fn gemm(&self, x: &[f32], y: &mut [f32]) -> bool {
+        let (vocab, dim) = self.shape();
+        // SAFETY: nothing writes the table during the call.
+        let Some(t_data) = (unsafe { f32_view(&self.table) }) else { return false };
+        let rows = x.len() / dim.max(1);
+        if dim == 0 || rows * dim != x.len() || y.len() != rows * vocab {
+            return false;
+        }
+        gemm_nt(self.isa, x, t_data, y, dim);
+        true
+    }
+}
+
 struct SendPtr(*mut f32);
 // SAFETY: the ranges of `parallel_for` write disjoint columns through it.
 unsafe impl Sync for SendPtr {}

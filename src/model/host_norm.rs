@@ -52,15 +52,28 @@ impl HostLayerNorm {
         let mut out = Tensor::f_empty(x.size(), (Kind::Float, Device::Cpu))?;
         // SAFETY: `out` is new and not shared.
         let Some(out_data) = (unsafe { f32_view_mut(&mut out) }) else { return Ok(None) };
-        let out_ptr = SharedOut(out_data.as_mut_ptr());
-        let count = x_data.len() / dim;
+        self.forward_into(x_data, residual_data, out_data);
+        Ok(Some(out))
+    }
+
+    /// The norm's width.
+    pub fn dim(&self) -> usize {
+        self.weight.len()
+    }
+
+    /// [`HostLayerNorm::forward`] on slices: `out = layer_norm(residual + x)`, rows of
+    /// [`HostLayerNorm::dim`]; `x`, `residual` and `out` are as long as each other.
+    pub fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, out: &mut [f32]) {
+        let dim = self.weight.len();
+        assert!(out.len() == x.len() && residual.is_none_or(|r| r.len() == x.len()), "host layer norm: mismatched operands");
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        let count = x.len() / dim;
         parallel_for(count, GRAIN_ELEMENTS.div_ceil(dim), |start, end| {
             let out_ptr = &out_ptr;
             // SAFETY: each range writes only its own rows.
             let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(start * dim), (end - start) * dim) };
-            rows(self, x_data, residual_data, start..end, out);
+            rows(self, x, residual, start..end, out);
         });
-        Ok(Some(out))
     }
 }
 

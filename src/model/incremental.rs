@@ -3,6 +3,7 @@
 
 use tch::Tensor;
 
+use super::host_step::HostStepBuffers;
 use super::kv_cache::HostKvCache;
 use super::ModelError;
 
@@ -71,6 +72,8 @@ pub struct IncrementalState {
     pub layers: Vec<LayerState>,
     /// The beam size of BART's beamable encoder attention (0 or 1: off).
     pub beamable: i64,
+    /// The host step's activations (`host_step.rs`).
+    pub(crate) host_buffers: HostStepBuffers,
 }
 
 impl IncrementalState {

@@ -22,6 +22,7 @@ mod host_gemm_i8;
 mod host_gemm_nt;
 mod host_norm;
 mod host_softmax;
+mod host_step;
 mod incremental;
 mod kv_cache;
 mod int8;

@@ -5,6 +5,7 @@ use tch::{Kind, Tensor};
 use std::sync::Arc;
 
 use super::host_gemm::{PackedWeight, Precision};
+use super::host_gemm_i8::PackedInt8;
 use super::host_norm::HostLayerNorm;
 use super::host_gemm_nt::TableProjection;
 use crate::libtorch::reuse::BufferPool;
@@ -100,6 +101,22 @@ impl Linear {
         }
     }
 
+    /// The host kernel [`Linear::forward`] (or [`Linear::forward_relu`], with `relu`) computes
+    /// with, for a caller that holds its operands in host buffers (`host_step.rs`); None where
+    /// it computes through libtorch.
+    pub fn host_kernel(&self, relu: bool) -> Option<HostKernel<'_>> {
+        if let Some(table) = self.table.as_ref().filter(|_| self.bias.is_none() && !relu) {
+            return Some(HostKernel::Table(table));
+        }
+        if let Some(packed) = &self.packed {
+            return Some(HostKernel::Packed(packed));
+        }
+        match &self.int8 {
+            Some(Int8Weight::Host(int8)) => Some(HostKernel::Int8(int8)),
+            _ => None,
+        }
+    }
+
     /// Computes on the host from panels packed in `precision` from now on (`host_gemm.rs`),
     /// where the CPU allows; returns whether it does.
     pub fn pack_for_host(&mut self, precision: Precision) -> Result<bool, ModelError> {
@@ -154,6 +171,49 @@ impl Linear {
     pub fn quantize_int8(&mut self) -> Result<(), ModelError> {
         self.int8 = Some(Int8Weight::quantize(&self.weight, self.bias.as_ref())?);
         Ok(())
+    }
+}
+
+/// A linear layer's host kernel ([`Linear::host_kernel`]): `y = x · Wᵀ + b` on slices, `x`
+/// `[rows, in]` and `y` `[rows, out]`.
+#[derive(Clone, Copy)]
+pub enum HostKernel<'a> {
+    Packed(&'a PackedWeight),
+    Int8(&'a PackedInt8),
+    Table(&'a TableProjection),
+}
+
+impl HostKernel<'_> {
+    pub fn in_features(&self) -> usize {
+        match self {
+            Self::Packed(p) => p.in_features(),
+            Self::Int8(q) => q.in_features(),
+            Self::Table(t) => t.shape().1,
+        }
+    }
+
+    pub fn out_features(&self) -> usize {
+        match self {
+            Self::Packed(p) => p.out_features(),
+            Self::Int8(q) => q.out_features(),
+            Self::Table(t) => t.shape().0,
+        }
+    }
+
+    /// `y = x · Wᵀ + b`, then ReLU with `relu` (which a table projection never takes); false
+    /// (nothing written) when the lengths do not fit.
+    pub fn gemm(&self, x: &[f32], y: &mut [f32], relu: bool) -> bool {
+        let (k, n) = (self.in_features(), self.out_features());
+        let rows = x.len() / k.max(1);
+        if k == 0 || rows * k != x.len() || y.len() != rows * n {
+            return false;
+        }
+        match self {
+            Self::Packed(p) => p.gemm(x, y, relu),
+            Self::Int8(q) => q.gemm(x, y, relu),
+            Self::Table(t) => return !relu && t.gemm(x, y),
+        }
+        true
     }
 }
 
@@ -213,6 +273,11 @@ impl LayerNorm {
     pub fn to_host(&mut self) -> Result<(), ModelError> {
         self.host = HostLayerNorm::new(&self.weight, &self.bias, self.eps)?;
         Ok(())
+    }
+
+    /// The host kernel after [`LayerNorm::to_host`].
+    pub fn host(&self) -> Option<&HostLayerNorm> {
+        self.host.as_ref()
     }
 
     fn host_forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Option<Tensor>, ModelError> {

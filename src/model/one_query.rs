@@ -88,6 +88,43 @@ pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, M
     Ok(Some(out))
 }
 
+/// [`attend`] on slices: `rows` queries `q_stride` floats apart (the query in the first `heads ×
+/// head_dim` of each) over dense keys and values `[kv_rows, heads, len, head_dim]` and an
+/// additive `bias` `[kv_rows, len]`, into `out` `[rows, heads × head_dim]`; false (nothing
+/// written) where the operands do not fit those shapes.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_into(q: &[f32], q_stride: usize, k: &[f32], v: &[f32], [kv_rows, heads, len, head_dim]: [usize; 4], bias: Option<&[f32]>, out: &mut [f32]) -> bool {
+    let width = heads * head_dim;
+    let rows = out.len() / width.max(1);
+    let fits = kv_rows > 0
+        && len > 0
+        && width > 0
+        && width <= q_stride
+        && rows.is_multiple_of(kv_rows)
+        && out.len() == rows * width
+        && q.len() == rows * q_stride
+        && k.len() == kv_rows * width * len
+        && v.len() == k.len()
+        && bias.is_none_or(|b| b.len() == kv_rows * len);
+    if fits {
+        let shape = Shape { rows, kv_rows, heads, len, head_dim, q_stride };
+        run(&shape, q, Keys::Dense { k, v }, bias, out);
+    }
+    fits
+}
+
+/// [`attend_cache`] on slices: `q` as in [`attend_into`], one row per cached row; false
+/// (nothing written) where the operands do not fit.
+pub fn attend_cache_into(q: &[f32], q_stride: usize, cache: &HostKvCache, out: &mut [f32]) -> bool {
+    let (rows, heads, head_dim) = (cache.rows(), cache.heads(), cache.head_dim());
+    let fits = !cache.is_empty() && heads * head_dim <= q_stride && q.len() == rows * q_stride && out.len() == rows * heads * head_dim;
+    if fits {
+        let shape = Shape { rows, kv_rows: rows, heads, len: cache.len(), head_dim, q_stride };
+        run(&shape, q, Keys::Cache(cache), None, out);
+    }
+    fits
+}
+
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 17;
 

@@ -61,6 +61,11 @@ fn bleu(hyps: &[String], refs: &[String]) -> f64 {
     100.0 * (log_precision + brevity).exp()
 }
 
+/// The first `n` lines of the bundled input.
+fn bundled_input(n: usize) -> Vec<String> {
+    std::fs::read_to_string(fixture("bundled/input.en")).unwrap().lines().take(n).map(str::to_string).collect()
+}
+
 /// The references of the bundled input's 40 lines, BPE removed.
 fn references() -> Vec<String> {
     let text = std::fs::read_to_string(fixture("bundled/score_reference/test.bpe.de")).unwrap();
@@ -271,6 +276,12 @@ fn float32_gives_fairseq_s_hypotheses_on_the_bundled_model() {
 }
 
 fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&str], compute_type: &str) -> Vec<Hypothesis> {
+    hub_run(model, lang, text, lines, compute_type, true).0
+}
+
+/// The hypotheses, and how many decoder steps ran on host buffers; `host_step` false keeps
+/// every step on the tensor path.
+fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&str], compute_type: &str, host_step: bool) -> (Vec<Hypothesis>, usize) {
     set_test_threads();
     let spec = ModelSpec {
         model: Some(repo(model)),
@@ -281,16 +292,64 @@ fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines
     let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
     let mut translator = Translator::new(bundle, tch::Device::Cpu, text).unwrap();
     translator.set_compute_type(compute_type).unwrap();
+    translator.models[0].decoder.host_step = host_step;
     let options = TranslateOptions { nbest: 5, ..Default::default() };
     let batching = Batching::new(None, Some(8), 1).unwrap();
     let (generator, batching) = translator.search(&options, batching).unwrap();
     let done = translator.translate(&generator, lines, &batching, false).unwrap();
-    done.into_iter()
+    let hypos = done
+        .into_iter()
         .flat_map(|t| match t {
             Translation::Done { hypos, .. } => hypos,
             Translation::TooLong { .. } => panic!("a test sentence is too long"),
         })
-        .collect()
+        .collect();
+    (hypos, translator.models[0].decoder.host_steps())
+}
+
+/// The fast compute types' decoder step on host buffers (`model/host_step.rs`) gives the tensor
+/// path's bits: the same hypotheses, scores and positional scores, bit for bit, on the bundled
+/// model, every fixture (pre- and post-norm, tied and untied) and the multilingual models (BART's
+/// beamable encoder attention), at batch 8 with nbest 5 so that batches shrink and beams reorder.
+#[test]
+fn the_host_step_gives_the_tensor_path_s_bits() {
+    let mut runs: Vec<(String, Option<(&str, &str)>, TextMode, Vec<String>)> =
+        vec![("weights/multi30k.en-de".into(), None, TextMode::Raw, bundled_input(10))];
+    let manifest = crate::util::json("tests/fixtures/models/manifest.json");
+    let inputs = std::fs::read_to_string(repo(manifest["inputs"]["src"].as_str().unwrap())).unwrap();
+    let lines: Vec<String> = inputs.lines().take(10).map(str::to_string).collect();
+    for f in manifest["fixtures"].as_array().unwrap() {
+        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized, lines.clone()));
+    }
+    let multilingual: Vec<String> =
+        std::fs::read_to_string(fixture("multilingual/input.en")).unwrap().lines().take(6).map(str::to_string).collect();
+    for (dir, pair) in [("bart", ("en", "de")), ("m2m", ("en", "de"))] {
+        runs.push((format!("tests/fixtures/multilingual/{dir}"), Some(pair), TextMode::Raw, multilingual.clone()));
+    }
+    // `TCHSEQ_CPU_FEATURES_OFF=avx2` leaves the host kernels out, and every step on libtorch
+    let hidden = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
+    let host_kernels = !hidden.split_whitespace().any(|f| f == "avx2");
+    let mut compute_types = vec!["float32", "int8"];
+    if bfloat16_runs_here() && !hidden.split_whitespace().any(|f| f == "avx512f") {
+        compute_types.push("bfloat16");
+    }
+    for compute_type in compute_types {
+        let mut on_host = Vec::new();
+        for (model, lang, text, lines) in &runs {
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let (tensor_path, none) = hub_run(model, *lang, *text, &lines, compute_type, false);
+            assert_eq!(none, 0, "{compute_type} {model}: a host step ran with host_step off");
+            let (host, steps) = hub_run(model, *lang, *text, &lines, compute_type, true);
+            let bits = |h: &Hypothesis| (h.tokens.clone(), h.score.to_bits(), h.positional_scores.iter().map(|p| p.to_bits()).collect::<Vec<_>>());
+            assert_eq!(host.len(), tensor_path.len(), "{compute_type} {model}");
+            for (a, b) in host.iter().zip(&tensor_path) {
+                assert_eq!(bits(a), bits(b), "{compute_type} {model}: the host step against the tensor path");
+            }
+            on_host.push(format!("{model}: {steps}"));
+            assert!(steps > 0 || !host_kernels, "{compute_type} {model}: no step ran on the host");
+        }
+        eprintln!("{compute_type}: host steps {on_host:?}");
+    }
 }
 
 /// The fixtures' goldens under float32: fairseq-interactive's hypotheses for beam 5 and for
