@@ -53,16 +53,13 @@ impl TableProjection {
             Some(y) if y.size() == out_size => y,
             _ => Tensor::f_empty(out_size.as_slice(), (Kind::Float, Device::Cpu))?,
         };
-        // SAFETY: nothing writes `x` or the table during the call; `y` is the caller's to write.
-        let (Some(x_data), Some(t_data), Some(y_data)) = (unsafe { f32_view(x) }, unsafe { f32_view(&self.table) }, unsafe { f32_view_mut(&mut y) }) else {
+        // SAFETY: nothing writes `x` during the call; `y` is the caller's to write.
+        let (Some(x_data), Some(y_data)) = (unsafe { f32_view(x) }, unsafe { f32_view_mut(&mut y) }) else {
             return Ok(None);
         };
-        gemm_nt(self.isa, x_data, t_data, y_data, dim as usize);
-        Ok(Some(y))
+        Ok(self.gemm(x_data, y_data).then_some(y))
     }
-}
 
-impl TableProjection {
     /// `(vocab, dim)` of the table.
     pub fn shape(&self) -> (usize, usize) {
         let (vocab, dim) = self.table.size2().unwrap_or((0, 0));
@@ -75,8 +72,8 @@ impl TableProjection {
         let (vocab, dim) = self.shape();
         // SAFETY: nothing writes the table during the call.
         let Some(t_data) = (unsafe { f32_view(&self.table) }) else { return false };
-        let rows = x.len() / dim.max(1);
-        if dim == 0 || rows * dim != x.len() || y.len() != rows * vocab {
+        let rows = if dim == 0 { y.len() / vocab.max(1) } else { x.len() / dim };
+        if rows * dim != x.len() || y.len() != rows * vocab {
             return false;
         }
         gemm_nt(self.isa, x, t_data, y, dim);

@@ -56,13 +56,8 @@ impl HostLayerNorm {
         Ok(Some(out))
     }
 
-    /// The norm's width.
-    pub fn dim(&self) -> usize {
-        self.weight.len()
-    }
-
-    /// [`HostLayerNorm::forward`] on slices: `out = layer_norm(residual + x)`, rows of
-    /// [`HostLayerNorm::dim`]; `x`, `residual` and `out` are as long as each other.
+    /// [`HostLayerNorm::forward`] on slices: `out = layer_norm(residual + x)`, rows of the
+    /// norm's width; `x`, `residual` and `out` are as long as each other.
     pub fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, out: &mut [f32]) {
         let dim = self.weight.len();
         assert!(out.len() == x.len() && residual.is_none_or(|r| r.len() == x.len()), "host layer norm: mismatched operands");

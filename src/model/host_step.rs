@@ -22,7 +22,7 @@ use super::one_query;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut, i64_column_into};
 
-/// The step's activations, kept in the incremental state so that a step allocates nothing.
+/// The step's activations, kept in the incremental state and reused from step to step.
 #[derive(Debug, Default)]
 pub struct HostStepBuffers {
     tokens: Vec<i64>,
