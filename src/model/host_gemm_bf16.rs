@@ -106,14 +106,13 @@ pub mod avx512bf16 {
     /// `R` rows through two panels: 2R accumulators, two weight registers and a broadcast pair.
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn rows<const R: usize>(j: &Job<u32>) {
-        let pairs = j.k;
-        let (p0, p1) = (j.panel, j.panel.add(pairs * PANEL));
-        let mut acc = [[_mm512_loadu_ps(j.bias), _mm512_loadu_ps(j.bias.add(PANEL))]; R];
-        for kk in 0..pairs {
+        let (p0, p1) = (j.panel, j.panel.add(j.lines * PANEL));
+        let mut acc = avx512::start::<R, u32>(j);
+        for kk in 0..j.k {
             let w0: __m512bh = std::mem::transmute(_mm512_load_ps(p0.add(kk * PANEL)));
             let w1: __m512bh = std::mem::transmute(_mm512_load_ps(p1.add(kk * PANEL)));
             for (r, acc) in acc.iter_mut().enumerate() {
-                let xr: __m512bh = std::mem::transmute(_mm512_set1_epi32(*j.x.add(r * pairs + kk) as i32));
+                let xr: __m512bh = std::mem::transmute(_mm512_set1_epi32(*j.x.add(r * j.lines + kk) as i32));
                 acc[0] = _mm512_dpbf16_ps(acc[0], xr, w0);
                 acc[1] = _mm512_dpbf16_ps(acc[1], xr, w1);
             }
@@ -153,7 +152,7 @@ mod tests {
             return;
         }
         let rounded = |t: &Tensor| t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
-        for &(out, inp) in &[(384i64, 128i64), (37, 21), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1001)] {
+        for &(out, inp) in &[(384i64, 128i64), (37, 21), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1001), (35, 2100)] {
             let w = Tensor::randn([out, inp], opts);
             let b = Tensor::randn([out], opts);
             let packed = PackedWeight::pack_with(Precision::Bf16, &w, Some(&b)).unwrap().expect("packed");

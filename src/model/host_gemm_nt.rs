@@ -12,9 +12,18 @@ use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
-/// Table rows (outputs) and input rows per block.
+/// Table rows (outputs) and input rows per block, at most: AVX2 takes three table rows, so that
+/// its 12 accumulators, 3 table registers and an input register fit its 16 registers (four
+/// spilled five accumulators to the stack every step of the loop).
 const V: usize = 4;
 const R: usize = 4;
+
+fn table_rows(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 => V,
+        Isa::Avx2 => 3,
+    }
+}
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 19;
 
@@ -94,7 +103,8 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
         return;
     }
     let (rows, vocab) = (x.len() / k, t.len() / k);
-    let chunk = ((8192 / k) / V * V).clamp(V, 64);
+    let v_step = table_rows(isa);
+    let chunk = ((8192 / k) / v_step * v_step).clamp(v_step, 64 / v_step * v_step);
     let chunks = vocab.div_ceil(chunk);
     let grain = GRAIN_FLOPS.div_ceil(rows.max(1) * k * chunk * 2);
     let y_ptr = SendPtr(y.as_mut_ptr());
@@ -104,8 +114,8 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
             let (first, last) = (c * chunk, vocab.min((c + 1) * chunk));
             for r0 in (0..rows).step_by(R) {
                 let nr = R.min(rows - r0);
-                for v0 in (first..last).step_by(V) {
-                    let nv = V.min(last - v0);
+                for v0 in (first..last).step_by(v_step) {
+                    let nv = v_step.min(last - v0);
                     let mut out = [[0f32; V]; R];
                     // SAFETY: the rows and table rows read are inside `x` and `t`; the ISA was
                     // detected.
@@ -122,8 +132,8 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
     });
 }
 
-/// One block: `nr` input rows (≤ R) against `nv` table rows (≤ V); a missing table row
-/// repeats the first, and its sums are not written.
+/// One block: `nr` input rows (≤ R) against `nv` table rows (≤ `table_rows(isa)`); a missing
+/// table row repeats the first, and its sums are not written.
 ///
 /// # Safety
 /// `x` holds `nr` rows of `k`, `t` `nv` rows of `k`; `isa` is available.
@@ -136,10 +146,10 @@ unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k:
         (Isa::Avx512, 2) => avx512::block::<2>(&xs, &ts, k, out),
         (Isa::Avx512, 3) => avx512::block::<3>(&xs, &ts, k, out),
         (Isa::Avx512, _) => avx512::block::<4>(&xs, &ts, k, out),
-        (Isa::Avx2, 1) => avx2::block::<1>(&xs, &ts, k, out),
-        (Isa::Avx2, 2) => avx2::block::<2>(&xs, &ts, k, out),
-        (Isa::Avx2, 3) => avx2::block::<3>(&xs, &ts, k, out),
-        (Isa::Avx2, _) => avx2::block::<4>(&xs, &ts, k, out),
+        (Isa::Avx2, 1) => avx2::block::<1, 3>(&xs, &ts, k, out),
+        (Isa::Avx2, 2) => avx2::block::<2, 3>(&xs, &ts, k, out),
+        (Isa::Avx2, 3) => avx2::block::<3, 3>(&xs, &ts, k, out),
+        (Isa::Avx2, _) => avx2::block::<4, 3>(&xs, &ts, k, out),
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (isa, xs, ts, k, out);
@@ -190,24 +200,27 @@ mod avx2 {
 
     use super::{R, V};
 
+    /// `NR` input rows against the first `NV` (≤ V) table rows.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block<const NR: usize>(x: &[*const f32; R], t: &[*const f32; V], k: usize, out: &mut [[f32; V]; R]) {
-        let mut acc = [[_mm256_setzero_ps(); V]; NR];
+    pub unsafe fn block<const NR: usize, const NV: usize>(x: &[*const f32; R], t: &[*const f32; V], k: usize, out: &mut [[f32; V]; R]) {
+        let mut acc = [[_mm256_setzero_ps(); NV]; NR];
         let whole = k / 8 * 8;
         let mut c = 0;
         while c < whole {
-            let tv: [__m256; V] = std::array::from_fn(|v| _mm256_loadu_ps(t[v].add(c)));
+            let tv: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(t[v].add(c)));
             for r in 0..NR {
                 let xv = _mm256_loadu_ps(x[r].add(c));
-                for v in 0..V {
+                for v in 0..NV {
                     acc[r][v] = _mm256_fmadd_ps(xv, tv[v], acc[r][v]);
                 }
             }
             c += 8;
         }
         for r in 0..NR {
-            _mm_storeu_ps(out[r].as_mut_ptr(), sum4(acc[r]));
-            for v in 0..V {
+            let mut four = [_mm256_setzero_ps(); 4];
+            four[..NV].copy_from_slice(&acc[r]);
+            _mm_storeu_ps(out[r].as_mut_ptr(), sum4(four));
+            for v in 0..NV {
                 for cc in c..k {
                     out[r][v] += *x[r].add(cc) * *t[v].add(cc);
                 }
