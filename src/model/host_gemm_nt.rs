@@ -12,18 +12,21 @@ use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
-/// Table rows (outputs) and input rows per block, at most: AVX2 takes three table rows, so that
-/// its 12 accumulators, 3 table registers and an input register fit its 16 registers (four
-/// spilled five accumulators to the stack every step of the loop).
+/// Table rows (outputs) and input rows per block, at most.
 const V: usize = 4;
 const R: usize = 4;
 
-fn table_rows(isa: Isa) -> usize {
+/// Table rows a block of `nr` input rows takes. AVX2 takes three against three or four rows, so
+/// that the accumulators, table registers and an input register fit its 16 registers (four
+/// against four spilled five accumulators to the stack every step of the loop); four against
+/// fewer rows, which load more per product.
+fn table_rows(isa: Isa, nr: usize) -> usize {
     match isa {
-        Isa::Avx512 => V,
-        Isa::Avx2 => 3,
+        Isa::Avx2 if nr >= 3 => 3,
+        _ => V,
     }
 }
+
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 19;
 
@@ -96,15 +99,17 @@ unsafe impl Sync for SendPtr {}
 
 /// `y[r][v] = Σ_c x[r][c] · t[v][c]`: `x` `[rows, k]`, `t` `[vocab, k]`, `y` `[rows, vocab]`.
 /// Table rows go in chunks that fit L1 (about 32 KiB), each chunk against every input row in
-/// blocks of 4 × 4, so that an input row is read once per chunk, not once per block.
+/// blocks of up to 4 × 4 (`table_rows`), so that an input row is read once per chunk, not once
+/// per block.
 fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
     if k == 0 {
         y.fill(0.0);
         return;
     }
     let (rows, vocab) = (x.len() / k, t.len() / k);
-    let v_step = table_rows(isa);
-    let chunk = ((8192 / k) / v_step * v_step).clamp(v_step, 64 / v_step * v_step);
+    // a multiple of every block's table rows
+    let unit = if isa == Isa::Avx2 { 12 } else { V };
+    let chunk = ((8192 / k) / unit * unit).clamp(unit, 64 / unit * unit);
     let chunks = vocab.div_ceil(chunk);
     let grain = GRAIN_FLOPS.div_ceil(rows.max(1) * k * chunk * 2);
     let y_ptr = SendPtr(y.as_mut_ptr());
@@ -114,6 +119,7 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
             let (first, last) = (c * chunk, vocab.min((c + 1) * chunk));
             for r0 in (0..rows).step_by(R) {
                 let nr = R.min(rows - r0);
+                let v_step = table_rows(isa, nr);
                 for v0 in (first..last).step_by(v_step) {
                     let nv = v_step.min(last - v0);
                     let mut out = [[0f32; V]; R];
@@ -132,8 +138,8 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
     });
 }
 
-/// One block: `nr` input rows (≤ R) against `nv` table rows (≤ `table_rows(isa)`); a missing
-/// table row repeats the first, and its sums are not written.
+/// One block: `nr` input rows (≤ R) against `nv` table rows (≤ `table_rows(isa, nr)`); a
+/// missing table row repeats the first, and its sums are not written.
 ///
 /// # Safety
 /// `x` holds `nr` rows of `k`, `t` `nv` rows of `k`; `isa` is available.
@@ -146,8 +152,8 @@ unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k:
         (Isa::Avx512, 2) => avx512::block::<2>(&xs, &ts, k, out),
         (Isa::Avx512, 3) => avx512::block::<3>(&xs, &ts, k, out),
         (Isa::Avx512, _) => avx512::block::<4>(&xs, &ts, k, out),
-        (Isa::Avx2, 1) => avx2::block::<1, 3>(&xs, &ts, k, out),
-        (Isa::Avx2, 2) => avx2::block::<2, 3>(&xs, &ts, k, out),
+        (Isa::Avx2, 1) => avx2::block::<1, 4>(&xs, &ts, k, out),
+        (Isa::Avx2, 2) => avx2::block::<2, 4>(&xs, &ts, k, out),
         (Isa::Avx2, 3) => avx2::block::<3, 3>(&xs, &ts, k, out),
         (Isa::Avx2, _) => avx2::block::<4, 3>(&xs, &ts, k, out),
     }
