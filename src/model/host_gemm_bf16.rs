@@ -76,7 +76,8 @@ pub fn input_pairs(x: &[f32], rows: usize, k: usize) -> Vec<u32> {
 pub mod avx512bf16 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_gemm::{avx512, by_row_count, Job, PANEL};
+    use crate::model::host_gemm::{by_row_count, Job, PANEL};
+    use crate::model::host_gemm_f32::avx512;
 
     /// Rounds the whole 32-input blocks of `row` into `lanes` with `vcvtne2ps2bf16` (the same
     /// rounding as [`super::round`] for every value but subnormals, which it flushes to zero);

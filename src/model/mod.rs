@@ -18,6 +18,7 @@ mod encoder;
 mod fused;
 mod host_gemm;
 mod host_gemm_bf16;
+mod host_gemm_f32;
 mod host_gemm_i8;
 mod host_gemm_nt;
 mod host_norm;
