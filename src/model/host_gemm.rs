@@ -241,9 +241,13 @@ impl PackedWeight {
 
     /// Lines of a panel: one an input in f32, one a pair of inputs in bfloat16.
     fn lines_per_panel(&self) -> usize {
+        self.in_features.div_ceil(self.inputs_per_line())
+    }
+
+    fn inputs_per_line(&self) -> usize {
         match self.precision {
-            Precision::F32 => self.in_features,
-            Precision::Bf16 => self.in_features.div_ceil(2),
+            Precision::F32 => 1,
+            Precision::Bf16 => 2,
         }
     }
 
@@ -322,11 +326,7 @@ impl PackedWeight {
         let pass = self.isa.rows_per_pass();
         let lines = self.lines_per_panel();
         let block = BLOCK_LINES.min(lines);
-        let inputs_per_line = match self.precision {
-            Precision::F32 => 1,
-            Precision::Bf16 => 2,
-        };
-        let chunk_rows = (chunk_bytes() / (block * inputs_per_line * 4)).max(1).div_ceil(pass) * pass;
+        let chunk_rows = (chunk_bytes() / (block * self.inputs_per_line() * 4)).max(1).div_ceil(pass) * pass;
         let y_ptr = SendPtr(y.as_mut_ptr());
         for start in (0..rows).step_by(chunk_rows) {
             let chunk = start..(start + chunk_rows).min(rows);

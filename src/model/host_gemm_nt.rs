@@ -27,6 +27,14 @@ fn table_rows(isa: Isa, nr: usize) -> usize {
     }
 }
 
+/// What a chunk of table rows is a multiple of: every count [`table_rows`] gives for `isa`.
+fn table_rows_multiple(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx2 => 12,
+        Isa::Avx512 => V,
+    }
+}
+
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 19;
 
@@ -107,8 +115,7 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
         return;
     }
     let (rows, vocab) = (x.len() / k, t.len() / k);
-    // a multiple of every block's table rows
-    let unit = if isa == Isa::Avx2 { 12 } else { V };
+    let unit = table_rows_multiple(isa);
     let chunk = ((8192 / k) / unit * unit).clamp(unit, 64 / unit * unit);
     let chunks = vocab.div_ceil(chunk);
     let grain = GRAIN_FLOPS.div_ceil(rows.max(1) * k * chunk * 2);
@@ -250,6 +257,7 @@ mod tests {
     fn equals_f_linear_within_rounding_for_every_shape_and_isa() {
         let opts = (Kind::Float, Device::Cpu);
         for isa in Isa::all_here() {
+            assert!((1..=R).all(|nr| table_rows_multiple(isa).is_multiple_of(table_rows(isa, nr))), "{isa:?}");
             for (vocab, dim) in [(7944i64, 128i64), (37, 20), (5, 3), (9, 33), (1, 1)] {
                 let table = Tensor::randn([vocab, dim], opts);
                 let projection = TableProjection::with_isa(&table, isa);
