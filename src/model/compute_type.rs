@@ -2,7 +2,7 @@
 
 use tch::Kind;
 
-use super::host_gemm::Precision;
+use super::host_gemm::{feature_hidden, Precision};
 use super::ModelError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,10 +107,10 @@ impl ComputeType {
     }
 }
 
-/// Whether the CPU has `feature` (`is_x86_feature_detected!`'s name), unless the space-separated
+/// Whether the CPU has `feature` (`is_x86_feature_detected!`'s name), unless
 /// `TCHSEQ_CPU_FEATURES_OFF` names it (how the tests see a CPU without it).
 fn cpu_feature(feature: &str) -> bool {
-    if std::env::var("TCHSEQ_CPU_FEATURES_OFF").is_ok_and(|off| off.split_whitespace().any(|f| f == feature)) {
+    if feature_hidden(feature) {
         return false;
     }
     #[cfg(target_arch = "x86_64")]

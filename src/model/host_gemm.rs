@@ -64,10 +64,14 @@ pub enum Isa {
     Avx2,
 }
 
-/// Whether `TCHSEQ_CPU_FEATURES_OFF` (space-separated feature names) hides `feature` from the
-/// host kernels, as the tests do to run a smaller CPU's path.
+/// Whether `TCHSEQ_CPU_FEATURES_OFF` (feature names apart by spaces or commas) hides `feature`
+/// from the host kernels, as the tests do to run a smaller CPU's path.
 pub fn feature_hidden(feature: &str) -> bool {
-    std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default().split_whitespace().any(|f| f == feature)
+    names(&std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default(), feature)
+}
+
+fn names(list: &str, feature: &str) -> bool {
+    list.split(|c: char| c == ',' || c.is_whitespace()).any(|f| f == feature)
 }
 
 impl Isa {
@@ -525,6 +529,16 @@ pub(super) use by_row_count;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hidden_feature_is_named_whole_among_spaces_or_commas() {
+        for list in ["avx512f", "avx512bf16 avx512f", "avx512bf16,avx512f", " avx512vnni, avx512f ,"] {
+            assert!(names(list, "avx512f"), "{list:?}");
+        }
+        for list in ["", "avx512", "avx512fx", "avx512bf16;avx512f"] {
+            assert!(!names(list, "avx512f"), "{list:?}");
+        }
+    }
 
     #[test]
     fn equals_f_linear_within_rounding_for_every_shape_row_count_and_isa() {
