@@ -79,20 +79,31 @@ pub(super) mod avx2 {
     use crate::model::host_gemm::{Job, PANEL};
 
     pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
+        match (j.interleaved, j.prefetch.is_some()) {
+            (false, false) => by_row_count::<false, false>(m, j),
+            (false, true) => by_row_count::<false, true>(m, j),
+            (true, false) => by_row_count::<true, false>(m, j),
+            (true, true) => by_row_count::<true, true>(m, j),
+        }
+    }
+
+    unsafe fn by_row_count<const INTERLEAVED: bool, const PREFETCH: bool>(m: usize, j: &Job<f32>) {
         match m {
-            1 => rows::<1>(j),
-            2 => rows::<2>(j),
-            3 => rows::<3>(j),
-            4 => rows::<4>(j),
-            5 => rows::<5>(j),
-            _ => rows::<6>(j),
+            1 => rows::<1, INTERLEAVED, PREFETCH>(j),
+            2 => rows::<2, INTERLEAVED, PREFETCH>(j),
+            3 => rows::<3, INTERLEAVED, PREFETCH>(j),
+            4 => rows::<4, INTERLEAVED, PREFETCH>(j),
+            5 => rows::<5, INTERLEAVED, PREFETCH>(j),
+            _ => rows::<6, INTERLEAVED, PREFETCH>(j),
         }
     }
 
     /// `R` rows through one panel: 2R accumulators, two weight registers and a broadcast fit
-    /// in the 16 AVX registers.
+    /// in the 16 AVX registers. With `PREFETCH`, each line also asks for the matching line of
+    /// the next unit.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows<const R: usize>(j: &Job<f32>) {
+    unsafe fn rows<const R: usize, const INTERLEAVED: bool, const PREFETCH: bool>(j: &Job<f32>) {
+        let next = j.prefetch.unwrap_or(j.panel);
         let mut tail = [0f32; PANEL];
         let mut acc = [[_mm256_loadu_ps(j.bias), _mm256_loadu_ps(j.bias.add(8))]; R];
         if j.accumulate {
@@ -110,8 +121,11 @@ pub(super) mod avx2 {
         for kk in 0..j.k {
             let w0 = _mm256_load_ps(j.panel.add(kk * PANEL));
             let w1 = _mm256_load_ps(j.panel.add(kk * PANEL + 8));
+            if PREFETCH {
+                _mm_prefetch::<_MM_HINT_T1>(next.add(kk * PANEL) as *const i8);
+            }
             for (r, acc) in acc.iter_mut().enumerate() {
-                let xr = _mm256_set1_ps(*j.x.add(r * j.lines + kk));
+                let xr = _mm256_set1_ps(*j.x.add(if INTERLEAVED { kk * R + r } else { r * j.lines + kk }));
                 acc[0] = _mm256_fmadd_ps(xr, w0, acc[0]);
                 acc[1] = _mm256_fmadd_ps(xr, w1, acc[1]);
             }
