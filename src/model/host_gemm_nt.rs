@@ -130,9 +130,12 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
                 for v0 in (first..last).step_by(v_step) {
                     let nv = v_step.min(last - v0);
                     let mut out = [[0f32; V]; R];
-                    // SAFETY: the rows and table rows read are inside `x` and `t`; the ISA was
-                    // detected.
-                    unsafe { block(isa, x.as_ptr().add(r0 * k), nr, t.as_ptr().add(v0 * k), nv, k, &mut out) };
+                    // The first block of input rows pulls the next chunk's table rows into the
+                    // cache as it goes, for the blocks after it.
+                    let ahead = if r0 == 0 { chunk.min(vocab - v0 - nv) } else { 0 };
+                    // SAFETY: the rows and table rows read are inside `x` and `t`, and so are
+                    // the `ahead` rows; the ISA was detected.
+                    unsafe { block(isa, x.as_ptr().add(r0 * k), nr, t.as_ptr().add(v0 * k), nv, k, ahead, &mut out) };
                     for (r, row) in out.iter().enumerate().take(nr) {
                         // SAFETY: chunk `c` owns columns first..last of every row; no other
                         // range writes them.
@@ -146,11 +149,12 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
 }
 
 /// One block: `nr` input rows (≤ R) against `nv` table rows (≤ `table_rows(isa, nr)`); a
-/// missing table row repeats the first, and its sums are not written.
+/// missing table row repeats the first, and its sums are not written. With `ahead`, the AVX2
+/// kernel also prefetches the table rows `ahead` rows past these.
 ///
 /// # Safety
-/// `x` holds `nr` rows of `k`, `t` `nv` rows of `k`; `isa` is available.
-unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k: usize, out: &mut [[f32; V]; R]) {
+/// `x` holds `nr` rows of `k`, `t` `nv` rows of `k` and `ahead` rows more; `isa` is available.
+unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
     let xs: [*const f32; R] = std::array::from_fn(|r| x.add(if r < nr { r } else { 0 } * k));
     let ts: [*const f32; V] = std::array::from_fn(|v| t.add(if v < nv { v } else { 0 } * k));
     #[cfg(target_arch = "x86_64")]
@@ -159,13 +163,17 @@ unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k:
         (Isa::Avx512, 2) => avx512::block::<2>(&xs, &ts, k, out),
         (Isa::Avx512, 3) => avx512::block::<3>(&xs, &ts, k, out),
         (Isa::Avx512, _) => avx512::block::<4>(&xs, &ts, k, out),
-        (Isa::Avx2, 1) => avx2::block::<1, 4>(&xs, &ts, k, out),
-        (Isa::Avx2, 2) => avx2::block::<2, 4>(&xs, &ts, k, out),
-        (Isa::Avx2, 3) => avx2::block::<3, 3>(&xs, &ts, k, out),
-        (Isa::Avx2, _) => avx2::block::<4, 3>(&xs, &ts, k, out),
+        (Isa::Avx2, 1) if ahead > 0 => avx2::block::<1, 4, true>(&xs, &ts, k, ahead * k, out),
+        (Isa::Avx2, 2) if ahead > 0 => avx2::block::<2, 4, true>(&xs, &ts, k, ahead * k, out),
+        (Isa::Avx2, 3) if ahead > 0 => avx2::block::<3, 3, true>(&xs, &ts, k, ahead * k, out),
+        (Isa::Avx2, _) if ahead > 0 => avx2::block::<4, 3, true>(&xs, &ts, k, ahead * k, out),
+        (Isa::Avx2, 1) => avx2::block::<1, 4, false>(&xs, &ts, k, 0, out),
+        (Isa::Avx2, 2) => avx2::block::<2, 4, false>(&xs, &ts, k, 0, out),
+        (Isa::Avx2, 3) => avx2::block::<3, 3, false>(&xs, &ts, k, 0, out),
+        (Isa::Avx2, _) => avx2::block::<4, 3, false>(&xs, &ts, k, 0, out),
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (isa, xs, ts, k, out);
+    let _ = (isa, xs, ts, k, ahead, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -213,14 +221,20 @@ mod avx2 {
 
     use super::{R, V};
 
-    /// `NR` input rows against the first `NV` (≤ V) table rows.
+    /// `NR` input rows against the first `NV` (≤ V) table rows; with `PREFETCH`, each line of
+    /// theirs asks for the line `ahead` floats on.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block<const NR: usize, const NV: usize>(x: &[*const f32; R], t: &[*const f32; V], k: usize, out: &mut [[f32; V]; R]) {
+    pub unsafe fn block<const NR: usize, const NV: usize, const PREFETCH: bool>(x: &[*const f32; R], t: &[*const f32; V], k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
         let mut acc = [[_mm256_setzero_ps(); NV]; NR];
         let whole = k / 8 * 8;
         let mut c = 0;
         while c < whole {
             let tv: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(t[v].add(c)));
+            if PREFETCH && c % 16 == 0 {
+                for v in 0..NV {
+                    _mm_prefetch::<_MM_HINT_T1>(t[v].add(c + ahead) as *const i8);
+                }
+            }
             for r in 0..NR {
                 let xv = _mm256_loadu_ps(x[r].add(c));
                 for v in 0..NV {
