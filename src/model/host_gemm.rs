@@ -50,7 +50,8 @@ pub(super) fn chunk_bytes() -> usize {
 /// Input rows of this many bytes or more go to the AVX2 kernels interleaved ([`Job::interleaved`]),
 /// so that a pass reads one stream of inputs, not six rows 4 KiB or more apart. With the next
 /// unit's prefetch, at 160 rows × 1,024 or 4,096 inputs on a Zen 3 with both threads: 7–21% more
-/// GFLOP/s. At the bundled model's 128 and 512 inputs the copy costs more than it gains.
+/// GFLOP/s. Shorter rows showed no gain: the bundled model (128 and 512 inputs) was 4–13% slower
+/// with every row interleaved, part of that a per-call overhead since removed.
 const INTERLEAVE_ROW_BYTES: usize = 4096;
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 19;

@@ -154,6 +154,7 @@ fn gemm_nt(isa: Isa, x: &[f32], t: &[f32], y: &mut [f32], k: usize) {
 ///
 /// # Safety
 /// `x` holds `nr` rows of `k`, `t` `nv` rows of `k` and `ahead` rows more; `isa` is available.
+#[allow(clippy::too_many_arguments)]
 unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
     let xs: [*const f32; R] = std::array::from_fn(|r| x.add(if r < nr { r } else { 0 } * k));
     let ts: [*const f32; V] = std::array::from_fn(|v| t.add(if v < nv { v } else { 0 } * k));
@@ -163,14 +164,8 @@ unsafe fn block(isa: Isa, x: *const f32, nr: usize, t: *const f32, nv: usize, k:
         (Isa::Avx512, 2) => avx512::block::<2>(&xs, &ts, k, out),
         (Isa::Avx512, 3) => avx512::block::<3>(&xs, &ts, k, out),
         (Isa::Avx512, _) => avx512::block::<4>(&xs, &ts, k, out),
-        (Isa::Avx2, 1) if ahead > 0 => avx2::block::<1, 4, true>(&xs, &ts, k, ahead * k, out),
-        (Isa::Avx2, 2) if ahead > 0 => avx2::block::<2, 4, true>(&xs, &ts, k, ahead * k, out),
-        (Isa::Avx2, 3) if ahead > 0 => avx2::block::<3, 3, true>(&xs, &ts, k, ahead * k, out),
-        (Isa::Avx2, _) if ahead > 0 => avx2::block::<4, 3, true>(&xs, &ts, k, ahead * k, out),
-        (Isa::Avx2, 1) => avx2::block::<1, 4, false>(&xs, &ts, k, 0, out),
-        (Isa::Avx2, 2) => avx2::block::<2, 4, false>(&xs, &ts, k, 0, out),
-        (Isa::Avx2, 3) => avx2::block::<3, 3, false>(&xs, &ts, k, 0, out),
-        (Isa::Avx2, _) => avx2::block::<4, 3, false>(&xs, &ts, k, 0, out),
+        (Isa::Avx2, _) if ahead > 0 => avx2::by_row_count::<true>(nr, &xs, &ts, k, ahead * k, out),
+        (Isa::Avx2, _) => avx2::by_row_count::<false>(nr, &xs, &ts, k, 0, out),
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (isa, xs, ts, k, ahead, out);
@@ -221,18 +216,28 @@ mod avx2 {
 
     use super::{R, V};
 
+    /// [`block`] for `nr` input rows, against as many table rows as `table_rows` gives.
+    pub unsafe fn by_row_count<const PREFETCH: bool>(nr: usize, x: &[*const f32; R], t: &[*const f32; V], k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
+        match nr {
+            1 => block::<1, 4, PREFETCH>(x, t, k, ahead, out),
+            2 => block::<2, 4, PREFETCH>(x, t, k, ahead, out),
+            3 => block::<3, 3, PREFETCH>(x, t, k, ahead, out),
+            _ => block::<4, 3, PREFETCH>(x, t, k, ahead, out),
+        }
+    }
+
     /// `NR` input rows against the first `NV` (≤ V) table rows; with `PREFETCH`, each line of
     /// theirs asks for the line `ahead` floats on.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block<const NR: usize, const NV: usize, const PREFETCH: bool>(x: &[*const f32; R], t: &[*const f32; V], k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
+    unsafe fn block<const NR: usize, const NV: usize, const PREFETCH: bool>(x: &[*const f32; R], t: &[*const f32; V], k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
         let mut acc = [[_mm256_setzero_ps(); NV]; NR];
         let whole = k / 8 * 8;
         let mut c = 0;
         while c < whole {
             let tv: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(t[v].add(c)));
             if PREFETCH && c % 16 == 0 {
-                for v in 0..NV {
-                    _mm_prefetch::<_MM_HINT_T1>(t[v].add(c + ahead) as *const i8);
+                for row in &t[..NV] {
+                    _mm_prefetch::<_MM_HINT_T1>(row.add(c + ahead) as *const i8);
                 }
             }
             for r in 0..NR {
