@@ -427,7 +427,7 @@ def main():
                             args.reps, args.bundled_lines)
             r["title"] = "Bundled model (weights/multi30k.en-de: d128, 3+3 layers, 7.9k joint dictionary)"
         elif size in sizes.SIZES:
-            peaks = peaks or sizes.measured_peaks(args.threads)
+            peaks = peaks or sizes.measured_peaks(args.threads, cpu_bf16())
             r = sizes.bench_size(size, work, args.threads, args.reps, args.size_lines, args.size_len, cpu_bf16(), peaks)
         else:
             sys.exit(f"bench: unknown size {size!r} (bundled, base, {', '.join(sizes.SIZES)})")

@@ -28,27 +28,35 @@ SIZES = {
 PEAK_SCRIPT = r"""
 import json, time, torch
 torch.set_num_threads(%d)
-def best(f, flops, n=20):
-    f(); f()
+def best(f, flops):
+    # about two seconds of calls: a slow reference path (`_int_mm` without VNNI) gets one
+    f(); t = time.perf_counter(); f()
+    n = max(1, min(20, int(2.0 / (time.perf_counter() - t))))
     t = time.perf_counter()
     for _ in range(n): f()
     return flops * n / (time.perf_counter() - t) / 1e9
 m, k, n = 1024, 1024, 4096
+flops = 2 * m * k * n
 x, w = torch.randn(m, k), torch.randn(n, k)
 packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
-fp32 = best(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), 2 * m * k * n)
-bf16 = best(lambda: torch.mm(x.bfloat16(), w.bfloat16().t()), 2 * m * k * n)
+fp32 = best(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), flops)
+bf16 = best(lambda: torch.mm(x.bfloat16(), w.bfloat16().t()), flops) if %s else None
 xi, wi = torch.randint(-127, 127, (m, k), dtype=torch.int8), torch.randint(-127, 127, (k, n), dtype=torch.int8)
-int8 = best(lambda: torch._int_mm(xi, wi), 2 * m * k * n)
-print(json.dumps({"float32": fp32, "bfloat16": bf16, "int8": int8}))
+int_mm = best(lambda: torch._int_mm(xi, wi), flops)
+# fbgemm's dynamic int8 linear (rows quantized per call): its AVX2 kernel where `_int_mm` has none
+qw = torch.quantize_per_channel(w, w.abs().amax(1).double() / 127, torch.zeros(n, dtype=torch.long), 0, torch.qint8)
+qpacked = torch.ops.quantized.linear_prepack(qw, None)
+fbgemm = best(lambda: torch.ops.quantized.linear_dynamic(x, qpacked, True), flops)
+print(json.dumps({"float32": fp32, "bfloat16": bf16, "int8": max(int_mm, fbgemm)}))
 """
 
 
-def measured_peaks(threads):
+def measured_peaks(threads, cpu_bf16):
     """GFLOP/s of large matrix products at `threads` threads: fp32 (oneDNN, weights reordered),
-    bf16 (oneDNN) and int8 (`torch._int_mm`), the best of 20 calls each."""
+    bf16 (oneDNN; None on a CPU without bf16 instructions, where tchseq has no bfloat16) and int8
+    (the faster of `torch._int_mm` and fbgemm's dynamic linear), over about two seconds each."""
     python = str(bench.ROOT / ".venv" / "bin" / "python")
-    out = subprocess.run([python, "-c", PEAK_SCRIPT % threads], capture_output=True, text=True, check=True)
+    out = subprocess.run([python, "-c", PEAK_SCRIPT % (threads, cpu_bf16)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -162,13 +170,18 @@ def find(rows, label):
 
 def markdown_size(r):
     t, peaks = r["threads"], r["peaks"]
-    floor = {ct: r["flops"] / (peaks["float32" if ct == "exact" else ct] * 1e9) for ct in ("exact", "float32", "bfloat16", "int8")}
+    types = [ct for ct in ("float32", "bfloat16", "int8") if peaks.get(ct)]
+    floor = {ct: r["flops"] / (peaks["float32" if ct == "exact" else ct] * 1e9) for ct in ["exact"] + types}
+    names = {"float32": "fp32", "bfloat16": "bf16", "int8": "int8"}
+    parts = [f"{peaks[ct]:.0f} {names[ct]}" for ct in types]
+    peak_text = " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
     out = [f"## {r['title']}", "",
            f"{r['sentences']} random sentences of 12–30 tokens, each decoded to exactly {r['length']} tokens + EOS, "
            f"beam 5, batch 32, {t} threads. The matrix products are {r['flops'] / 1e9:.0f} GFLOP; this CPU's measured "
-           f"peak at {t} threads is {peaks['float32']:.0f} GFLOP/s fp32, {peaks['bfloat16']:.0f} bf16 and {peaks['int8']:.0f} "
-           "int8 (`bench/sizes.py`), so the products alone need at least "
-           + ", ".join(f"{floor[ct]:.2f} s in {ct}" for ct in ("float32", "bfloat16", "int8")) + ".", "",
+           f"peak at {t} threads is {peak_text} GFLOP/s (`bench/sizes.py`"
+           + ("" if peaks.get("bfloat16") else "; no bf16 instructions, so no bfloat16 rows")
+           + "), so the products alone need at least "
+           + ", ".join(f"{floor[ct]:.2f} s in {ct}" for ct in types) + ".", "",
            "| system | seconds | × floor | vs CTranslate2 (same precision and threading) | peak RSS (MB) | RSS vs CTranslate2 | equal to fairseq |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     for x in r["translate"]:
