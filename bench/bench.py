@@ -276,7 +276,8 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
                            "rows_s": len(en) / wall, "max_diff": diff, "rss_mb": rss})
         print(f"[{name}] score {label}: {len(en) / wall:.1f} rows/s, max diff {diff:.2e}", flush=True)
 
-    # 4. load: one sentence, start to exit; and libtorch's own floor (no model)
+    # 4. load: one sentence, start to exit; and libtorch's own floor (no model; `doctor` would
+    # load libtorch_cuda too)
     one = work / "one.en"
     one.write_text(src.read_text(encoding="utf-8").splitlines(True)[0], encoding="utf-8")
     loads = [
@@ -284,7 +285,7 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         ("CTranslate2 fp32", ct2_cmd + [one, "--compute-type", "float32", "--intra-threads", threads]),
         ("tchseq", tch + ["--threads", threads] + tch_tr + ["--input", one]),
         ("tchseq --compute-type float32", tch + ["--threads", threads] + tch_tr + ["--compute-type", "float32", "--input", one]),
-        ("tchseq doctor (libtorch, no model)", tch + ["doctor"]),
+        ("tchseq --version (libtorch, no model)", [TCHSEQ, "--version"]),
     ]
     for label, argv in loads:
         wall, rss, _ = timed(argv, env=env, reps=reps)
