@@ -29,9 +29,13 @@ PEAK_SCRIPT = r"""
 import json, time, torch
 torch.set_num_threads(%d)
 def best(f, flops):
-    # about two seconds of calls: a slow reference path (`_int_mm` without VNNI) gets one
+    # about two seconds of calls; a slow reference path (`_int_mm` without VNNI: seconds a call)
+    # is measured by its one timed call, not called again
     f(); t = time.perf_counter(); f()
-    n = max(1, min(20, int(2.0 / (time.perf_counter() - t))))
+    once = time.perf_counter() - t
+    n = min(20, int(2.0 / once))
+    if n < 2:
+        return flops / once / 1e9
     t = time.perf_counter()
     for _ in range(n): f()
     return flops * n / (time.perf_counter() - t) / 1e9
