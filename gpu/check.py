@@ -60,11 +60,20 @@ def parse_args():
                    help="fairseq and the packages it needs, from gpu/fairseq.sh (used when it exists)")
     p.add_argument("--sentences", type=int, help="test_2016_flickr sentences (default: 1000 on cuda, 100 on cpu)")
     p.add_argument("--steps", help="a comma-separated subset of parity,fidelity,speed,fairseq (the environment always runs)")
+    p.add_argument("--compute-types", default=",".join(COMPUTE_TYPES),
+                   help="a comma-separated subset of the compute types the speed step times")
+    p.add_argument("--repeat", type=int, help="how many times the batch-32 and batch-128 runs read their input, so that each "
+                   "rests on seconds, not on its start-up (default: 4 on cuda, 1 on cpu)")
     p.add_argument("--deadline", type=float, help="seconds the whole check may take: a run that would pass it is cut short or "
                    "skipped, and the report is written with what finished")
     a = p.parse_args()
     a.dry = a.device == "cpu"
     a.sentences = a.sentences or (100 if a.dry else 1000)
+    a.repeat = a.repeat or (1 if a.dry else 4)
+    a.compute_types = a.compute_types.split(",")
+    unknown = set(a.compute_types) - set(COMPUTE_TYPES)
+    if unknown:
+        p.error(f"--compute-types: unknown {', '.join(sorted(unknown))}; choose from {', '.join(COMPUTE_TYPES)}")
     return a
 
 
@@ -377,10 +386,12 @@ def speed(check):
     }
     latency_lines = 10 if check.a.dry else 100
     rows = check.results["speed"] = []
+    check.results["speed_repeat"] = check.a.repeat
     for model, (margs, input_path) in models.items():
         first = open(input_path).readline().strip()
         latency_input = "".join(open(input_path).readlines()[:latency_lines])
-        for ct in COMPUTE_TYPES:
+        input_path = repeated(check, model, input_path)
+        for ct in check.a.compute_types:
             common = ["translate", *margs, "--compute-type", ct, "--beam", "5"]
             _, _, startup, mem = check.tchseq(f"speed.{model}.{ct}.startup", [*common, first])
             row = {"model": model, "compute_type": ct, "startup_s": startup}
@@ -395,6 +406,17 @@ def speed(check):
             row["b1_ms_per_sentence"] = 1000 * max(seconds - startup, 0) / latency_lines if rc == 0 else None
             row["peak_rss_mb"] = (mem or {}).get("peak_rss_bytes", 0) / 2**20 if mem else None
             rows.append(row)
+
+
+def repeated(check, model, path):
+    """`path` read --repeat times over, in a file of its own under OUT."""
+    if check.a.repeat == 1:
+        return path
+    out = os.path.join(check.out, f"{model}.throughput.src")
+    text = open(path).read()
+    with open(out, "w") as f:
+        f.write((text if text.endswith("\n") else text + "\n") * check.a.repeat)
+    return out
 
 
 def peak_mb(mem):

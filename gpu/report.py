@@ -47,7 +47,9 @@ def render(r):
             out.append(f"- goal missed: {g}")
         out.append("")
     if "speed" in r:
-        out.append("## Speed (beam 5; throughput in target tokens/s after start-up; peak = CUDA allocator's peak allocated)\n")
+        repeat = r.get("speed_repeat", 1)
+        reads = f"; the batch-32 and batch-128 runs read their input {repeat} times" if repeat > 1 else ""
+        out.append(f"## Speed (beam 5; throughput in target tokens/s after start-up{reads}; peak = CUDA allocator's peak allocated)\n")
         rows = [(s["model"], s["compute_type"], num(s.get("b32_tokens_per_s"), ".0f"), num(s.get("b128_tokens_per_s"), ".0f"),
                  num(s.get("b1_ms_per_sentence"), ".1f"), num(s.get("startup_s"), ".2f"), num(s.get("b128_peak_mb"), ".0f"),
                  num(s.get("peak_rss_mb"), ".0f")) for s in r["speed"]]

@@ -26,6 +26,10 @@ impl StepModel for EnsembleModel<'_> {
         self.models.iter().all(TransformerModel::fast_tier_on_cpu)
     }
 
+    fn device_candidates(&self) -> bool {
+        self.models.iter().all(|m| m.fast_tier() && m.device.is_cuda())
+    }
+
     fn max_decoder_positions(&self) -> usize {
         self.models.iter().map(|m| m.max_decoder_positions()).min().unwrap_or(usize::MAX)
     }

@@ -136,4 +136,9 @@ pub trait StepModel {
     fn host_bookkeeping(&self) -> bool {
         false
     }
+    /// Whether a beam search may keep its bookkeeping on host vectors with only each step's
+    /// candidates read back from the device (the fast compute types on a GPU).
+    fn device_candidates(&self) -> bool {
+        false
+    }
 }

@@ -162,18 +162,17 @@ impl SequenceGenerator {
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
-        if model.host_bookkeeping()
+        if (model.host_bookkeeping() || model.device_candidates())
             && self.cfg.search == SearchStrategy::Beam
             && prefix_tokens.is_none()
             && constraints.is_none()
             && self.blocker.is_none()
             && !self.cfg.need_attn
-            && src_tokens.device() == Device::Cpu
             && src_tokens.dim() == 2
         {
             return self.generate_on_host(model, src_tokens, bos_token, on_token);
         }
-        let Specials { pad, eos, unk } = self.specials;
+        let Specials { pad, eos, .. } = self.specials;
         let size = src_tokens.size();
         let (mut bsz, src_len) = match size.as_slice() {
             &[b, s] => (b, s),
@@ -260,14 +259,7 @@ impl SequenceGenerator {
             let prefix = tokens.f_narrow(1, 0, step + 1)?;
             let (mut lprobs, avg_attn) = model.forward_decoder(&prefix, self.cfg.temperature, self.cfg.need_attn)?;
 
-            // lprobs[lprobs != lprobs] = -inf, in one pass
-            let _ = lprobs.f_nan_to_num_(f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY)?;
-            let _ = lprobs.f_select(1, pad)?.f_fill_(f64::NEG_INFINITY)?;
-            let _ = lprobs.f_select(1, unk)?.f_sub_scalar_(self.cfg.unk_penalty)?;
-            if step >= max_len {
-                let _ = lprobs.f_slice(1, None, eos, 1)?.f_fill_(f64::NEG_INFINITY)?;
-                let _ = lprobs.f_slice(1, eos + 1, None, 1)?.f_fill_(f64::NEG_INFINITY)?;
-            }
+            self.mask_lprobs(&mut lprobs, step, max_len)?;
             match prefix_tokens.as_ref().filter(|p| step < p.size()[1] && step < max_len) {
                 Some(prefix) => self.prefix_step(step, &mut lprobs, prefix)?,
                 // minimum length constraint (does not apply on prefix steps)
@@ -425,6 +417,21 @@ impl SequenceGenerator {
 
     /// `_prefix_tokens` without its EOS branch (prefixes hold no EOS): on rows whose prefix
     /// has a token at `step`, every other token gets -inf and the prefix token keeps its score.
+    /// What `_generate` does to a step's log-probs before any prefix or minimum length: NaN to
+    /// −inf, no padding, the unknown-word penalty, and only EOS at `max_len`.
+    fn mask_lprobs(&self, lprobs: &mut Tensor, step: i64, max_len: i64) -> Result<(), GenerateError> {
+        let Specials { pad, eos, unk } = self.specials;
+        // lprobs[lprobs != lprobs] = -inf, in one pass
+        let _ = lprobs.f_nan_to_num_(f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY)?;
+        let _ = lprobs.f_select(1, pad)?.f_fill_(f64::NEG_INFINITY)?;
+        let _ = lprobs.f_select(1, unk)?.f_sub_scalar_(self.cfg.unk_penalty)?;
+        if step >= max_len {
+            let _ = lprobs.f_slice(1, None, eos, 1)?.f_fill_(f64::NEG_INFINITY)?;
+            let _ = lprobs.f_slice(1, eos + 1, None, 1)?.f_fill_(f64::NEG_INFINITY)?;
+        }
+        Ok(())
+    }
+
     fn prefix_step(&self, step: i64, lprobs: &mut Tensor, prefix_tokens: &Tensor) -> Result<(), GenerateError> {
         let beam_size = self.beam_size;
         let prefix_toks = prefix_tokens.f_select(1, step)?.f_unsqueeze(-1)?.f_repeat([1, beam_size])?.f_view([-1])?;

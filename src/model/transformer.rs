@@ -287,10 +287,15 @@ impl TransformerModel {
         Ok(())
     }
 
-    /// Whether a compute type other than `exact` runs on the CPU (its decoder attention is
-    /// fused), so that the generator may keep its bookkeeping on the host.
+    /// Whether a compute type other than `exact` runs (its decoder attention is fused), so that
+    /// the generator may keep its bookkeeping on the host.
+    pub fn fast_tier(&self) -> bool {
+        self.decoder.layers.iter().all(|l| l.self_attn.fused.is_some()) && !self.decoder.layers.is_empty()
+    }
+
+    /// [`Self::fast_tier`] on the CPU, where the log-probs are read on the host too.
     pub fn fast_tier_on_cpu(&self) -> bool {
-        self.device == Device::Cpu && self.decoder.layers.iter().all(|l| l.self_attn.fused.is_some()) && !self.decoder.layers.is_empty()
+        self.device == Device::Cpu && self.fast_tier()
     }
 
     /// fairseq's `model.max_decoder_positions()`.

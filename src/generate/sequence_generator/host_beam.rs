@@ -1,13 +1,13 @@
-//! `_generate` for a plain beam search on the CPU with the fast compute types: the same steps as
+//! `_generate` for a plain beam search with the fast compute types: the same steps as
 //! `sequence_generator.rs`, with the bookkeeping (tokens, cumulative scores, finished
 //! hypotheses, the candidates and the reorder) on host vectors instead of some seventy libtorch
 //! ops a step, as CTranslate2 keeps it. The model still runs through [`StepModel`]; the
-//! selections are the same, so the hypotheses are fairseq's.
+//! selections are the same, so the hypotheses are fairseq's. On the CPU the candidates are
+//! chosen on the host too; on a GPU they are chosen there, and only they are read back.
 
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::{bad, sort_finalized, Ended, SequenceGenerator, Specials};
-use crate::generate::beam_search::top_candidates;
 use crate::generate::beam_topk::beam_topk;
 use crate::generate::{GenerateError, Hypothesis, StepModel};
 use crate::libtorch::host::f32_view_mut;
@@ -17,12 +17,33 @@ fn keep_sentences<T: Copy>(values: &[T], kept: &[i64], per_sentence: usize) -> V
     kept.iter().flat_map(|&i| values[i as usize * per_sentence..][..per_sentence].iter().copied()).collect()
 }
 
-/// One step's candidates, `[bsz, k]` each.
+/// One step's candidates, `[bsz, k]` each, on the host.
 struct Candidates {
     k: usize,
     scores: Vec<f32>,
     indices: Vec<i64>,
     beams: Vec<i64>,
+}
+
+/// `BeamSearch.step` by libtorch on `lprobs`' device: the `topk` of `lprobs + scores[:, :, step -
+/// 1]` (written into `lprobs` `[bsz, beams, V]`, this step's own), or of the first beam at step 0
+/// (`prev` is none). The candidates come back to the host, where the flat indices are split into
+/// beams and tokens.
+fn candidates_to_host(mut lprobs: Tensor, prev: Option<Vec<f32>>, k: i64) -> Result<Candidates, GenerateError> {
+    let (bsz, beam, vocab) = crate::generate::beam_search::size3(&lprobs)?;
+    let lprobs = match prev {
+        None => lprobs.f_slice(1, 0, None, beam)?.f_contiguous()?,
+        Some(prev) => lprobs.f_add_(&Tensor::f_from_slice(&prev)?.f_to_device(lprobs.device())?.f_view([bsz, beam, 1])?)?,
+    };
+    let (values, flat) = lprobs.f_view([bsz, -1])?.f_topk(k, -1, true, true)?;
+    let host = |t: &Tensor| t.f_to_device(Device::Cpu)?.f_contiguous()?.f_view([-1]);
+    let flat = Vec::<i64>::try_from(host(&flat)?)?;
+    Ok(Candidates {
+        k: k as usize,
+        scores: Vec::<f32>::try_from(host(&values)?)?,
+        indices: flat.iter().map(|i| i % vocab).collect(),
+        beams: flat.iter().map(|i| i / vocab).collect(),
+    })
 }
 
 impl SequenceGenerator {
@@ -45,8 +66,10 @@ impl SequenceGenerator {
         let (mut bsz, orig_bsz) = (bsz as usize, bsz as usize);
         let beam = self.beam_size as usize;
         let cand_size = self.cfg.search.cand_size(self.beam_size);
+        let device = src_tokens.device();
+        let on_host = model.host_bookkeeping();
         let new_order: Vec<i64> = (0..bsz as i64).flat_map(|b| std::iter::repeat_n(b, beam)).collect();
-        model.begin(src_tokens, &Tensor::f_from_slice(&new_order)?)?;
+        model.begin(src_tokens, &Tensor::f_from_slice(&new_order)?.f_to_device(device)?)?;
 
         // tokens `[rows, max_len + 2]` and cumulative scores `[rows, max_len + 1]`
         let (width, score_width) = (max_len as usize + 2, max_len as usize + 1);
@@ -72,15 +95,21 @@ impl SequenceGenerator {
                         order[b * beam..][..beam].iter_mut().for_each(|o| *o += (k - b as i64) * beam as i64);
                     }
                 }
-                model.reorder(&Tensor::f_from_slice(&order)?)?;
+                model.reorder(&Tensor::f_from_slice(&order)?.f_to_device(device)?)?;
             }
             let n = bsz * beam;
             let prefix: Vec<i64> = tokens.chunks_exact(width).flat_map(|row| row[..=s].iter().copied()).collect();
-            let prefix = Tensor::f_from_slice(&prefix)?.f_view([n as i64, step + 1])?;
+            let prefix = Tensor::f_from_slice(&prefix)?.f_view([n as i64, step + 1])?.f_to_device(device)?;
             let (lprobs, _) = model.forward_decoder(&prefix, self.cfg.temperature, false)?;
             let mut lprobs = lprobs.f_contiguous()?.f_to_kind(Kind::Float)?;
-            self.mask_log_probs(&mut lprobs, step, max_len)?;
-            let mut cands = self.candidates(&mut lprobs, step, bsz, &scores, score_width)?;
+            let prev: Option<Vec<f32>> = (step > 0).then(|| scores.chunks_exact(score_width).map(|row| row[s - 1]).collect());
+            let mut cands = match on_host {
+                true => {
+                    self.mask_log_probs(&mut lprobs, step, max_len)?;
+                    self.candidates(&mut lprobs, bsz, prev)?
+                }
+                false => self.device_candidates(lprobs, step, max_len, bsz, prev)?,
+            };
             let k = cands.k;
 
             let mut eos_mask: Vec<bool> = (0..bsz * k)
@@ -205,14 +234,19 @@ impl SequenceGenerator {
         Ok(())
     }
 
-    /// `BeamSearch.step` over `lprobs` `[bsz · beam, V]`, with the cumulative scores of the last
-    /// step; on the host ([`beam_topk`]), or through libtorch where that leaves it (ties, NaN).
-    fn candidates(&self, lprobs: &mut Tensor, step: i64, bsz: usize, scores: &[f32], score_width: usize) -> Result<Candidates, GenerateError> {
+    /// `BeamSearch.step`'s `k`: `2 × beam`, or one less than the candidates there are.
+    fn candidate_count(&self, first_step: bool) -> i64 {
+        let width = if first_step { self.vocab_size } else { self.beam_size * self.vocab_size };
+        (self.beam_size * 2).min(width - 1)
+    }
+
+    /// `BeamSearch.step` over `lprobs` `[bsz · beam, V]` on the host, with the cumulative scores
+    /// of the last step (`prev`, none at the first); by [`beam_topk`], or through libtorch where
+    /// that leaves it (ties, NaN).
+    fn candidates(&self, lprobs: &mut Tensor, bsz: usize, prev: Option<Vec<f32>>) -> Result<Candidates, GenerateError> {
         let (beam, vocab) = (self.beam_size, self.vocab_size);
         let mut lprobs = lprobs.f_view([bsz as i64, beam, vocab])?;
-        let prev: Option<Vec<f32>> = (step > 0).then(|| scores.chunks_exact(score_width).map(|row| row[step as usize - 1]).collect());
-        let width = if step == 0 { vocab } else { beam * vocab };
-        let k = (beam * 2).min(width - 1);
+        let k = self.candidate_count(prev.is_none());
         if let Some(top) = beam_topk(&lprobs, prev.as_deref(), k as usize) {
             let indices = top.indices.iter().map(|i| i % vocab).collect();
             let beams = top.indices.iter().map(|i| i / vocab).collect();
@@ -223,18 +257,19 @@ impl SequenceGenerator {
         // SAFETY: as in `mask_log_probs`.
         let data = unsafe { f32_view_mut(&mut lprobs) }.ok_or_else(|| bad("log-probs are not a host f32 tensor"))?;
         data.iter_mut().filter(|v| v.is_nan()).for_each(|v| *v = f32::NEG_INFINITY);
-        let lprobs = match prev {
-            None => lprobs.f_slice(1, 0, None, beam)?.f_contiguous()?,
-            Some(prev) => lprobs.f_add_(&Tensor::f_from_slice(&prev)?.f_view([bsz as i64, beam, 1])?)?,
-        };
-        let c = top_candidates(&lprobs, k)?;
-        let flat = |t: &Tensor| t.f_contiguous()?.f_view([-1]);
-        Ok(Candidates {
-            k: k as usize,
-            scores: Vec::<f32>::try_from(flat(&c.scores)?)?,
-            indices: Vec::<i64>::try_from(flat(&c.indices)?)?,
-            beams: Vec::<i64>::try_from(flat(&c.beams)?)?,
-        })
+        candidates_to_host(lprobs, prev, k)
+    }
+
+    /// [`Self::mask_log_probs`] and [`Self::candidates`] as `_generate` computes them, with
+    /// libtorch on `lprobs`' device (a GPU, where the model does not keep its log-probs on the
+    /// host): only the `[bsz, k]` candidates come back.
+    fn device_candidates(&self, mut lprobs: Tensor, step: i64, max_len: i64, bsz: usize, prev: Option<Vec<f32>>) -> Result<Candidates, GenerateError> {
+        self.mask_lprobs(&mut lprobs, step, max_len)?;
+        if step < self.cfg.min_len {
+            let _ = lprobs.f_select(1, self.specials.eos)?.f_fill_(f64::NEG_INFINITY)?;
+        }
+        let k = self.candidate_count(prev.is_none());
+        candidates_to_host(lprobs.f_view([bsz as i64, self.beam_size, self.vocab_size])?, prev, k)
     }
 
     /// `finalize_hypos`' first half for the rows `idx` ending at `step` with `eos_scores`: their

@@ -11,9 +11,20 @@ const N_SRC: i64 = 5;
 struct Markov {
     table: Tensor, // [N_SRC * V, V]
     rows: Option<Tensor>,
-    /// What `host_bookkeeping` says: the beam search on host vectors (`host_beam.rs`).
-    host: bool,
+    bookkeeping: Bookkeeping,
 }
+
+/// Where the beam search keeps its bookkeeping.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bookkeeping {
+    /// fairseq's tensor ops.
+    Tensors,
+    /// Host vectors, the candidates chosen on the host (`host_bookkeeping`, the CPU's fast tier).
+    Host,
+    /// Host vectors, the candidates chosen by libtorch (`device_candidates`, a GPU's fast tier).
+    DeviceCandidates,
+}
+const BOOKKEEPINGS: [Bookkeeping; 3] = [Bookkeeping::Tensors, Bookkeeping::Host, Bookkeeping::DeviceCandidates];
 
 fn src_class(src: &[i64]) -> i64 {
     src.iter().filter(|&&t| t != 1).sum::<i64>() % N_SRC
@@ -25,7 +36,7 @@ impl Markov {
         let logits = Tensor::randn([N_SRC * V, V], (Kind::Float, Device::Cpu)).g_mul_scalar(2.0);
         // make EOS likely enough that sentences finish at different steps
         let _ = logits.select(1, 2).g_add_scalar_(2.5);
-        Markov { table: logits.log_softmax(-1, Kind::Float), rows: None, host: false }
+        Markov { table: logits.log_softmax(-1, Kind::Float), rows: None, bookkeeping: Bookkeeping::Tensors }
     }
     fn table_vec(&self) -> Vec<f32> {
         Vec::<f32>::try_from(self.table.view([-1])).unwrap()
@@ -37,7 +48,10 @@ impl StepModel for Markov {
         1024
     }
     fn host_bookkeeping(&self) -> bool {
-        self.host
+        self.bookkeeping == Bookkeeping::Host
+    }
+    fn device_candidates(&self) -> bool {
+        self.bookkeeping == Bookkeeping::DeviceCandidates
     }
     fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
         let (b, s) = src_tokens.size2()?;
@@ -169,14 +183,14 @@ fn batched_generation_matches_the_naive_search_per_sentence() {
     let srcs = sources();
     let mut hit_max = false;
     let mut early = false;
-    for (cfg, host) in configs().into_iter().flat_map(|c| [(c.clone(), false), (c, true)]) {
-        model.host = host;
+    for (cfg, bookkeeping) in configs().into_iter().flat_map(|c| BOOKKEEPINGS.map(|b| (c.clone(), b))) {
+        model.bookkeeping = bookkeeping;
         let gen = SequenceGenerator::new(cfg.clone(), V as usize, Specials::default()).unwrap();
         let out = gen.generate(&mut model, &batch(&srcs)).unwrap();
         let max_len = gen.max_len(5, 1024);
         for (i, src) in srcs.iter().enumerate() {
             let want = naive(&table, src_class(src), &cfg, max_len);
-            assert_eq!(out[i], want, "sentence {i}, host {host}, {cfg:?}");
+            assert_eq!(out[i], want, "sentence {i}, {bookkeeping:?}, {cfg:?}");
             assert!(!out[i].is_empty());
             hit_max |= out[i].iter().any(|h| h.tokens.len() as i64 == max_len + 1);
             early |= out[i].iter().all(|h| (h.tokens.len() as i64) < max_len + 1);
@@ -190,7 +204,7 @@ fn batched_generation_matches_the_naive_search_per_sentence() {
 }
 
 /// Where two candidates tie, the host search asks libtorch's topk, as the tensor search does:
-/// both give the same hypotheses. Greedy decoding tells each token as it is chosen, both ways.
+/// all three bookkeepings give the same hypotheses. Greedy decoding tells each token as it is chosen, both ways.
 #[test]
 fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
     let _rng = crate::generate::rng_lock();
@@ -201,20 +215,20 @@ fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
     model.table = flat;
     for cfg in configs() {
         let gen = SequenceGenerator::new(cfg.clone(), V as usize, Specials::default()).unwrap();
-        let mut told: [Vec<(usize, i64)>; 2] = [Vec::new(), Vec::new()];
+        let mut told: [Vec<(usize, i64)>; 3] = Default::default();
         let mut out = Vec::new();
-        for host in [false, true] {
-            model.host = host;
-            let mut tell = |row: usize, token: i64| told[usize::from(host)].push((row, token));
+        for (i, bookkeeping) in BOOKKEEPINGS.into_iter().enumerate() {
+            model.bookkeeping = bookkeeping;
+            let mut tell = |row: usize, token: i64| told[i].push((row, token));
             out.push(gen.generate_observed(&mut model, &batch(&sources()), None, None, None, Some(&mut tell)).unwrap());
         }
-        assert_eq!(out[0], out[1], "{cfg:?}");
-        assert_eq!(told[0], told[1], "{cfg:?}");
+        assert!(out[1..].iter().all(|o| *o == out[0]), "{cfg:?}");
+        assert!(told[1..].iter().all(|t| *t == told[0]), "{cfg:?}");
         assert_eq!(told[0].is_empty(), cfg.beam_size > 1);
     }
 }
 
-/// A NaN log-prob is −inf to both searches (fairseq's `lprobs[lprobs != lprobs] = -inf`), also
+/// A NaN log-prob is −inf to every search (fairseq's `lprobs[lprobs != lprobs] = -inf`), also
 /// where it falls on the unknown word, on EOS at `max_len`, or on padding.
 #[test]
 fn the_host_search_equals_the_tensor_search_over_nan_log_probs() {
@@ -230,11 +244,11 @@ fn the_host_search_equals_the_tensor_search_over_nan_log_probs() {
     for cfg in configs() {
         let gen = SequenceGenerator::new(cfg.clone(), V as usize, Specials::default()).unwrap();
         let mut out = Vec::new();
-        for host in [false, true] {
-            model.host = host;
+        for bookkeeping in BOOKKEEPINGS {
+            model.bookkeeping = bookkeeping;
             out.push(gen.generate(&mut model, &batch(&sources())).unwrap());
         }
-        assert_eq!(out[0], out[1], "{cfg:?}");
+        assert!(out[1..].iter().all(|o| *o == out[0]), "{cfg:?}");
         assert!(out[0].iter().flatten().all(|h| h.score.is_finite()), "{cfg:?}");
     }
 }
@@ -267,8 +281,8 @@ fn scores_are_consistent_with_positional_scores() {
 fn max_len_forces_eos_and_min_len_bans_it() {
     let _rng = crate::generate::rng_lock();
     let mut model = Markov::new(5);
-    for host in [false, true] {
-        model.host = host;
+    for bookkeeping in BOOKKEEPINGS {
+        model.bookkeeping = bookkeeping;
         let cfg = GeneratorConfig { beam_size: 2, max_len_b: 3, min_len: 3, ..GeneratorConfig::default() };
         let gen = SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap();
         for hypos in gen.generate(&mut model, &batch(&sources())).unwrap() {
