@@ -33,7 +33,7 @@ fn candidates_to_host(mut lprobs: Tensor, prev: Option<Vec<f32>>, k: i64) -> Res
     let (bsz, beam, vocab) = crate::generate::beam_search::size3(&lprobs)?;
     let lprobs = match prev {
         None => lprobs.f_slice(1, 0, None, beam)?.f_contiguous()?,
-        Some(prev) => lprobs.f_add_(&Tensor::f_from_slice(&prev)?.f_to_device(lprobs.device())?.f_view([bsz, beam, 1])?)?,
+        Some(prev) => lprobs.f_add_(&staged(Tensor::f_from_slice(&prev)?, lprobs.device())?.f_view([bsz, beam, 1])?)?,
     };
     let (values, flat) = lprobs.f_view([bsz, -1])?.f_topk(k, -1, true, true)?;
     let host = |t: &Tensor| t.f_to_device(Device::Cpu)?.f_contiguous()?.f_view([-1]);
@@ -44,6 +44,12 @@ fn candidates_to_host(mut lprobs: Tensor, prev: Option<Vec<f32>>, k: i64) -> Res
         indices: flat.iter().map(|i| i % vocab).collect(),
         beams: flat.iter().map(|i| i / vocab).collect(),
     })
+}
+
+/// `host` on `device` without waiting for the device's queue: libtorch's non-blocking copy of
+/// pageable memory stages its bytes before it returns.
+fn staged(host: Tensor, device: Device) -> Result<Tensor, GenerateError> {
+    Ok(host.f_to_device_(device, host.kind(), true, false)?)
 }
 
 impl SequenceGenerator {
@@ -95,11 +101,11 @@ impl SequenceGenerator {
                         order[b * beam..][..beam].iter_mut().for_each(|o| *o += (k - b as i64) * beam as i64);
                     }
                 }
-                model.reorder(&Tensor::f_from_slice(&order)?.f_to_device(device)?)?;
+                model.reorder(&staged(Tensor::f_from_slice(&order)?, device)?)?;
             }
             let n = bsz * beam;
             let prefix: Vec<i64> = tokens.chunks_exact(width).flat_map(|row| row[..=s].iter().copied()).collect();
-            let prefix = Tensor::f_from_slice(&prefix)?.f_view([n as i64, step + 1])?.f_to_device(device)?;
+            let prefix = staged(Tensor::f_from_slice(&prefix)?.f_view([n as i64, step + 1])?, device)?;
             let (lprobs, _) = model.forward_decoder(&prefix, self.cfg.temperature, false)?;
             let mut lprobs = lprobs.f_contiguous()?.f_to_kind(Kind::Float)?;
             let prev: Option<Vec<f32>> = (step > 0).then(|| scores.chunks_exact(score_width).map(|row| row[s - 1]).collect());
