@@ -22,8 +22,17 @@ const R: usize = 4;
 /// fewer rows, which load more per product.
 fn table_rows(isa: Isa, nr: usize) -> usize {
     match isa {
-        Isa::Avx2 if nr >= 3 => 3,
-        _ => V,
+        Isa::Avx2 => avx2_table_rows(nr),
+        Isa::Avx512 => V,
+    }
+}
+
+/// [`table_rows`] on AVX2, where the kernel is compiled for each count.
+const fn avx2_table_rows(nr: usize) -> usize {
+    if nr >= 3 {
+        3
+    } else {
+        V
     }
 }
 
@@ -214,15 +223,15 @@ mod avx512 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{R, V};
+    use super::{avx2_table_rows, R, V};
 
     /// [`block`] for `nr` input rows, against as many table rows as `table_rows` gives.
     pub unsafe fn by_row_count<const PREFETCH: bool>(nr: usize, x: &[*const f32; R], t: &[*const f32; V], k: usize, ahead: usize, out: &mut [[f32; V]; R]) {
         match nr {
-            1 => block::<1, 4, PREFETCH>(x, t, k, ahead, out),
-            2 => block::<2, 4, PREFETCH>(x, t, k, ahead, out),
-            3 => block::<3, 3, PREFETCH>(x, t, k, ahead, out),
-            _ => block::<4, 3, PREFETCH>(x, t, k, ahead, out),
+            1 => block::<1, { avx2_table_rows(1) }, PREFETCH>(x, t, k, ahead, out),
+            2 => block::<2, { avx2_table_rows(2) }, PREFETCH>(x, t, k, ahead, out),
+            3 => block::<3, { avx2_table_rows(3) }, PREFETCH>(x, t, k, ahead, out),
+            _ => block::<4, { avx2_table_rows(4) }, PREFETCH>(x, t, k, ahead, out),
         }
     }
 
