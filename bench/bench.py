@@ -14,7 +14,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -23,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import cpu
 import sizes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,7 +183,7 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
         (f"tchseq --inter-threads {threads}, no batching flag (the file default)", tch + ["--threads", "1", "--inter-threads", threads]
          + tch_tr + ["--input", src]),
     ]
-    if cpu_bf16():
+    if cpu.bf16():
         systems += [
             (f"tchseq --compute-type bfloat16 --threads {threads}", tch + ["--threads", threads] + tch_tr
              + ["--compute-type", "bfloat16", "--buffer-size", "1024", "--batch-size", "32", "--input", src]),
@@ -294,18 +294,6 @@ def bench_model(name, model_dir, work, data, threads, reps, lines, max_len_b=200
     return r
 
 
-def cpu_bf16():
-    """Whether this CPU runs `--compute-type bfloat16` (AVX512_BF16)."""
-    return any("avx512_bf16" in line for line in open("/proc/cpuinfo", encoding="utf-8") if line.startswith("flags"))
-
-
-def cpu_model():
-    for line in open("/proc/cpuinfo", encoding="utf-8"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def ratio(x, base, higher_is_better=True):
     return f"{(x / base if higher_is_better else base / x):.2f}×"
 
@@ -325,7 +313,7 @@ def markdown(results, args):
         "# Benchmarks: tchseq vs fairseq 0.12.2 vs CTranslate2",
         "",
         f"Written by `{shlex.join(['bench/run.sh'] + sys.argv[1:])}` (`make bench` runs `bench/run.sh`) on "
-        f"{datetime.date.today().isoformat()}: {os.cpu_count()} cores ({cpu_model()}), Linux, CPU only. "
+        f"{datetime.date.today().isoformat()}: {os.cpu_count()} cores ({cpu.describe()}), Linux, CPU only. "
         f"{versions}, fairseq {version('fairseq')} on torch {version('torch')}, CTranslate2 {version('ctranslate2')}. "
         f"Every number is the median of {args.reps} runs; every run is one process, start to exit. "
         "Ratios are to fairseq (higher is better); absolute times on a shared machine are noisy.",
@@ -428,8 +416,8 @@ def main():
                             args.reps, args.bundled_lines)
             r["title"] = "Bundled model (weights/multi30k.en-de: d128, 3+3 layers, 7.9k joint dictionary)"
         elif size in sizes.SIZES:
-            peaks = peaks or sizes.measured_peaks(args.threads, cpu_bf16())
-            r = sizes.bench_size(size, work, args.threads, args.reps, args.size_lines, args.size_len, cpu_bf16(), peaks)
+            peaks = peaks or sizes.measured_peaks(args.threads, cpu.bf16())
+            r = sizes.bench_size(size, work, args.threads, args.reps, args.size_lines, args.size_len, cpu.bf16(), peaks)
         else:
             sys.exit(f"bench: unknown size {size!r} (bundled, base, {', '.join(sizes.SIZES)})")
         results.append(r)

@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+import cpu
+
 ROOT = Path(__file__).resolve().parent.parent
 TCHSEQ = str(ROOT / "target" / "release" / "tchseq")
 MODEL = str(ROOT / "weights" / "multi30k.en-de")
@@ -71,13 +73,6 @@ def run_traced(argv, milestones):
     return seconds, usage.ru_maxrss / 1024, at
 
 
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--score-rows", default="10000,100000,1000000")
@@ -122,7 +117,7 @@ def main():
         "# Memory at scale: peak RSS and throughput as the input grows",
         "",
         f"Written by `python bench/memory.py` on {datetime.date.today().isoformat()}: {os.cpu_count()} cores "
-        f"({cpu_model()}), `--threads {args.threads}`, the bundled model, Multi30k train rows repeated. "
+        f"({cpu.describe()}), `--threads {args.threads}`, the bundled model, Multi30k train rows repeated. "
         f"score: fairseq-generate's default batching (`--max-tokens 12000`); translate: beam {args.beam}, the file default "
         "(`--max-tokens 512` over 2,048-line buffers). One process per size, start to exit.",
         "",

@@ -12,7 +12,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -21,6 +20,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target" / "release" / "tchseq"
@@ -111,13 +112,6 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lines", type=int, default=500)
@@ -146,12 +140,10 @@ def main():
             print("  failed:", f)
         for i, r, c in differ[:5]:
             print(f"  line {i}: server {r} vs cli {c}")
-    cpu = cpu_model()
-    avx512 = "avx512f" in open("/proc/cpuinfo").read()
     md = [
         "# tchseq serve under load",
         "",
-        f"Machine: {cpu} ({'AVX-512' if avx512 else 'AVX2, no AVX-512'}), {os.cpu_count()} cores; `--threads {args.threads}`, "
+        f"Machine: {cpu.describe()}, {os.cpu_count()} cores; `--threads {args.threads}`, "
         f"`--max-wait-ms {args.max_wait_ms}`. {len(lines)} sentences of Multi30k test_2016_flickr (raw text), beam 5, "
         "one sentence per request, K clients on loopback.",
         "",

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+import cpu
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TCHSEQ = os.path.join(ROOT, "target", "release", "tchseq")
 MODEL = os.path.join(ROOT, "weights", "multi30k.en-de")
@@ -54,8 +56,7 @@ def main():
     extra = ["--compute-type", a.compute_type, "--batch-size", a.batch_size]
     with gzip.open(SHARED, "rt", encoding="utf-8") as f:
         corpus = f.read().splitlines()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"CPU: {cpu}, {os.cpu_count()} cores; `translate --compute-type {a.compute_type} --batch-size {a.batch_size}` "
+    print(f"CPU: {cpu.describe()}, {os.cpu_count()} cores; `translate --compute-type {a.compute_type} --batch-size {a.batch_size}` "
           f"of the bundled model (beam 5), whole processes, "
           f"median of {a.runs} runs in turn; load: one process spinning on one core.\n")
     print("| lines | condition | setting | wall s (median) | × `--threads 1` |")
