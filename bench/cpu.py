@@ -1,13 +1,15 @@
 """The CPU a bench ran on, named as the results pages print it: its model name from
 /proc/cpuinfo, then its family and model numbers and the vector instructions the kernels choose
 by (a name such as "AMD EPYC" alone does not tell a Zen 3 from a Zen 5)."""
+import functools
 import platform
 
 ISA_FLAGS = ["avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma"]
 
 
+@functools.lru_cache(maxsize=None)
 def cpuinfo():
-    """The first processor's fields."""
+    """The first processor's fields (read once a process; do not change the dict)."""
     fields = {}
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
