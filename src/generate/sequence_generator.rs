@@ -415,8 +415,6 @@ impl SequenceGenerator {
         Ok(finalized)
     }
 
-    /// `_prefix_tokens` without its EOS branch (prefixes hold no EOS): on rows whose prefix
-    /// has a token at `step`, every other token gets -inf and the prefix token keeps its score.
     /// What `_generate` does to a step's log-probs before any prefix or minimum length: NaN to
     /// −inf, no padding, the unknown-word penalty, and only EOS at `max_len`.
     fn mask_lprobs(&self, lprobs: &mut Tensor, step: i64, max_len: i64) -> Result<(), GenerateError> {
@@ -432,6 +430,8 @@ impl SequenceGenerator {
         Ok(())
     }
 
+    /// `_prefix_tokens` without its EOS branch (prefixes hold no EOS): on rows whose prefix
+    /// has a token at `step`, every other token gets -inf and the prefix token keeps its score.
     fn prefix_step(&self, step: i64, lprobs: &mut Tensor, prefix_tokens: &Tensor) -> Result<(), GenerateError> {
         let beam_size = self.beam_size;
         let prefix_toks = prefix_tokens.f_select(1, step)?.f_unsqueeze(-1)?.f_repeat([1, beam_size])?.f_view([-1])?;
