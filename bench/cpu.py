@@ -4,9 +4,6 @@ by (a name such as "AMD EPYC" alone does not tell a Zen 3 from a Zen 5)."""
 import functools
 import platform
 
-ISA_FLAGS = ["avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma"]
-
-
 @functools.lru_cache(maxsize=None)
 def cpuinfo():
     """The first processor's fields (read once a process; do not change the dict)."""

@@ -25,6 +25,13 @@ struct Candidates {
     beams: Vec<i64>,
 }
 
+impl Candidates {
+    /// `k` candidates a sentence from their scores and flat indices into `[beams, V]`.
+    fn from_flat(k: usize, scores: Vec<f32>, flat: &[i64], vocab: i64) -> Self {
+        Candidates { k, scores, indices: flat.iter().map(|i| i % vocab).collect(), beams: flat.iter().map(|i| i / vocab).collect() }
+    }
+}
+
 /// `BeamSearch.step` by libtorch on `lprobs`' device: the `topk` of `lprobs + scores[:, :, step -
 /// 1]` (written into `lprobs` `[bsz, beams, V]`, this step's own), or of the first beam at step 0
 /// (`prev` is none). The candidates come back to the host, where the flat indices are split into
@@ -38,12 +45,7 @@ fn candidates_to_host(mut lprobs: Tensor, prev: Option<Vec<f32>>, k: i64) -> Res
     let (values, flat) = lprobs.f_view([bsz, -1])?.f_topk(k, -1, true, true)?;
     let host = |t: &Tensor| t.f_to_device(Device::Cpu)?.f_contiguous()?.f_view([-1]);
     let flat = Vec::<i64>::try_from(host(&flat)?)?;
-    Ok(Candidates {
-        k: k as usize,
-        scores: Vec::<f32>::try_from(host(&values)?)?,
-        indices: flat.iter().map(|i| i % vocab).collect(),
-        beams: flat.iter().map(|i| i / vocab).collect(),
-    })
+    Ok(Candidates::from_flat(k as usize, Vec::<f32>::try_from(host(&values)?)?, &flat, vocab))
 }
 
 /// `host` on `device` without waiting for the device's queue: libtorch's non-blocking copy of
@@ -254,9 +256,7 @@ impl SequenceGenerator {
         let mut lprobs = lprobs.f_view([bsz as i64, beam, vocab])?;
         let k = self.candidate_count(prev.is_none());
         if let Some(top) = beam_topk(&lprobs, prev.as_deref(), k as usize) {
-            let indices = top.indices.iter().map(|i| i % vocab).collect();
-            let beams = top.indices.iter().map(|i| i / vocab).collect();
-            return Ok(Candidates { k: k as usize, scores: top.values, indices, beams });
+            return Ok(Candidates::from_flat(k as usize, top.values, &top.indices, vocab));
         }
         // ties or NaN: libtorch's topk, over the sum written into this step's own log-probs (the
         // same additions as `lprobs + scores[:, :, step - 1]`, without another `[bsz, beam, V]`)

@@ -204,7 +204,8 @@ fn batched_generation_matches_the_naive_search_per_sentence() {
 }
 
 /// Where two candidates tie, the host search asks libtorch's topk, as the tensor search does:
-/// all three bookkeepings give the same hypotheses. Greedy decoding tells each token as it is chosen, both ways.
+/// all three bookkeepings give the same hypotheses. Greedy decoding tells each token as it is
+/// chosen, every way.
 #[test]
 fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
     let _rng = crate::generate::rng_lock();
