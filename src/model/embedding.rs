@@ -6,20 +6,47 @@ use tch::{Device, Kind, Tensor};
 use std::sync::Arc;
 
 use super::host_gemm::PackedWeight;
+use super::host_gemm_i8::PackedInt8;
 use super::nn::{LayerNorm, Linear};
 use super::options::EncDecOptions;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 
 /// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`, or rows of the
-/// packed output projection it is tied to (`--compute-type float32`, one copy of the table).
+/// packed output projection it is tied to (one copy of the table).
 #[derive(Debug)]
 pub struct Embedding {
     pub weight: Tensor,
     pub padding_idx: i64,
     rows: i64,
     dim: i64,
-    packed: Option<Arc<PackedWeight>>,
+    packed: Option<SharedTable>,
+}
+
+/// The output projection's weight an embedding table tied to it looks its rows up in.
+#[derive(Debug, Clone)]
+pub enum SharedTable {
+    /// Panels in float32 or bfloat16: the table's own values (bfloat16's were rounded first).
+    Packed(Arc<PackedWeight>),
+    /// int8 columns with their scales: the table quantized per row, as CTranslate2's int8
+    /// embeddings are.
+    Int8(Arc<PackedInt8>),
+}
+
+impl SharedTable {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Self::Packed(p) => (p.out_features(), p.in_features()),
+            Self::Int8(q) => (q.out_features(), q.in_features()),
+        }
+    }
+
+    fn row_into(&self, id: usize, out: &mut [f32]) {
+        match self {
+            Self::Packed(p) => p.row_into(id, out),
+            Self::Int8(q) => q.row_into(id, out),
+        }
+    }
 }
 
 impl Embedding {
@@ -40,8 +67,8 @@ impl Embedding {
 
     /// Looks rows up in `packed` (the output projection's packed copy of this very table) and
     /// lets go of the libtorch table.
-    pub fn share_packed(&mut self, packed: Arc<PackedWeight>) -> Result<(), ModelError> {
-        if packed.out_features() as i64 != self.rows || packed.in_features() as i64 != self.dim {
+    pub fn share_packed(&mut self, packed: SharedTable) -> Result<(), ModelError> {
+        if packed.shape() != (self.rows as usize, self.dim as usize) {
             return Err(ModelError::Input("an embedding table shared with a projection of another shape".into()));
         }
         self.packed = Some(packed);

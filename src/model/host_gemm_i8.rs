@@ -109,7 +109,10 @@ impl PackedInt8 {
     fn quantize_for(kernel: Kernel, weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
         let (out_features, in_features) = weight.size2()?;
         let (n, k) = (out_features as usize, in_features as usize);
-        let w = Vec::<f32>::try_from(weight.f_to_kind(Kind::Float)?.f_contiguous()?.f_view([-1])?)?;
+        // read in place: a copy of M2M-100's tied output projection would be 512 MB more at load
+        let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
+        // SAFETY: nothing writes the weight while it is quantized.
+        let w = unsafe { f32_view(&weight) }.ok_or_else(|| ModelError::Input("an int8 weight not on the CPU".into()))?;
         let b = match bias {
             Some(b) => Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?.f_contiguous()?)?,
             None => vec![0.0; n],
@@ -145,6 +148,16 @@ impl PackedInt8 {
 
     pub fn out_features(&self) -> usize {
         self.out_features
+    }
+
+    /// Column `o` as the kernel computes with it, `scale · w_q` (`in_features` floats): an
+    /// embedding table tied to this projection looks its rows up here, as CTranslate2's int8
+    /// embeddings are quantized too.
+    pub fn row_into(&self, o: usize, out: &mut [f32]) {
+        let (p, j, s) = (o / PANEL, o % PANEL, self.scale[o]);
+        for (i, v) in out.iter_mut().enumerate().take(self.in_features) {
+            *v = s * f32::from(self.blocks[p * self.groups + i / 4].0[self.kernel.slot(j, i % 4)]);
+        }
     }
 
     /// `F.linear(x, weight, bias)` (then ReLU with `relu`) for a float32 CPU `x` `[..., in]`
@@ -501,6 +514,33 @@ mod tests {
                 assert!(err < 0.05 * (k as f64).sqrt() * 0.1, "m {m} k {k} n {n}: {err}");
             }
             }
+        }
+    }
+
+    /// A column read back (a tied embedding's row) is the weight as the kernel quantized it.
+    #[test]
+    fn row_into_reads_back_each_quantized_column() {
+        tch::manual_seed(23);
+        let (n, k) = (37usize, 70usize);
+        let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
+        let ws = Vec::<f32>::try_from(w.view([-1])).unwrap();
+        let kernels = Kernel::all_here();
+        for &kernel in &kernels {
+            let packed = PackedInt8::quantize_for(kernel, &w, None).unwrap();
+            let mut row = vec![f32::NAN; k];
+            for c in 0..n {
+                packed.row_into(c, &mut row);
+                let col = &ws[c * k..][..k];
+                let sw = col.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                for (i, (&got, &w)) in row.iter().zip(col).enumerate() {
+                    let want = sw * ((w * (1.0 / sw)).round_ties_even() as i32) as f32;
+                    assert_eq!(got.to_bits(), want.to_bits(), "{kernel:?} [{c},{i}]: {got} vs {want} (from {w})");
+                    assert!((got - w).abs() <= sw / 2.0 * 1.0001, "{kernel:?} [{c},{i}]: {got} is not {w} quantized");
+                }
+            }
+        }
+        if kernels.is_empty() {
+            eprintln!("not checked: this CPU has no AVX2, so no int8 kernel quantizes on the host");
         }
     }
 

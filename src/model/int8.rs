@@ -52,7 +52,7 @@ pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> ModelError
 /// symmetric; the bias kept in f32).
 #[derive(Debug)]
 pub enum Int8Weight {
-    Host(PackedInt8),
+    Host(std::sync::Arc<PackedInt8>),
     Fbgemm { packed: std::ptr::NonNull<std::ffi::c_void>, bias: Option<Tensor> },
 }
 
@@ -65,7 +65,7 @@ impl Int8Weight {
     pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
         let _guard = tch::no_grad_guard();
         if weight.device() == tch::Device::Cpu && PackedInt8::available() {
-            return Ok(Self::Host(PackedInt8::quantize(weight, bias)?));
+            return Ok(Self::Host(std::sync::Arc::new(PackedInt8::quantize(weight, bias)?)));
         }
         let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
         let out = weight.size()[0];

@@ -150,6 +150,14 @@ impl Linear {
         self.packed.as_ref()
     }
 
+    /// The weight quantized for the host's int8 kernel, to share (an embedding table tied to it).
+    pub fn packed_int8(&self) -> Option<&Arc<PackedInt8>> {
+        match &self.int8 {
+            Some(Int8Weight::Host(int8)) => Some(int8),
+            _ => None,
+        }
+    }
+
     /// Lets go of the libtorch weight once it is packed or quantized, so that the packed panels
     /// (or fbgemm's int8 weight) are the one copy; the layer then computes only with those.
     pub fn release_weight(&mut self) {

@@ -4,6 +4,7 @@ use indexmap::IndexMap;
 use tch::{Device, Kind, Tensor};
 
 use super::decoder::TransformerDecoder;
+use super::embedding::SharedTable;
 use super::encoder::TransformerEncoder;
 use super::host_gemm::Precision;
 use super::compute_type::ComputeType;
@@ -148,9 +149,12 @@ impl TransformerModel {
         }
         self.host_layer_norms()?;
         if super::host_gemm_i8::PackedInt8::available() {
-            // on the host's int8 kernel, the output projection too, as CTranslate2's int8 does
-            // (a table tied to the embeddings stays theirs, in f32)
+            // on the host's int8 kernel, the output projection too, and a table tied to it looks
+            // its rows up in the quantized columns, as CTranslate2's int8 quantizes embeddings
             self.decoder.output_projection.quantize_int8()?;
+            if let Some(packed) = self.decoder.output_projection.packed_int8().cloned() {
+                self.share_output_projection(&SharedTable::Int8(packed))?;
+            }
             self.decoder.output_projection.release_weight();
         } else {
             self.host_output_projection(Precision::F32)?;
@@ -248,13 +252,21 @@ impl TransformerModel {
         let from_table = precision == Precision::F32 && tied_any && table_bytes >= TABLE_BYTES;
         if !(from_table && projection.compute_from_table()) && projection.pack_for_host(precision)? {
             if let Some(packed) = projection.packed().cloned() {
-                for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
-                    if embedding.weight.data_ptr() == output {
-                        embedding.share_packed(std::sync::Arc::clone(&packed))?;
-                    }
-                }
+                self.share_output_projection(&SharedTable::Packed(packed))?;
             }
             self.decoder.output_projection.release_weight();
+        }
+        Ok(())
+    }
+
+    /// Embedding tables tied to the output projection (before it lets go of its weight) look
+    /// their rows up in `packed`, its packed or quantized copy, and let go of theirs.
+    fn share_output_projection(&mut self, packed: &SharedTable) -> Result<(), ModelError> {
+        let output = self.decoder.output_projection.weight.data_ptr();
+        for embedding in [&mut self.decoder.embedding.embed_tokens, &mut self.encoder.embedding.embed_tokens] {
+            if embedding.weight.defined() && embedding.weight.data_ptr() == output {
+                embedding.share_packed(packed.clone())?;
+            }
         }
         Ok(())
     }

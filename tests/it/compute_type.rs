@@ -480,19 +480,18 @@ fn float32_int8_and_bfloat16_hold_each_weight_once() {
         }
         // the bundled output projection is small enough to be packed: its embeddings then look
         // their rows up in the panels, and no linear layer keeps libtorch's copy; int8 on the
-        // host's kernel (AVX-512 VNNI) quantizes the projection, and the embeddings keep the f32
-        // table they look up
+        // host's kernel (AVX2, or AVX-512 VNNI) quantizes the projection, and the embeddings look
+        // their rows up in its int8 columns
         let in_bfloat16 = linears.iter().filter(|l| l.is_bfloat16()).count();
         assert_eq!(in_bfloat16, if compute_type == "bfloat16" { linears.len() } else { 0 }, "{compute_type}: layers on bfloat16 panels");
         let held = linears.iter().filter(|l| l.weight.defined()).count();
         assert_eq!(held, 0, "{compute_type}: {held} of {} linear layers still hold their libtorch weight", linears.len());
-        let projection_int8 = model.decoder.output_projection.is_int8();
-        assert_eq!(projection_int8, compute_type == "int8" && projection_int8);
-        assert_eq!(
-            model.decoder.embedding.embed_tokens.weight.defined(),
-            projection_int8,
-            "{compute_type}: the tied table is held twice, or not at all for the embeddings"
-        );
+        assert_eq!(model.decoder.output_projection.is_int8(), compute_type == "int8", "{compute_type}: the output projection in int8");
+        for embedding in [&model.encoder.embedding.embed_tokens, &model.decoder.embedding.embed_tokens] {
+            assert!(!embedding.weight.defined(), "{compute_type}: the tied table is held twice");
+            let mut row = vec![0f32; embedding.embedding_dim() as usize];
+            assert!(embedding.row_into(5, &mut row) && row.iter().any(|v| *v != 0.0), "{compute_type}: no row 5 for the embeddings");
+        }
         if compute_type == "float32" {
             assert_eq!(texts, exact, "float32 translates as exact does");
         } else {
