@@ -1,5 +1,6 @@
 //! `BeamSearch.step`'s `torch.topk(lprobs + scores[:, :, step - 1], k)` over each sentence's
-//! `beam × V` row, computed on the host in one pass without materialising the sum.
+//! `beam × V` row, computed on the host in one pass without materialising the sum, sentences
+//! shared out among the intra-op threads.
 //!
 //! When the `k + 1` largest values are all distinct, the sorted top `k` (values and indices) is
 //! unique, so it equals libtorch's bit for bit: the sums are the same IEEE single-precision
@@ -8,7 +9,10 @@
 
 use tch::Tensor;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::libtorch::host::f32_view;
+use crate::libtorch::parallel::parallel_for;
 
 /// Values and flat `beam · V + token` indices, `[bsz, k]` each, best first.
 pub struct TopK {
@@ -31,25 +35,48 @@ pub fn beam_topk(lprobs: &Tensor, prev: Option<&[f32]>, k: usize) -> Option<TopK
     if prev.is_some_and(|p| p.len() != bsz * beam) || k == 0 || k >= rows_used * vocab {
         return None;
     }
-    let mut out = TopK { values: Vec::with_capacity(bsz * k), indices: Vec::with_capacity(bsz * k) };
-    let mut best = Best::new(k + 1);
-    for s in 0..bsz {
-        best.clear();
-        for b in 0..rows_used {
-            let row = &data[(s * beam + b) * vocab..][..vocab];
-            let offset = (b * vocab) as i64;
-            match prev {
-                Some(p) => best.scan(row, offset, Some(p[s * beam + b]))?,
-                None => best.scan(row, offset, None)?,
+    let mut out = TopK { values: vec![0.0; bsz * k], indices: vec![0; bsz * k] };
+    let failed = AtomicBool::new(false);
+    let slots = Slots(out.values.as_mut_ptr(), out.indices.as_mut_ptr());
+    // sentences are independent: the threads share them out, each with its own `Best`
+    parallel_for(bsz, GRAIN_ELEMENTS.div_ceil(rows_used * vocab), |start, end| {
+        let slots = &slots;
+        let mut best = Best::new(k + 1);
+        for s in start..end {
+            if failed.load(Ordering::Relaxed) {
+                return;
+            }
+            let ranked = sentence_topk(&mut best, &data[s * beam * vocab..][..rows_used * vocab], vocab, prev.map(|p| &p[s * beam..][..rows_used]));
+            if ranked.is_none() || best.values.windows(2).any(|w| w[0] <= w[1]) {
+                failed.store(true, Ordering::Relaxed);
+                return;
+            }
+            // SAFETY: sentence `s` writes only its own `k` slots of each vector, which outlive
+            // the parallel region.
+            unsafe {
+                std::ptr::copy_nonoverlapping(best.values.as_ptr(), slots.0.add(s * k), k);
+                std::ptr::copy_nonoverlapping(best.indices.as_ptr(), slots.1.add(s * k), k);
             }
         }
-        if best.values.windows(2).any(|w| w[0] <= w[1]) {
-            return None;
-        }
-        out.values.extend_from_slice(&best.values[..k]);
-        out.indices.extend_from_slice(&best.indices[..k]);
+    });
+    (!failed.into_inner()).then_some(out)
+}
+
+/// Elements a thread scans at least (a sentence's `beam × V` is the unit).
+const GRAIN_ELEMENTS: usize = 1 << 15;
+
+struct Slots(*mut f32, *mut i64);
+// SAFETY: `beam_topk` hands each thread disjoint sentences, so disjoint slots.
+unsafe impl Sync for Slots {}
+
+/// One sentence's rows (`rows.len() / vocab` of them) into `best`, cleared first, each row
+/// with its hypothesis's previous score added.
+fn sentence_topk(best: &mut Best, rows: &[f32], vocab: usize, prev: Option<&[f32]>) -> Option<()> {
+    best.clear();
+    for (b, row) in rows.chunks_exact(vocab).enumerate() {
+        best.scan(row, (b * vocab) as i64, prev.map(|p| p[b]))?;
     }
-    Some(out)
+    Some(())
 }
 
 /// The largest values seen so far, in descending order, at most `cap` of them.
@@ -205,6 +232,15 @@ mod tests {
         row[40] = f32::NAN;
         let l = Tensor::from_slice(&row).view([1, 1, 64]);
         assert!(beam_topk(&l, None, 3).is_none());
+        // one tied sentence of many, whichever thread scans it
+        let (bsz, vocab) = (32usize, 4000usize);
+        let mut rows = Vec::<f32>::try_from(spread((bsz * vocab) as i64, 3)).unwrap();
+        assert!(beam_topk(&Tensor::from_slice(&rows).view([bsz as i64, 1, vocab as i64]), None, 3).is_some());
+        let last = &mut rows[(bsz - 3) * vocab..][..vocab];
+        let top = last.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        last[vocab - 1] = top;
+        last[0] = top;
+        assert!(beam_topk(&Tensor::from_slice(&rows).view([bsz as i64, 1, vocab as i64]), None, 3).is_none());
     }
 
     #[test]
