@@ -21,6 +21,8 @@ use crate::libtorch::parallel::parallel_for;
 const PANEL: usize = 16;
 /// Work below this many multiply-adds is not worth waking another thread for.
 const GRAIN_MACS: usize = 1 << 20;
+/// Weights a thread quantizes at least (a layer of transformer-big is 16 of these).
+const GRAIN_QUANTIZE: usize = 1 << 16;
 
 /// One panel's 16 columns × 4 inputs, in the order its kernel reads them ([`Kernel::slot`]).
 #[derive(Clone, Copy, Debug)]
@@ -120,25 +122,44 @@ impl PackedInt8 {
         if b.len() != n {
             return Err(ModelError::Input(format!("a bias of {} for {n} outputs", b.len())));
         }
+        if k == 0 {
+            return Err(ModelError::Input(format!("an int8 weight of {n} outputs and no inputs")));
+        }
         let (groups, panels) = (k.div_ceil(4), n.div_ceil(PANEL));
         let mut blocks = vec![Block([0; 64]); panels * groups];
         let (mut scale, mut offset, mut bias) = (vec![0f32; panels * PANEL], vec![0i32; panels * PANEL], vec![0f32; panels * PANEL]);
-        let mut values = vec![0i16; k];
-        for col in 0..n {
-            let row = &w[col * k..][..k];
-            let s = max_abs(row).max(1e-8) / 127.0;
-            // SAFETY: `kernel` is one this CPU runs.
-            unsafe { quantize_row(row, 1.0 / s, &mut values) };
-            let (p, j) = (col / PANEL, col % PANEL);
-            let mut sum = 0i32;
-            for (i, &q) in values.iter().enumerate() {
-                sum += i32::from(q);
-                blocks[p * groups + i / 4].0[kernel.slot(j, i % 4)] = q as i8;
+        // each panel's blocks and columns are its own, so the threads share the panels out
+        let outs: Vec<_> = blocks
+            .chunks_mut(groups)
+            .zip(scale.chunks_mut(PANEL).zip(offset.chunks_mut(PANEL)).zip(bias.chunks_mut(PANEL)))
+            .map(std::sync::Mutex::new)
+            .collect();
+        // VNNI's inputs carry + 128, taken back with the column's weight sum
+        let shift = if kernel == Kernel::Vnni { 128 } else { 0 };
+        parallel_for(panels, GRAIN_QUANTIZE.div_ceil(PANEL * k), |start, end| {
+            let mut values = vec![0i16; k];
+            for (p, out) in outs.iter().enumerate().take(end).skip(start) {
+                let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (blocks, ((scale, offset), bias)) = &mut *out;
+                for j in 0..PANEL.min(n - p * PANEL) {
+                    let col = p * PANEL + j;
+                    let row = &w[col * k..][..k];
+                    let s = max_abs(row).max(1e-8) / 127.0;
+                    // SAFETY: `kernel` is one this CPU runs.
+                    unsafe { quantize_row(row, 1.0 / s, &mut values) };
+                    let slots = [0, 1, 2, 3].map(|i| kernel.slot(j, i));
+                    let mut sum = 0i32;
+                    for (block, group) in blocks.iter_mut().zip(values.chunks(4)) {
+                        for (&slot, &q) in slots.iter().zip(group) {
+                            sum += i32::from(q);
+                            block.0[slot] = q as i8;
+                        }
+                    }
+                    (scale[j], offset[j], bias[j]) = (s, shift * sum, b[col]);
+                }
             }
-            // VNNI's inputs carry + 128, taken back with the column's weight sum
-            let shift = if kernel == Kernel::Vnni { 128 } else { 0 };
-            (scale[col], offset[col], bias[col]) = (s, shift * sum, b[col]);
-        }
+        });
+        drop(outs);
         Ok(Self { kernel, in_features: k, out_features: n, groups, blocks, scale, offset, bias })
     }
 
