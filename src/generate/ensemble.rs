@@ -3,7 +3,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{GenerateError, StepModel};
+use super::{Bookkeeping, GenerateError, StepModel};
 use crate::model::{get_normalized_probs, EncoderOut, IncrementalState, TransformerModel};
 
 /// The models of an ensemble plus the encoder outputs and caches of the batch being decoded.
@@ -22,12 +22,14 @@ impl<'m> EnsembleModel<'m> {
 }
 
 impl StepModel for EnsembleModel<'_> {
-    fn host_bookkeeping(&self) -> bool {
-        self.models.iter().all(TransformerModel::fast_tier_on_cpu)
-    }
-
-    fn device_candidates(&self) -> bool {
-        self.models.iter().all(|m| m.fast_tier() && m.device.is_cuda())
+    fn bookkeeping(&self) -> Bookkeeping {
+        if self.models.iter().all(TransformerModel::fast_tier_on_cpu) {
+            Bookkeeping::Host
+        } else if self.models.iter().all(|m| m.fast_tier() && m.device.is_cuda()) {
+            Bookkeeping::DeviceCandidates
+        } else {
+            Bookkeeping::Tensors
+        }
     }
 
     fn max_decoder_positions(&self) -> usize {
@@ -74,7 +76,7 @@ impl StepModel for EnsembleModel<'_> {
         need_attn: bool,
     ) -> Result<(Tensor, Option<Tensor>), GenerateError> {
         let n = self.models.len();
-        let on_host = self.host_bookkeeping();
+        let on_host = self.bookkeeping() == Bookkeeping::Host;
         let mut log_probs = Vec::with_capacity(n);
         let mut avg_attn: Option<Tensor> = None;
         for (model, (enc, inc)) in self.models.iter().zip(self.state.iter_mut()) {

@@ -131,14 +131,21 @@ pub trait StepModel {
         temperature: f64,
         need_attn: bool,
     ) -> Result<(Tensor, Option<Tensor>), GenerateError>;
-    /// Whether a beam search may keep its bookkeeping on host vectors (the fast compute types
-    /// on the CPU); `exact` keeps fairseq's ops.
-    fn host_bookkeeping(&self) -> bool {
-        false
+    /// Where a beam search may keep its bookkeeping; `exact` keeps fairseq's ops.
+    fn bookkeeping(&self) -> Bookkeeping {
+        Bookkeeping::Tensors
     }
-    /// Whether a beam search may keep its bookkeeping on host vectors with only each step's
-    /// candidates read back from the device (the fast compute types on a GPU).
-    fn device_candidates(&self) -> bool {
-        false
-    }
+}
+
+/// Where a beam search keeps its bookkeeping (scores, finished hypotheses, reorder indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bookkeeping {
+    /// fairseq's tensor ops.
+    Tensors,
+    /// Host vectors, each step's candidates chosen on the host (the fast compute types on the
+    /// CPU).
+    Host,
+    /// Host vectors, each step's candidates chosen on the device and only they read back (the
+    /// fast compute types on a GPU).
+    DeviceCandidates,
 }

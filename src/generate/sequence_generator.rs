@@ -5,7 +5,7 @@ use tch::{Device, Kind, Tensor};
 use super::constrained_search::ConstrainedSearch;
 use super::ngram::{NgramMode, NgramRepeatBlock};
 use super::search::SearchStrategy;
-use super::{GenerateError, Hypothesis, StepModel};
+use super::{Bookkeeping, GenerateError, Hypothesis, StepModel};
 
 /// fairseq's `GenerationConfig` fields that `SequenceGenerator` reads.
 #[derive(Debug, Clone)]
@@ -162,7 +162,7 @@ impl SequenceGenerator {
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
-        if (model.host_bookkeeping() || model.device_candidates())
+        if model.bookkeeping() != Bookkeeping::Tensors
             && self.cfg.search == SearchStrategy::Beam
             && prefix_tokens.is_none()
             && constraints.is_none()

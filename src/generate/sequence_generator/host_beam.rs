@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::{bad, sort_finalized, Ended, SequenceGenerator, Specials};
 use crate::generate::beam_topk::beam_topk;
-use crate::generate::{GenerateError, Hypothesis, StepModel};
+use crate::generate::{Bookkeeping, GenerateError, Hypothesis, StepModel};
 use crate::libtorch::host::f32_view_mut;
 
 /// The `kept` sentences' blocks of `per_sentence` values each, in order.
@@ -75,7 +75,7 @@ impl SequenceGenerator {
         let beam = self.beam_size as usize;
         let cand_size = self.cfg.search.cand_size(self.beam_size);
         let device = src_tokens.device();
-        let on_host = model.host_bookkeeping();
+        let on_host = model.bookkeeping() == Bookkeeping::Host;
         let new_order: Vec<i64> = (0..bsz as i64).flat_map(|b| std::iter::repeat_n(b, beam)).collect();
         model.begin(src_tokens, &Tensor::f_from_slice(&new_order)?.f_to_device(device)?)?;
 

@@ -14,16 +14,6 @@ struct Markov {
     bookkeeping: Bookkeeping,
 }
 
-/// Where the beam search keeps its bookkeeping.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Bookkeeping {
-    /// fairseq's tensor ops.
-    Tensors,
-    /// Host vectors, the candidates chosen on the host (`host_bookkeeping`, the CPU's fast tier).
-    Host,
-    /// Host vectors, the candidates chosen by libtorch (`device_candidates`, a GPU's fast tier).
-    DeviceCandidates,
-}
 const BOOKKEEPINGS: [Bookkeeping; 3] = [Bookkeeping::Tensors, Bookkeeping::Host, Bookkeeping::DeviceCandidates];
 
 fn src_class(src: &[i64]) -> i64 {
@@ -47,11 +37,8 @@ impl StepModel for Markov {
     fn max_decoder_positions(&self) -> usize {
         1024
     }
-    fn host_bookkeeping(&self) -> bool {
-        self.bookkeeping == Bookkeeping::Host
-    }
-    fn device_candidates(&self) -> bool {
-        self.bookkeeping == Bookkeeping::DeviceCandidates
+    fn bookkeeping(&self) -> Bookkeeping {
+        self.bookkeeping
     }
     fn begin(&mut self, src_tokens: &Tensor, new_order: &Tensor) -> Result<(), GenerateError> {
         let (b, s) = src_tokens.size2()?;
