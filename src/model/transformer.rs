@@ -149,13 +149,15 @@ impl TransformerModel {
         }
         self.host_layer_norms()?;
         if super::host_gemm_i8::PackedInt8::available() {
-            // on the host's int8 kernel, the output projection too, and a table tied to it looks
-            // its rows up in the quantized columns, as CTranslate2's int8 quantizes embeddings
+            // on the host's int8 kernel, the output projection too, and the embedding tables
+            // quantized per row, as CTranslate2's int8 quantizes embeddings: a table tied to the
+            // projection looks its rows up in the projection's columns
             self.decoder.output_projection.quantize_int8()?;
             if let Some(packed) = self.decoder.output_projection.packed_int8().cloned() {
                 self.share_output_projection(&SharedTable::Int8(packed))?;
             }
             self.decoder.output_projection.release_weight();
+            self.quantize_untied_embeddings()?;
         } else {
             self.host_output_projection(Precision::F32)?;
         }
@@ -255,6 +257,26 @@ impl TransformerModel {
                 self.share_output_projection(&SharedTable::Packed(packed))?;
             }
             self.decoder.output_projection.release_weight();
+        }
+        Ok(())
+    }
+
+    /// Each token embedding table not tied to the output projection, quantized per row for the
+    /// host's int8 kernel and looked up there; one shared by the encoder and the decoder is
+    /// quantized once.
+    fn quantize_untied_embeddings(&mut self) -> Result<(), ModelError> {
+        let (encoder, decoder) = (&mut self.encoder.embedding.embed_tokens, &mut self.decoder.embedding.embed_tokens);
+        let shared = encoder.weight.defined() && decoder.weight.defined() && encoder.weight.data_ptr() == decoder.weight.data_ptr();
+        let mut quantized = None;
+        for embedding in [decoder, encoder] {
+            if embedding.weight.defined() {
+                let table = match (&quantized, shared) {
+                    (Some(table), true) => SharedTable::clone(table),
+                    _ => SharedTable::Int8(std::sync::Arc::new(super::host_gemm_i8::PackedInt8::quantize(&embedding.weight, None)?)),
+                };
+                embedding.share_packed(table.clone())?;
+                quantized = Some(table);
+            }
         }
         Ok(())
     }

@@ -499,3 +499,38 @@ fn float32_int8_and_bfloat16_hold_each_weight_once() {
         }
     }
 }
+
+/// int8 quantizes untied embedding tables too (the `untied` fixture: its own tables for source
+/// and target, neither tied to the output projection): none is held in f32 any more, and each
+/// row it looks up is the f32 row within half its quantization step, `max |row| / 254`.
+#[test]
+fn int8_looks_untied_embeddings_up_in_int8_within_half_a_step() {
+    set_test_threads();
+    assert!(std::arch::is_x86_feature_detected!("avx2"), "this CPU lacks AVX2, which int8's host kernel needs");
+    let load = |compute_type: &str| {
+        let spec = ModelSpec { model: Some(fixture("models/untied")), source_lang: Some("src".into()), target_lang: Some("tgt".into()), ..Default::default() };
+        let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+        Translator::with_compute_type(bundle, tch::Device::Cpu, TextMode::Raw, compute_type).unwrap()
+    };
+    let (exact, int8) = (load("exact"), load("int8"));
+    let (e, q) = (&exact.models[0], &int8.models[0]);
+    assert_ne!(e.encoder.embedding.embed_tokens.weight.data_ptr(), e.decoder.embedding.embed_tokens.weight.data_ptr(), "the fixture's tables are tied");
+    for (name, f32_table, int8_table) in [
+        ("encoder", &e.encoder.embedding.embed_tokens, &q.encoder.embedding.embed_tokens),
+        ("decoder", &e.decoder.embedding.embed_tokens, &q.decoder.embedding.embed_tokens),
+    ] {
+        assert!(!int8_table.weight.defined(), "{name}: int8 still holds the f32 table");
+        let dim = f32_table.embedding_dim() as usize;
+        let (mut want, mut got) = (vec![0f32; dim], vec![0f32; dim]);
+        let mut moved = 0;
+        for id in 0..f32_table.num_embeddings() {
+            assert!(f32_table.row_into(id, &mut want) && int8_table.row_into(id, &mut got), "{name}: row {id}");
+            let half_step = want.iter().fold(0f32, |a, v| a.max(v.abs())) / 254.0 * 1.0001;
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert!((w - g).abs() <= half_step, "{name} [{id}, {i}]: {g} for {w}");
+                moved += usize::from(w != g);
+            }
+        }
+        assert!(moved > 0, "{name}: every value the same: the table was not quantized");
+    }
+}
