@@ -12,8 +12,8 @@ use super::options::EncDecOptions;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 
-/// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`, or rows of the
-/// packed output projection it is tied to (one copy of the table).
+/// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`, or rows of a
+/// [`SharedTable`] in place of libtorch's table.
 #[derive(Debug)]
 pub struct Embedding {
     pub weight: Tensor,
@@ -23,7 +23,9 @@ pub struct Embedding {
     packed: Option<SharedTable>,
 }
 
-/// The output projection's weight an embedding table tied to it looks its rows up in.
+/// Where an embedding looks its rows up once libtorch's table is let go of: the packed or
+/// quantized copy of the output projection it is tied to (one copy of the table), or, in int8,
+/// a quantized copy of its own.
 #[derive(Debug, Clone)]
 pub enum SharedTable {
     /// Panels in float32 or bfloat16: the table's own values (bfloat16's were rounded first).
@@ -65,8 +67,8 @@ impl Embedding {
         self.dim
     }
 
-    /// Looks rows up in `packed` (the output projection's packed copy of this very table) and
-    /// lets go of the libtorch table.
+    /// Looks rows up in `packed` (a packed or quantized copy of this very table) and lets go of
+    /// the libtorch table.
     pub fn share_packed(&mut self, packed: SharedTable) -> Result<(), ModelError> {
         if packed.shape() != (self.rows as usize, self.dim as usize) {
             return Err(ModelError::Input("an embedding table shared with a projection of another shape".into()));
