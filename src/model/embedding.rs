@@ -13,7 +13,7 @@ use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 
 /// `nn.Embedding` with a padding index: `F.embedding(ids, weight, padding_idx)`, or rows of a
-/// [`SharedTable`] in place of libtorch's table.
+/// `SharedTable` in place of libtorch's table.
 #[derive(Debug)]
 pub struct Embedding {
     pub weight: Tensor,
