@@ -86,7 +86,7 @@ impl SequenceGenerator {
         if cfg.beam_size == 0 {
             return Err(GenerateError::InvalidOption("beam size must be at least 1".into()));
         }
-        if !(cfg.temperature > 0.0) {
+        if cfg.temperature.is_nan() || cfg.temperature <= 0.0 {
             return Err(GenerateError::InvalidOption("temperature must be greater than 0".into()));
         }
         let vocab_size = i64::try_from(vocab_size).map_err(|_| bad("vocabulary too large"))?;
