@@ -322,3 +322,16 @@ fn sampling_is_seed_reproducible() {
     assert_eq!(a, b);
     assert!(a.iter().all(|h| h.len() == 3));
 }
+
+#[test]
+fn a_temperature_that_is_not_above_zero_is_refused() {
+    for temperature in [0.0, -1.0, f64::NAN] {
+        let cfg = GeneratorConfig { temperature, ..GeneratorConfig::default() };
+        match SequenceGenerator::new(cfg, V as usize, Specials::default()) {
+            Err(GenerateError::InvalidOption(msg)) => assert_eq!(msg, "temperature must be greater than 0"),
+            other => panic!("temperature {temperature}: {:?}", other.map(|_| ())),
+        }
+    }
+    let cfg = GeneratorConfig { temperature: 0.5, ..GeneratorConfig::default() };
+    assert!(SequenceGenerator::new(cfg, V as usize, Specials::default()).is_ok());
+}
