@@ -512,6 +512,8 @@ mod tests {
             for relu in [false, true] {
                 let got = Vec::<f32>::try_from(packed.linear(&x, relu).unwrap().unwrap().view([-1])).unwrap();
                 let (xs, ws, bs) = (Vec::<f32>::try_from(x.view([-1])).unwrap(), Vec::<f32>::try_from(w.view([-1])).unwrap(), Vec::<f32>::try_from(&b).unwrap());
+                let f = x.linear(&w, Some(&b));
+                let f = Vec::<f32>::try_from(if relu { f.relu() } else { f }.view([-1])).unwrap();
                 for r in 0..m {
                     let row = &xs[r * k..][..k];
                     let sx = row.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
@@ -526,13 +528,17 @@ mod tests {
                         let want = (dot as f32).mul_add(sw * sx, bs[c]);
                         let want = if relu { want.max(0.0) } else { want };
                         assert_eq!(got[r * n + c].to_bits(), want.to_bits(), "{kernel:?} m {m} k {k} n {n} [{r},{c}]: {} vs {want}", got[r * n + c]);
+                        // and within the quantization's own error of the f32 product: each
+                        // quantized input is off by at most half its step, |x − x̂| ≤ sx/2 and
+                        // |w − ŵ| ≤ sw/2, so |x·w − x̂·ŵ| ≤ |x|·sw/2 + |ŵ|·sx/2 (relu keeps
+                        // it); plus the f32 sums' own rounding, at most (k + 2)·ε of the magnitudes
+                        let quantized: f32 = row.iter().zip(col).map(|(a, b)| a.abs() * sw / 2.0 + (b.abs() + sw / 2.0) * sx / 2.0).sum();
+                        let magnitude: f32 = row.iter().zip(col).map(|(a, b)| (a * b).abs()).sum::<f32>() + bs[c].abs() + want.abs();
+                        let bound = quantized + (k as f32 + 2.0) * f32::EPSILON * magnitude;
+                        let err = (got[r * n + c] - f[r * n + c]).abs();
+                        assert!(err <= bound, "m {m} k {k} n {n} [{r},{c}]: {err} > {bound}");
                     }
                 }
-                // and close to the f32 product
-                let f = x.linear(&w, Some(&b));
-                let f = if relu { f.relu() } else { f };
-                let err = (packed.linear(&x, relu).unwrap().unwrap() - &f).abs().max().double_value(&[]);
-                assert!(err < 0.05 * (k as f64).sqrt() * 0.1, "m {m} k {k} n {n}: {err}");
             }
             }
         }
