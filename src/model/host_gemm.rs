@@ -478,30 +478,38 @@ impl PackedWeight {
     }
 }
 
-/// `w` `[out, in]` as `panel_count` panels of `in` lines, shared out among the threads: the
-/// pages of a large weight's panels are first touched (and faulted in) on both cores.
+/// `w` `[out, in]` as `panel_count` panels of `in` lines.
 fn pack_f32(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
+    pack_panels(panel_count, in_features, |p, i| {
+        let mut line = [0f32; PANEL];
+        for (c, v) in line.iter_mut().enumerate() {
+            let o = p * PANEL + c;
+            if o < out_features {
+                *v = w[o * in_features + i];
+            }
+        }
+        Line(line)
+    })
+}
+
+/// `panel_count` panels of `lines` lines each, line `i` of panel `p` being `line(p, i)`, shared
+/// out among the threads: the pages of a large weight's panels are first touched (and faulted
+/// in) on both cores.
+pub(super) fn pack_panels(panel_count: usize, lines: usize, line: impl Fn(usize, usize) -> Line + Sync) -> Vec<Line> {
     struct SharedLines(*mut Line);
     // SAFETY: each range writes only its own panels' lines.
     unsafe impl Sync for SharedLines {}
-    let total = panel_count * in_features;
+    let total = panel_count * lines;
     let mut panels: Vec<Line> = Vec::with_capacity(total);
-    let lines = SharedLines(panels.as_mut_ptr());
-    let panel_bytes = (in_features * std::mem::size_of::<Line>()).max(1);
+    let out = SharedLines(panels.as_mut_ptr());
+    let panel_bytes = (lines * std::mem::size_of::<Line>()).max(1);
     parallel_for(panel_count, PACK_GRAIN_BYTES.div_ceil(panel_bytes), |p0, p1| {
-        let lines = &lines;
+        let out = &out;
         for p in p0..p1 {
-            for i in 0..in_features {
-                let mut line = [0f32; PANEL];
-                for (c, v) in line.iter_mut().enumerate() {
-                    let o = p * PANEL + c;
-                    if o < out_features {
-                        *v = w[o * in_features + i];
-                    }
-                }
-                // SAFETY: line `p · in + i` is below `total`, the capacity, and only this range
-                // writes panel `p`.
-                unsafe { lines.0.add(p * in_features + i).write(Line(line)) };
+            for i in 0..lines {
+                // SAFETY: line `p · lines + i` is below `total`, the capacity, and only this
+                // range writes panel `p`.
+                unsafe { out.0.add(p * lines + i).write(line(p, i)) };
             }
         }
     });

@@ -5,7 +5,7 @@
 //! half. Each call rounds its input rows to bfloat16 once (round to nearest even, as oneDNN
 //! does); the products accumulate in fp32 and the output stays fp32.
 
-use super::host_gemm::{feature_hidden, Isa, Line, PANEL};
+use super::host_gemm::{feature_hidden, pack_panels, Isa, Line, PANEL};
 
 /// Whether this CPU runs the kernel: AVX-512 with AVX512_BF16, unless `TCHSEQ_CPU_FEATURES_OFF`
 /// hides either.
@@ -28,18 +28,19 @@ pub fn round(value: f32) -> u16 {
 
 /// A weight `w` `[out, in]` (row-major) as `panel_count` panels of `in.div_ceil(2)` pair lines.
 pub fn pack(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
-    let pairs = in_features.div_ceil(2);
-    let mut lines = vec![Line([0.0; PANEL]); panel_count * pairs];
-    for o in 0..out_features {
-        let (p, c) = (o / PANEL, o % PANEL);
-        let row = &w[o * in_features..][..in_features];
-        for (i, pair) in row.chunks(2).enumerate() {
-            let low = u32::from(round(pair[0]));
-            let high = pair.get(1).map_or(0, |&v| u32::from(round(v)));
-            lines[p * pairs + i].0[c] = f32::from_bits(low | (high << 16));
+    pack_panels(panel_count, in_features.div_ceil(2), |p, i| {
+        let mut line = [0f32; PANEL];
+        for (c, lane) in line.iter_mut().enumerate() {
+            let o = p * PANEL + c;
+            if o < out_features {
+                let row = &w[o * in_features..][..in_features];
+                let low = u32::from(round(row[2 * i]));
+                let high = row.get(2 * i + 1).map_or(0, |&v| u32::from(round(v)));
+                *lane = f32::from_bits(low | (high << 16));
+            }
         }
-    }
-    lines
+        Line(line)
+    })
 }
 
 /// Weight `(o, i)` of panels packed by [`pack`], as f32.
@@ -176,6 +177,26 @@ mod tests {
                 let want = rounded(&x).linear(&rounded(&w).narrow(0, 32, out - 32), Some(&b.narrow(0, 32, out - 32)));
                 assert!((part.linear(&x, false).unwrap().unwrap() - want).abs().max().double_value(&[]) < 1e-3);
             }
+        }
+    }
+
+    /// Large enough that the panels are shared out among the intra-op threads; the layout is
+    /// plain Rust, so it is checked on every CPU.
+    #[test]
+    fn packs_every_weight_of_a_weight_shared_out_among_threads() {
+        let (out, inp) = (1040usize, 1001usize);
+        let w: Vec<f32> = (0..out * inp).map(|i| ((i as f32) * 0.013).sin() * 2.0).collect();
+        let pairs = inp.div_ceil(2);
+        let panel_count = out.div_ceil(PANEL) + 1;
+        let panels = pack(&w, out, inp, panel_count);
+        assert_eq!(panels.len(), panel_count * pairs);
+        for o in 0..panel_count * PANEL {
+            for i in 0..inp {
+                let want = if o < out { u32::from(round(w[o * inp + i])) << 16 } else { 0 };
+                assert_eq!(weight_at(&panels, inp, o, i).to_bits(), want, "({o}, {i})");
+            }
+            // the odd input count's last pair has zero in its high half
+            assert_eq!(panels[(o / PANEL) * pairs + pairs - 1].0[o % PANEL].to_bits() >> 16, 0, "{o}");
         }
     }
 

@@ -5,12 +5,14 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{Cursor, Read};
+use std::sync::{Mutex, PoisonError};
 
 use ::zip::read::{ArchiveOffset, Config};
 use ::zip::{CompressionMethod, ZipArchive};
 
 use super::{ContainerError, ContainerFormat, RawFile, StorageSource, MAX_PICKLE_BYTES};
 use crate::checkpoint::pickle;
+use crate::libtorch::parallel::parallel_for;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -65,11 +67,34 @@ fn read_entry<'a>(data: &'a [u8], e: &Entry) -> Result<Cow<'a, [u8]>, ContainerE
         (&mut f).take(e.size).read_to_end(&mut out).map_err(|err| ContainerError::Zip(format!("entry {}: {err}", e.name)))?;
         Cow::Owned(out)
     };
-    let computed = crc32fast::hash(&bytes);
+    let computed = crc32(&bytes);
     if computed != e.crc32 {
         return Err(ContainerError::Crc { name: e.name.clone(), stored: e.crc32, computed });
     }
     Ok(bytes)
+}
+
+/// An entry longer than this is checked in pieces of this size on the intra-op threads.
+const CRC_PIECE_BYTES: usize = 1 << 22;
+
+/// The CRC32 of `bytes`; a large entry's pieces are hashed on the intra-op threads (which
+/// also read its pages from the file on both cores) and their CRCs combined in order.
+fn crc32(bytes: &[u8]) -> u32 {
+    if bytes.len() <= CRC_PIECE_BYTES {
+        return crc32fast::hash(bytes);
+    }
+    let pieces: Vec<&[u8]> = bytes.chunks(CRC_PIECE_BYTES).collect();
+    let hashers: Vec<Mutex<crc32fast::Hasher>> = pieces.iter().map(|_| Mutex::new(crc32fast::Hasher::new())).collect();
+    parallel_for(pieces.len(), 1, |start, end| {
+        for (piece, hasher) in pieces[start..end].iter().zip(&hashers[start..end]) {
+            hasher.lock().unwrap_or_else(PoisonError::into_inner).update(piece);
+        }
+    });
+    let mut whole = crc32fast::Hasher::new();
+    for hasher in hashers {
+        whole.combine(&hasher.into_inner().unwrap_or_else(PoisonError::into_inner));
+    }
+    whole.finalize()
 }
 
 /// torch writes the archive from byte 0. The zip crate's default offset detection can misplace
@@ -130,4 +155,19 @@ pub fn read(data: &[u8]) -> Result<RawFile, ContainerError> {
         .filter_map(|e| e.name.strip_prefix(&data_prefix).map(|k| (k.to_string(), e.clone())))
         .collect();
     Ok(RawFile { format: ContainerFormat::Zip, pickle, storages: StorageSource::Zip(ZipStorages { entries: storages }), big_endian })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{crc32, CRC_PIECE_BYTES};
+
+    #[test]
+    fn an_entry_hashed_in_pieces_has_the_crc_of_the_whole() {
+        let bytes: Vec<u8> = (0..2 * CRC_PIECE_BYTES + 12_345).map(|i| (i * 7 + i / 251) as u8).collect();
+        assert_eq!(crc32(&bytes), crc32fast::hash(&bytes));
+        let mut flipped = bytes.clone();
+        flipped[CRC_PIECE_BYTES + 1] ^= 1;
+        assert_ne!(crc32(&flipped), crc32(&bytes));
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    }
 }
