@@ -100,6 +100,25 @@ int64_t tchseq_file_storages_detach(TchseqFileStorages* list) {
   return failed;
 }
 
+// Moves `tensor`'s storage into libtorch's own allocation when its bytes belong to something
+// else (a checkpoint's mapping: the data pointer's context is then its owner, not the bytes), so
+// that writing it fills memory of its own rather than copying the file's pages one fault at a
+// time. Returns false with `error` set when it could not.
+bool tchseq_storage_own(const at::Tensor* tensor, char** error) {
+  try {
+    c10::StorageImpl* storage = tensor->storage().unsafeGetStorageImpl();
+    if (storage == nullptr || storage->data_ptr().get_context() == storage->data()) return true;
+    const size_t bytes = storage->nbytes();
+    at::DataPtr fresh = c10::GetCPUAllocator()->allocate(bytes);
+    copy_releasing(static_cast<char*>(fresh.get()), static_cast<const char*>(storage->data()), bytes);
+    storage->set_data_ptr_noswap(std::move(fresh));
+    return true;
+  } catch (const std::exception& e) {
+    *error = message(e.what());
+    return false;
+  }
+}
+
 void tchseq_file_storages_free(TchseqFileStorages* list) { delete list; }
 
 }  // extern "C"

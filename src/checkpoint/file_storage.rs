@@ -36,6 +36,7 @@ mod ffi {
             error: *mut *mut c_char,
         ) -> *mut C_tensor;
         pub fn tchseq_file_storages_detach(list: *mut List) -> i64;
+        pub fn tchseq_storage_own(tensor: *const C_tensor, error: *mut *mut c_char) -> bool;
         pub fn tchseq_file_storages_free(list: *mut List);
     }
 }
@@ -198,6 +199,19 @@ impl FileStorages {
     }
 }
 
+/// Moves `tensor`'s storage into memory of its own if it is over a checkpoint's file (views of
+/// it included), before the caller writes it in place: a write to the private mapping would copy
+/// each page on its own fault, and every such copy flushes the page from the other cores' TLBs.
+pub fn own_storage(tensor: &Tensor) -> Result<(), String> {
+    let mut error: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a valid tensor; its storage is not being read or written while it moves.
+    if unsafe { ffi::tchseq_storage_own(tensor.as_ptr(), &mut error) } {
+        Ok(())
+    } else {
+        Err(take_error(error))
+    }
+}
+
 /// The shim's malloc'ed message, freed.
 fn take_error(error: *mut c_char) -> String {
     if error.is_null() {
@@ -264,5 +278,33 @@ mod tests {
         assert_ne!(t.data_ptr() as usize, 0);
         assert_eq!(Vec::<f32>::try_from(&t).unwrap(), values);
         assert_eq!(Vec::<f32>::try_from(view.reshape([-1])).unwrap(), values[16..48]);
+    }
+
+    /// `own_storage` moves a storage over the file, under all its views, and leaves one of
+    /// libtorch's own where it is; a write then changes memory of its own, never the file.
+    #[test]
+    fn a_storage_over_the_file_is_owned_before_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        let values: Vec<f32> = (0..4096).map(|i| i as f32 * 0.25).collect();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = open(&path, true).unwrap();
+        let mut list = FileStorages::new();
+        let map: &[u8] = &file.map;
+        let t = list.tensor_over(&file, map, Kind::Float).unwrap().expect("used in place");
+        let view = t.narrow(0, 8, 16);
+        own_storage(&view).unwrap();
+        let moved = t.data_ptr() as usize;
+        assert_ne!(moved, map.as_ptr() as usize, "moved off the mapping");
+        assert_eq!(view.data_ptr() as usize, moved + 8 * 4, "the views moved with it");
+        assert_eq!(Arc::strong_count(&file), 1, "the moved storage let go of the file");
+        own_storage(&t).unwrap();
+        assert_eq!(t.data_ptr() as usize, moved, "a storage of its own stays where it is");
+        let _ = t.shallow_clone().f_fill_(1.0).unwrap();
+        assert_eq!(Vec::<f32>::try_from(&view).unwrap(), vec![1.0; 16]);
+        assert_eq!(&std::fs::read(&path).unwrap(), &bytes, "the file is untouched");
+        assert_eq!(list.detach(), 0);
+        drop(file);
     }
 }

@@ -37,7 +37,7 @@ pub use container::ContainerFormat;
 use crate::config::{ConfigError, TransformerConfig};
 use container::{ContainerError, RawFile};
 use file_storage::{open, release_pages, FileBytes};
-pub use file_storage::FileStorages;
+pub use file_storage::{own_storage, FileStorages};
 use pickle::{Node, NodeId, Pickle, StorageDtype, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

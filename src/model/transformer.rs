@@ -193,6 +193,7 @@ impl TransformerModel {
         let _inference = crate::libtorch::InferenceMode::enter();
         for t in self.named_tensors.values_mut() {
             if t.kind() == Kind::Float {
+                crate::checkpoint::own_storage(t).map_err(|msg| ModelError::Torch(tch::TchError::Torch(msg)))?;
                 let rounded = t.f_to_kind(Kind::BFloat16)?;
                 t.f_copy_(&rounded)?;
             }
