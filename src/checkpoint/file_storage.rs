@@ -249,15 +249,21 @@ mod tests {
         assert_eq!(map, &data[..]);
     }
 
+    /// A file holding `values` as little-endian f32, its directory kept alive, and its bytes.
+    fn file_of(values: &[f32]) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        (dir, path, bytes)
+    }
+
     /// A tensor over the file reads the file's values; after `detach` it reads the same values
     /// from memory of its own, views included, and the file can go.
     #[test]
     fn tensors_over_the_file_move_to_memory_of_their_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.bin");
         let values: Vec<f32> = (0..4096).map(|i| i as f32 * 0.5).collect();
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        std::fs::write(&path, &bytes).unwrap();
+        let (_dir, path, _) = file_of(&values);
         let file = open(&path, true).unwrap();
         let mut list = FileStorages::new();
         let map: &[u8] = &file.map;
@@ -284,11 +290,8 @@ mod tests {
     /// libtorch's own where it is; a write then changes memory of its own, never the file.
     #[test]
     fn a_storage_over_the_file_is_owned_before_a_write() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.bin");
         let values: Vec<f32> = (0..4096).map(|i| i as f32 * 0.25).collect();
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        std::fs::write(&path, &bytes).unwrap();
+        let (_dir, path, bytes) = file_of(&values);
         let file = open(&path, true).unwrap();
         let mut list = FileStorages::new();
         let map: &[u8] = &file.map;
