@@ -2,7 +2,8 @@
 
 use tch::Kind;
 
-use super::host_gemm::{feature_hidden, Precision};
+use super::host_gemm::Precision;
+use super::host_isa::feature_hidden;
 use super::ModelError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

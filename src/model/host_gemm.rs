@@ -13,6 +13,8 @@ use tch::{Device, Kind, Tensor};
 
 #[cfg(target_arch = "x86_64")]
 use super::host_gemm_f32::{avx2, avx512};
+use super::host_isa::Isa;
+use super::host_pack::pack_f32;
 use super::{host_gemm_bf16, ModelError};
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
@@ -60,69 +62,6 @@ const GRAIN_FLOPS: usize = 1 << 19;
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub(super) struct Line(pub(super) [f32; PANEL]);
-
-/// The instructions the kernels use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// Two panels a unit, 12 rows a pass.
-    Avx512,
-    /// One panel a unit, 6 rows a pass.
-    Avx2,
-}
-
-/// Whether `TCHSEQ_CPU_FEATURES_OFF` (feature names apart by spaces or commas) hides `feature`
-/// from the host kernels, as the tests do to run a smaller CPU's path.
-pub fn feature_hidden(feature: &str) -> bool {
-    names(&std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default(), feature)
-}
-
-fn names(list: &str, feature: &str) -> bool {
-    list.split(|c: char| c == ',' || c.is_whitespace()).any(|f| f == feature)
-}
-
-impl Isa {
-    /// The best this CPU has, unless `TCHSEQ_CPU_FEATURES_OFF` hides it (as in the tests).
-    pub fn detect() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") && !feature_hidden("avx512f") {
-                return Some(Self::Avx512);
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && !feature_hidden("avx2") {
-                return Some(Self::Avx2);
-            }
-        }
-        None
-    }
-
-    /// [`Isa::detect`], once a process: for the kernels that choose at every call
-    /// (`one_query.rs`, `host_norm.rs`).
-    pub fn here() -> Option<Self> {
-        static HERE: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
-        *HERE.get_or_init(Self::detect)
-    }
-
-    /// Every ISA this CPU runs, best first (the tests run the kernels of each).
-    #[cfg(test)]
-    pub fn all_here() -> Vec<Self> {
-        let best = Self::detect().expect("this CPU lacks AVX2 or FMA, which the host kernels under test need");
-        if best == Self::Avx512 { vec![Self::Avx512, Self::Avx2] } else { vec![Self::Avx2] }
-    }
-
-    fn panels_per_unit(self) -> usize {
-        match self {
-            Self::Avx512 => 2,
-            Self::Avx2 => 1,
-        }
-    }
-
-    fn rows_per_pass(self) -> usize {
-        match self {
-            Self::Avx512 => 12,
-            Self::Avx2 => 6,
-        }
-    }
-}
 
 /// What a panel's weights are stored in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -478,46 +417,6 @@ impl PackedWeight {
     }
 }
 
-/// `w` `[out, in]` as `panel_count` panels of `in` lines.
-fn pack_f32(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
-    pack_panels(panel_count, in_features, |p, i| {
-        let mut line = [0f32; PANEL];
-        for (c, v) in line.iter_mut().enumerate() {
-            let o = p * PANEL + c;
-            if o < out_features {
-                *v = w[o * in_features + i];
-            }
-        }
-        Line(line)
-    })
-}
-
-/// `panel_count` panels of `lines` lines each, line `i` of panel `p` being `line(p, i)`, shared
-/// out among the threads: the pages of a large weight's panels are first touched (and faulted
-/// in) on both cores.
-pub(super) fn pack_panels(panel_count: usize, lines: usize, line: impl Fn(usize, usize) -> Line + Sync) -> Vec<Line> {
-    struct SharedLines(*mut Line);
-    // SAFETY: each range writes only its own panels' lines.
-    unsafe impl Sync for SharedLines {}
-    let total = panel_count * lines;
-    let mut panels: Vec<Line> = Vec::with_capacity(total);
-    let out = SharedLines(panels.as_mut_ptr());
-    let panel_bytes = (lines * std::mem::size_of::<Line>()).max(1);
-    parallel_for(panel_count, PACK_GRAIN_BYTES.div_ceil(panel_bytes), |p0, p1| {
-        let out = &out;
-        for p in p0..p1 {
-            for i in 0..lines {
-                // SAFETY: line `p · lines + i` is below `total`, the capacity, and only this
-                // range writes panel `p`.
-                unsafe { out.0.add(p * lines + i).write(line(p, i)) };
-            }
-        }
-    });
-    // SAFETY: the ranges above wrote every line below `total`.
-    unsafe { panels.set_len(total) };
-    panels
-}
-
 /// What the kernels read as input: f32 values, or bfloat16 pairs as `u32`.
 trait Input: Copy + Sync + 'static {
     /// `f` with this thread's scratch vector for interleaved passes, kept from call to call.
@@ -557,9 +456,6 @@ fn interleave<X: Copy>(x: &[X], rows: std::ops::Range<usize>, lines: usize, pass
         }
     }
 }
-
-/// Packing below this many bytes of panels stays on one thread.
-const PACK_GRAIN_BYTES: usize = 1 << 18;
 
 struct SendPtr(*mut f32);
 // SAFETY: the ranges of `parallel_for` write disjoint columns or rows through it.
@@ -622,16 +518,6 @@ mod tests {
         interleave(&x, 1..4, lines, pass, &mut out);
         // Rows 1 and 2 as a pass of two, then row 3 alone.
         assert_eq!(out, [3, 6, 4, 7, 5, 8, 9, 10, 11]);
-    }
-
-    #[test]
-    fn a_hidden_feature_is_named_whole_among_spaces_or_commas() {
-        for list in ["avx512f", "avx512bf16 avx512f", "avx512bf16,avx512f", " avx512vnni, avx512f ,"] {
-            assert!(names(list, "avx512f"), "{list:?}");
-        }
-        for list in ["", "avx512", "avx512fx", "avx512bf16;avx512f"] {
-            assert!(!names(list, "avx512f"), "{list:?}");
-        }
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! half. Each call rounds its input rows to bfloat16 once (round to nearest even, as oneDNN
 //! does); the products accumulate in fp32 and the output stays fp32.
 
-use super::host_gemm::{feature_hidden, pack_panels, Isa, Line, PANEL};
+use super::host_gemm::{Line, PANEL};
+use super::host_isa::{feature_hidden, Isa};
+use super::host_pack::pack_panels;
 
 /// Whether this CPU runs the kernel: AVX-512 with AVX512_BF16, unless `TCHSEQ_CPU_FEATURES_OFF`
 /// hides either.
@@ -28,18 +30,16 @@ pub fn round(value: f32) -> u16 {
 
 /// A weight `w` `[out, in]` (row-major) as `panel_count` panels of `in.div_ceil(2)` pair lines.
 pub fn pack(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
-    pack_panels(panel_count, in_features.div_ceil(2), |p, i| {
-        let mut line = [0f32; PANEL];
-        for (c, lane) in line.iter_mut().enumerate() {
-            let o = p * PANEL + c;
-            if o < out_features {
-                let row = &w[o * in_features..][..in_features];
-                let low = u32::from(round(row[2 * i]));
-                let high = row.get(2 * i + 1).map_or(0, |&v| u32::from(round(v)));
-                *lane = f32::from_bits(low | (high << 16));
+    pack_panels(panel_count, in_features.div_ceil(2), |p, panel| {
+        let first = (p * PANEL).min(out_features);
+        let rows = &w[first * in_features..(first + PANEL).min(out_features) * in_features];
+        for (c, row) in rows.chunks_exact(in_features).enumerate() {
+            for (line, pair) in panel.iter_mut().zip(row.chunks(2)) {
+                let low = u32::from(round(pair[0]));
+                let high = pair.get(1).map_or(0, |&v| u32::from(round(v)));
+                line.0[c] = f32::from_bits(low | (high << 16));
             }
         }
-        Line(line)
     })
 }
 

@@ -13,7 +13,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_gemm::{by_row_count, feature_hidden, Isa};
+use super::host_gemm::by_row_count;
+use super::host_isa::{feature_hidden, Isa};
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;

@@ -7,7 +7,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_gemm::Isa;
+use super::host_isa::Isa;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;

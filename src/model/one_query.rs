@@ -9,7 +9,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::kv_cache::HostKvCache;
-use super::host_gemm::Isa;
+use super::host_isa::Isa;
 use super::host_softmax::exp;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
