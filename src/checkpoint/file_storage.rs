@@ -165,7 +165,7 @@ impl FileStorages {
         let (Some(code), true) = (scalar_type(kind), start < map.len() && start + part.len() <= map.len()) else {
             return Ok(None);
         };
-        if part.len() < SMALLEST_BYTES || part.len() % size != 0 || !(part.as_ptr() as usize).is_multiple_of(ALIGNMENT) {
+        if part.len() < SMALLEST_BYTES || !part.len().is_multiple_of(size) || !(part.as_ptr() as usize).is_multiple_of(ALIGNMENT) {
             return Ok(None);
         }
         let lease = Box::into_raw(Box::new(Lease { file: Arc::clone(file), start, len: part.len() }));

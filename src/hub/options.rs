@@ -130,7 +130,7 @@ impl TranslateOptions {
         if !self.diverse_beam_strength.is_finite() || !self.diversity_rate.is_finite() {
             return Err("diverse_beam_strength and diversity_rate must be finite numbers".into());
         }
-        if !(self.temperature > 0.0) || !self.temperature.is_finite() {
+        if self.temperature.is_nan() || self.temperature <= 0.0 || !self.temperature.is_finite() {
             return Err("temperature must be a finite number greater than 0".into());
         }
         if self.sampling_topp > 1.0 {

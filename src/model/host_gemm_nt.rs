@@ -101,7 +101,7 @@ impl TableProjection {
         let (vocab, dim) = self.shape();
         // SAFETY: nothing writes the table during the call.
         let Some(t_data) = (unsafe { f32_view(&self.table) }) else { return false };
-        let rows = if dim == 0 { y.len() / vocab.max(1) } else { x.len() / dim };
+        let rows = x.len().checked_div(dim).unwrap_or(y.len() / vocab.max(1));
         if rows * dim != x.len() || y.len() != rows * vocab {
             return false;
         }

@@ -304,7 +304,7 @@ fn a_loaded_model_no_longer_reads_its_checkpoint_file() {
                     Translation::Done { hypos, .. } => hypos,
                     Translation::TooLong { .. } => panic!("a test sentence is too long"),
                 })
-                .map(|h| (translator.target_string(&h.tokens), h.score as f32))
+                .map(|h| (translator.target_string(&h.tokens), h.score))
                 .collect()
         };
         let before = translate();

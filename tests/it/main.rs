@@ -23,6 +23,7 @@ mod option_sets;
 mod reproducible;
 mod score;
 mod serve;
+mod serve_models;
 mod shard;
 mod text;
 mod translate;

@@ -17,8 +17,6 @@ use crate::cli::Outcome;
 use tchseq::generate::lm_samples::{BreakMode, LmRow, LmSamples};
 use tchseq::hub::{LanguageModel, LmScored};
 
-/// Rows per forward pass when `--batch-size` is not given.
-
 /// One output record: a scored sample, or a line or sample that could not be scored.
 enum Record {
     Scored { scored: LmScored, text: Option<String> },
