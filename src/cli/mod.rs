@@ -27,7 +27,6 @@ mod shard;
 mod side_text;
 mod verify;
 
-use std::process::ExitCode;
 
 use args::{Cli, Command};
 
@@ -52,25 +51,26 @@ fn parse() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&command.try_get_matches()?)
 }
 
-pub fn main() -> ExitCode {
+/// Runs the command line; the process's exit status.
+pub fn main() -> u8 {
     ignore_file_size_signal();
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
-            return ExitCode::from(code);
+            return code;
         }
     };
     match run(cli) {
-        Ok(Outcome::Ok) => ExitCode::SUCCESS,
-        Ok(Outcome::CheckFailed) => ExitCode::from(1),
+        Ok(Outcome::Ok) => 0,
+        Ok(Outcome::CheckFailed) => 1,
         Err(err) => {
             if common::is_broken_pipe(&err) {
-                return ExitCode::SUCCESS;
+                return 0;
             }
             eprintln!("error: {}", common::one_line(&err));
-            ExitCode::from(2)
+            2
         }
     }
 }
