@@ -15,6 +15,8 @@ use std::process::{Command, ExitCode};
 mod version_py;
 #[path = "libtorch/omp_wait.rs"]
 mod omp_wait;
+#[path = "libtorch/startup_pages.rs"]
+mod startup_pages;
 
 /// The torch package whose libtorch tchseq was built against (`version.py`), or `unknown`.
 const BUILD_VERSION: &str = env!("TCHSEQ_LIBTORCH_BUILD_VERSION");
@@ -85,6 +87,15 @@ fn launch() -> Result<Never, String> {
             omp_wait::Wait::Spin(n) => cmd.env("GOMP_SPINCOUNT", n.to_string()),
             omp_wait::Wait::Passive => cmd.env("OMP_WAIT_POLICY", "PASSIVE"),
         };
+    }
+    // Huge pages for libtorch's static initializers (libtorch/startup_pages.rs): glibc reads the
+    // tunable as the program is loaded, and tchseq-core ends them as it starts.
+    let current = std::env::var_os("GLIBC_TUNABLES");
+    if let Some(current) = current.as_ref().map_or(Some(None), |c| c.to_str().map(Some)) {
+        let thp = std::fs::read_to_string(startup_pages::THP_ENABLED).unwrap_or_default();
+        if let Some(value) = startup_pages::tunables(current, &thp, std::env::var_os("THP_MEM_ALLOC_ENABLE").is_some()) {
+            cmd.env("GLIBC_TUNABLES", value).env(startup_pages::MARK, "1");
+        }
     }
     let err = cmd
         .arg0(arg0)

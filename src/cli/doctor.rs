@@ -49,6 +49,8 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         "ATEN_CPU_CAPABILITY": std::env::var("ATEN_CPU_CAPABILITY").ok(),
         "OMP_WAIT_POLICY": std::env::var("OMP_WAIT_POLICY").ok(),
         "GOMP_SPINCOUNT": std::env::var("GOMP_SPINCOUNT").ok(),
+        "GLIBC_TUNABLES": std::env::var("GLIBC_TUNABLES").ok(),
+        "huge_pages_after_start": tchseq::libtorch::huge_pages_enabled(),
     });
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

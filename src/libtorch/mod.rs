@@ -9,6 +9,7 @@ pub mod omp_wait;
 mod op_profile;
 pub mod parallel;
 pub mod reuse;
+pub mod startup_pages;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
 pub use memory_report::{CudaPeak, MemoryReport};
@@ -98,6 +99,26 @@ pub fn keep_freed_memory() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
     }
+}
+
+/// Ends the transparent huge pages the launcher asked for libtorch's start
+/// (`startup_pages.rs`): from here on this process faults its pages in 4 KiB at a time, as it
+/// would have without them. Nothing where the launcher did not ask.
+pub fn end_startup_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os(startup_pages::MARK).is_some() {
+        // SAFETY: PR_SET_THP_DISABLE sets a flag of this process and touches no memory.
+        unsafe {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        }
+    }
+}
+
+/// Whether this process may get transparent huge pages (`THP_enabled` of /proc/self/status:
+/// false once `end_startup_huge_pages` turned them off); `None` where the kernel does not say.
+pub fn huge_pages_enabled() -> Option<bool> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("THP_enabled:")).map(|v| v.trim() == "1")
 }
 
 /// Hands the free memory inside the heap back to the kernel (glibc's `malloc_trim`): weights

@@ -263,6 +263,40 @@ fn the_launcher_chooses_how_threads_wait_unless_the_user_chose() {
     assert_eq!(env_of(2, &[], &[("OMP_WAIT_POLICY", "ACTIVE")]), (None, Some("ACTIVE".into())));
 }
 
+/// Where the kernel gives transparent huge pages on request, the launcher has glibc's malloc ask
+/// for them while libtorch's static initializers fill the heap, and tchseq-core turns them off as
+/// it starts; a user's own `glibc.malloc.hugetlb`, or libtorch's huge pages
+/// (`THP_MEM_ALLOC_ENABLE`), leave both alone.
+#[test]
+fn huge_pages_last_for_libtorchs_start_only_unless_the_user_chose() {
+    let on_request = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default().contains("[madvise]");
+    let run = |vars: &[(&str, &str)]| {
+        let mut cmd = tchseq_bare();
+        cmd.env_remove("GLIBC_TUNABLES").env_remove("THP_MEM_ALLOC_ENABLE");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let r = doctor(cmd);
+        (r["GLIBC_TUNABLES"].as_str().map(str::to_string), r["huge_pages_after_start"].clone())
+    };
+    let (tunables, after) = run(&[]);
+    if on_request {
+        assert_eq!(tunables.as_deref(), Some("glibc.malloc.hugetlb=1"));
+        assert_eq!(after, false, "tchseq-core ends them as it starts");
+        let (tunables, _) = run(&[("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")]);
+        assert_eq!(tunables.as_deref(), Some("glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"));
+    } else {
+        assert_eq!(tunables, None);
+        assert_ne!(after, false);
+    }
+    let (tunables, after) = run(&[("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")]);
+    assert_eq!(tunables.as_deref(), Some("glibc.malloc.hugetlb=0"));
+    assert_ne!(after, false);
+    let (tunables, after) = run(&[("THP_MEM_ALLOC_ENABLE", "1")]);
+    assert_eq!(tunables, None);
+    assert_ne!(after, false);
+}
+
 /// builds/torch-2.11 (the build for the GPU machines' torch 2.11) is the default manifest with
 /// the tch release for torch 2.11 and nothing else changed, over the same sources.
 #[test]
