@@ -27,7 +27,6 @@ mod shard;
 mod side_text;
 mod verify;
 
-
 use args::{Cli, Command};
 
 /// What a command reports when it finished without an error.
