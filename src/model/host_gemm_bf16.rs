@@ -7,7 +7,7 @@
 
 use super::host_gemm::{Line, PANEL};
 use super::host_isa::{feature_hidden, Isa};
-use super::host_pack::pack_panels;
+use super::host_pack::{pack_panels, panel_rows};
 
 /// Whether this CPU runs the kernel: AVX-512 with AVX512_BF16, unless `TCHSEQ_CPU_FEATURES_OFF`
 /// hides either.
@@ -31,9 +31,7 @@ pub fn round(value: f32) -> u16 {
 /// A weight `w` `[out, in]` (row-major) as `panel_count` panels of `in.div_ceil(2)` pair lines.
 pub fn pack(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
     pack_panels(panel_count, in_features.div_ceil(2), |p, panel| {
-        let first = (p * PANEL).min(out_features);
-        let rows = &w[first * in_features..(first + PANEL).min(out_features) * in_features];
-        for (c, row) in rows.chunks_exact(in_features).enumerate() {
+        for (c, row) in panel_rows(w, out_features, in_features, p).enumerate() {
             for (line, pair) in panel.iter_mut().zip(row.chunks(2)) {
                 let low = u32::from(round(pair[0]));
                 let high = pair.get(1).map_or(0, |&v| u32::from(round(v)));

@@ -10,14 +10,20 @@ const PACK_GRAIN_BYTES: usize = 1 << 18;
 /// `w` `[out, in]` as `panel_count` panels of `in` lines, the columns past `out` zero.
 pub(super) fn pack_f32(w: &[f32], out_features: usize, in_features: usize, panel_count: usize) -> Vec<Line> {
     pack_panels(panel_count, in_features, |p, panel| {
-        let first = (p * PANEL).min(out_features);
-        let rows = &w[first * in_features..(first + PANEL).min(out_features) * in_features];
-        for (c, row) in rows.chunks_exact(in_features).enumerate() {
+        for (c, row) in panel_rows(w, out_features, in_features, p).enumerate() {
             for (line, &v) in panel.iter_mut().zip(row) {
                 line.0[c] = v;
             }
         }
     })
+}
+
+/// The rows of `w` `[out, in]` (row-major) that panel `p` holds, one a lane: [`PANEL`] of them,
+/// fewer in the last panel, none past the weight or without inputs.
+pub(super) fn panel_rows(w: &[f32], out_features: usize, in_features: usize, p: usize) -> std::slice::ChunksExact<'_, f32> {
+    let first = (p * PANEL).min(out_features);
+    let end = (first + PANEL).min(out_features);
+    w[first * in_features..end * in_features].chunks_exact(in_features.max(1))
 }
 
 /// `panel_count` panels of `lines` lines each, panel `p` zeroed and then filled by `fill(p, panel)`,
@@ -70,6 +76,13 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A weight without inputs packs into no lines (nothing to fill), in float32 and in bfloat16.
+    #[test]
+    fn a_weight_without_inputs_packs_into_no_lines() {
+        assert!(pack_f32(&[], 40, 0, 4).is_empty());
+        assert!(super::super::host_gemm_bf16::pack(&[], 40, 0, 4).is_empty());
     }
 
     /// Panels are filled in ranges on the intra-op threads; every panel gets its own index.
