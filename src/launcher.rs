@@ -91,11 +91,9 @@ fn launch() -> Result<Never, String> {
     // Huge pages for libtorch's static initializers (libtorch/startup_pages.rs): glibc reads the
     // tunable as the program is loaded, and tchseq-core ends them as it starts.
     let current = std::env::var_os("GLIBC_TUNABLES");
-    if let Some(current) = current.as_ref().map_or(Some(None), |c| c.to_str().map(Some)) {
-        let thp = std::fs::read_to_string(startup_pages::THP_ENABLED).unwrap_or_default();
-        if let Some(value) = startup_pages::tunables(current, &thp, std::env::var_os("THP_MEM_ALLOC_ENABLE").is_some()) {
-            cmd.env("GLIBC_TUNABLES", value).env(startup_pages::MARK, "1");
-        }
+    let thp = std::fs::read_to_string(startup_pages::THP_ENABLED).unwrap_or_default();
+    if let Some(value) = startup_pages::tunables(current.as_deref(), &thp, std::env::var_os("THP_MEM_ALLOC_ENABLE").is_some()) {
+        cmd.env("GLIBC_TUNABLES", value).env(startup_pages::MARK, "1");
     }
     let err = cmd
         .arg0(arg0)

@@ -130,7 +130,7 @@ impl TranslateOptions {
         if !self.diverse_beam_strength.is_finite() || !self.diversity_rate.is_finite() {
             return Err("diverse_beam_strength and diversity_rate must be finite numbers".into());
         }
-        if self.temperature.is_nan() || self.temperature <= 0.0 || !self.temperature.is_finite() {
+        if !self.temperature.is_finite() || self.temperature <= 0.0 {
             return Err("temperature must be a finite number greater than 0".into());
         }
         if self.sampling_topp > 1.0 {
@@ -200,5 +200,19 @@ impl TranslateOptions {
     pub fn same_search(&self, other: &Self) -> bool {
         let strip = |o: &Self| TranslateOptions { nbest: 1, token_scores: false, alignment: false, attention: false, ..o.clone() };
         strip(self) == strip(other) && (self.alignment || self.attention) == (other.alignment || other.attention)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TranslateOptions;
+
+    #[test]
+    fn a_temperature_must_be_a_finite_number_above_zero() {
+        for temperature in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let o = TranslateOptions { temperature, ..TranslateOptions::default() };
+            assert_eq!(o.check(), Err("temperature must be a finite number greater than 0".to_string()), "{temperature}");
+        }
+        assert_eq!(TranslateOptions { temperature: 0.5, ..TranslateOptions::default() }.check(), Ok(()));
     }
 }

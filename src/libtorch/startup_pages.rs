@@ -9,6 +9,8 @@
 //! MB), so tchseq-core turns them off as it starts (`end_startup_huge_pages`), and from then on
 //! its pages fault in as before.
 
+use std::ffi::OsStr;
+
 /// Set by the launcher beside the tunable: tchseq-core ends the huge pages when it sees it.
 pub const MARK: &str = "TCHSEQ_STARTUP_HUGE_PAGES";
 /// Where the kernel says when it gives transparent huge pages.
@@ -19,11 +21,16 @@ const TUNABLE: &str = "glibc.malloc.hugetlb";
 /// `GLIBC_TUNABLES` for tchseq-core: `current` (`None`: unset) with `glibc.malloc.hugetlb=1`
 /// added, where the kernel gives huge pages on request only (`thp_enabled`, the kernel's line,
 /// reads `[madvise]`) and the user chose neither that tunable nor libtorch's own huge pages
-/// (`libtorch_thp`: `THP_MEM_ALLOC_ENABLE` is set). `None`: leave the environment as it is.
-pub fn tunables(current: Option<&str>, thp_enabled: &str, libtorch_thp: bool) -> Option<String> {
+/// (`libtorch_thp`: `THP_MEM_ALLOC_ENABLE` is set). `None`: leave the environment as it is, as
+/// for a `current` that is not UTF-8.
+pub fn tunables(current: Option<&OsStr>, thp_enabled: &str, libtorch_thp: bool) -> Option<String> {
     if libtorch_thp || !thp_enabled.contains("[madvise]") {
         return None;
     }
+    let current = match current {
+        Some(c) => Some(c.to_str()?),
+        None => None,
+    };
     match current.filter(|c| !c.is_empty()) {
         None => Some(format!("{TUNABLE}=1")),
         Some(c) if c.contains(TUNABLE) => None,
@@ -37,12 +44,16 @@ mod tests {
 
     #[test]
     fn the_tunable_is_added_only_where_the_kernel_gives_huge_pages_on_request() {
+        use std::os::unix::ffi::OsStrExt;
         let madvise = "always [madvise] never\n";
+        let set = |v: &'static str| Some(OsStr::new(v));
         assert_eq!(tunables(None, madvise, false).as_deref(), Some("glibc.malloc.hugetlb=1"));
-        assert_eq!(tunables(Some(""), madvise, false).as_deref(), Some("glibc.malloc.hugetlb=1"));
-        assert_eq!(tunables(Some("glibc.malloc.arena_max=2"), madvise, false).as_deref(), Some("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"));
-        // the user's own choice of the tunable or of libtorch's huge pages stands
-        assert_eq!(tunables(Some("glibc.malloc.hugetlb=0"), madvise, false), None);
+        assert_eq!(tunables(set(""), madvise, false).as_deref(), Some("glibc.malloc.hugetlb=1"));
+        assert_eq!(tunables(set("glibc.malloc.arena_max=2"), madvise, false).as_deref(), Some("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"));
+        // the user's own choice of the tunable or of libtorch's huge pages stands, and a value
+        // that is not UTF-8 is passed on untouched
+        assert_eq!(tunables(set("glibc.malloc.hugetlb=0"), madvise, false), None);
+        assert_eq!(tunables(Some(OsStr::from_bytes(b"glibc.malloc.arena_max=\xff")), madvise, false), None);
         assert_eq!(tunables(None, madvise, true), None);
         // every page is huge already, none ever is, or the kernel has no such file
         for other in ["[always] madvise never\n", "always madvise [never]\n", ""] {
