@@ -53,6 +53,7 @@ fn parse() -> Result<Cli, clap::Error> {
 /// Runs the command line; the process's exit status.
 pub fn main() -> u8 {
     tchseq::libtorch::end_startup_huge_pages();
+    tchseq::libtorch::library_pages::release();
     ignore_file_size_signal();
     let cli = match parse() {
         Ok(cli) => cli,

@@ -362,6 +362,8 @@ impl ModelBundle {
                     models.push(model);
                     checkpoints.push(ckpt);
                 }
+                // what only loading ran
+                crate::libtorch::library_pages::release();
                 checkpoints[0].config.clone()
             }
         };

@@ -9,6 +9,7 @@ pub mod omp_wait;
 mod op_profile;
 pub mod parallel;
 pub mod reuse;
+pub mod library_pages;
 pub mod startup_pages;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};

@@ -8,7 +8,9 @@
 //! Positions live in blocks of [`BLOCK`], allocated as the cache reaches them and never moved: a
 //! cache that grew by copying held the old and the new buffer at once, and the old ones, each
 //! smaller than the next, stayed in the heap as holes (at transformer-base size, batch 32, some
-//! 60 MB of a run's peak).
+//! 60 MB of a run's peak). A block holds the rows there are when it is made: as sentences
+//! finish, the batch shrinks, and so do the blocks after it (as CTranslate2's cache does, which
+//! drops the finished rows).
 use tch::Tensor;
 
 use super::ModelError;
@@ -21,8 +23,8 @@ pub struct HostKvCache {
     heads: usize,
     head_dim: usize,
     len: usize,
-    /// Block `b` holds positions `b·BLOCK ..`, `[slots, heads, BLOCK, head_dim]`: position `l`
-    /// of slot `s` was written by row `s` at step `l`.
+    /// Block `b` holds positions `b·BLOCK ..`, `[rows, heads, BLOCK, head_dim]` for the rows
+    /// there were when it was made: position `l` of slot `s` was written by row `s` at step `l`.
     keys: Vec<Box<[f32]>>,
     values: Vec<Box<[f32]>>,
     /// `[len, slots]`: the slot row `r` reads position `l` from, at `l · slots + r`.
@@ -89,10 +91,17 @@ impl HostKvCache {
                 self.rows
             )));
         }
+        let size = self.rows * width * BLOCK;
         if self.len == self.capacity() {
-            let size = self.slots * width * BLOCK;
             self.keys.push(vec![0.0; size].into_boxed_slice());
             self.values.push(vec![0.0; size].into_boxed_slice());
+        } else if self.keys[self.len / BLOCK].len() < size {
+            // the rows grew again since the block was made for fewer
+            for block in [&mut self.keys[self.len / BLOCK], &mut self.values[self.len / BLOCK]] {
+                let mut grown = vec![0.0; size];
+                grown[..block.len()].copy_from_slice(block);
+                *block = grown.into_boxed_slice();
+            }
         }
         let (d, len) = (self.head_dim, self.len);
         let (keys, values) = (&mut self.keys[len / BLOCK], &mut self.values[len / BLOCK]);
@@ -163,8 +172,9 @@ mod tests {
         let width = heads * d;
         let mut cache = HostKvCache::new(rows, heads, d);
         let (mut want_k, mut want_v): (Option<Tensor>, Option<Tensor>) = (None, None);
-        let orders: [&[i64]; 3] = [&[2, 0, 1], &[1, 1, 2], &[0, 2]];
-        for step in 0..(3 * BLOCK + 5) {
+        // the rows stay, shrink (the blocks after are smaller), and grow again within a block
+        let orders: [&[i64]; 4] = [&[2, 0, 1], &[0, 2], &[1, 0, 1], &[1, 1, 2]];
+        for step in 0..(7 * BLOCK + 2) {
             let current = cache.rows();
             let projected = Tensor::randn([current as i64, 3 * width as i64], (Kind::Float, Device::Cpu));
             let data = Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap();
@@ -184,6 +194,7 @@ mod tests {
             assert_eq!(k, *want_k.as_ref().unwrap(), "keys at step {step}");
             assert_eq!(v, *want_v.as_ref().unwrap(), "values at step {step}");
         }
+        assert_eq!(cache.keys.iter().map(|b| b.len() / (width * BLOCK)).collect::<Vec<_>>(), [3, 3, 3, 3, 2, 3, 3, 3], "rows each block holds");
         assert!(cache.capacity() > BLOCK);
         assert_eq!(cache.capacity(), cache.len().div_ceil(BLOCK) * BLOCK, "grown by {BLOCK} positions at a time");
     }
