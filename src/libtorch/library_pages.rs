@@ -8,7 +8,7 @@
 //! loader's relocations, the library's data) are its own and are kept: only runs of pages that
 //! `/proc/self/pagemap` shows as the file's, or as not there at all, are unmapped.
 
-/// Pages of `pagemap`'s flags: present, swapped, file-backed (or shared).
+/// Bits of a `/proc/self/pagemap` entry: the page is present, swapped, the file's (or shared).
 const PRESENT: u64 = 1 << 63;
 const SWAPPED: u64 = 1 << 62;
 const FILE: u64 = 1 << 61;
@@ -65,7 +65,8 @@ fn clean_runs(entries: &[u64]) -> Vec<(usize, usize)> {
 #[cfg(target_os = "linux")]
 pub fn release() -> Option<usize> {
     use std::io::{Read, Seek, SeekFrom};
-    let page = 4096usize;
+    // SAFETY: sysconf only reads a constant of the system.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|&p| p > 0)?;
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let alone = status.lines().find_map(|l| l.strip_prefix("Threads:")).is_some_and(|n| n.trim() == "1");
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
