@@ -67,8 +67,7 @@ pub fn release() -> Option<usize> {
     use std::io::{Read, Seek, SeekFrom};
     // SAFETY: sysconf only reads a constant of the system.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|&p| p > 0)?;
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let alone = status.lines().find_map(|l| l.strip_prefix("Threads:")).is_some_and(|n| n.trim() == "1");
+    let alone = super::self_status("Threads").is_some_and(|n| n == "1");
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let mut pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
     let mut released = 0;

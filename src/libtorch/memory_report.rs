@@ -47,9 +47,8 @@ impl MemoryReport {
 
     /// The peak resident set of this process, from `/proc/self/status`.
     pub fn peak_rss_bytes() -> Option<u64> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim();
-        kb.parse::<u64>().ok().map(|kb| kb * 1024)
+        let hwm = super::self_status("VmHWM")?;
+        hwm.trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024)
     }
 
     /// Writes the report (through a `.partial` file renamed into place).

@@ -118,8 +118,13 @@ pub fn end_startup_huge_pages() {
 /// Whether this process may get transparent huge pages (`THP_enabled` of /proc/self/status:
 /// false once `end_startup_huge_pages` turned them off); `None` where the kernel does not say.
 pub fn huge_pages_enabled() -> Option<bool> {
+    self_status("THP_enabled").map(|v| v == "1")
+}
+
+/// The value of `field` in /proc/self/status, trimmed (`None` where the kernel does not say).
+pub(crate) fn self_status(field: &str) -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|l| l.strip_prefix("THP_enabled:")).map(|v| v.trim() == "1")
+    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).map(|v| v.trim().to_string())
 }
 
 /// Hands the free memory inside the heap back to the kernel (glibc's `malloc_trim`): weights
@@ -210,5 +215,16 @@ impl Drop for InferenceMode {
     fn drop(&mut self) {
         // SAFETY: created by `enter` on this thread, freed once.
         unsafe { tchseq_inference_mode_exit(self.0) }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    #[test]
+    fn a_status_field_is_read_by_its_whole_name() {
+        let threads: usize = super::self_status("Threads").unwrap().parse().unwrap();
+        assert!(threads >= 1);
+        assert_eq!(super::self_status("Thread"), None, "a name's prefix is not the field");
+        assert!(super::MemoryReport::peak_rss_bytes().is_some_and(|b| b > 0));
     }
 }
