@@ -1,15 +1,17 @@
 //! `--compute-type int8` on the host: a linear layer in int8. The weight is quantized once per
 //! output column (symmetric, `max |w| / 127`) and packed into panels of 16 columns × 4 inputs,
 //! 64 bytes each; each input row is quantized on the fly (`round(x / s)`, `s = max |x| / 127`).
-//! - With AVX-512 VNNI, the row goes to unsigned bytes (`+ 128`), `vpdpbusd` sums four byte
+//! A row with no negative value, as ReLU gives `fc2`, takes the unsigned range (`s = max x /
+//! 255`): one bit more than the signed range leaves it.
+//! - With AVX-512 VNNI, a signed row goes to unsigned bytes (`+ 128`), `vpdpbusd` sums four byte
 //!   products into each 32-bit lane, and the `+ 128` is taken back with each column's weight sum.
 //! - With AVX2, the row stays in 16 bits, and `vpmaddwd` sums two products of sign-extended
 //!   weights into each lane. (AVX2's byte product, `vpmaddubsw`, saturates at 16 bits, which is
 //!   why fbgemm and oneDNN give up a bit of the input or the weight there.)
 //!
 //! Integer sums are exact and the scaling is the same expression, so both kernels give the same
-//! bits: int8's output does not depend on which of the two a CPU has. The same quantization as
-//! fbgemm's path (`int8.rs`), without its per-call libtorch ops, and with the weight read as bytes.
+//! bits: int8's output does not depend on which of the two a CPU has. fbgemm's path (`int8.rs`),
+//! for a CPU without AVX2, quantizes each weight the same way and each input as fbgemm does.
 
 use tch::{Device, Kind, Tensor};
 
@@ -145,9 +147,10 @@ impl PackedInt8 {
                 for j in 0..PANEL.min(n - p * PANEL) {
                     let col = p * PANEL + j;
                     let row = &w[col * k..][..k];
-                    let s = max_abs(row).max(1e-8) / 127.0;
                     // SAFETY: `kernel` is one this CPU runs.
-                    unsafe { quantize_row(row, 1.0 / s, &mut values) };
+                    let s = unsafe { max_abs(row) }.max(1e-8) / 127.0;
+                    // SAFETY: as above.
+                    unsafe { quantize_row(row, 1.0 / s, Range::Signed, &mut values) };
                     let slots = [0, 1, 2, 3].map(|i| kernel.slot(j, i));
                     let mut sum = 0i32;
                     for (block, group) in blocks.iter_mut().zip(values.chunks(4)) {
@@ -208,7 +211,7 @@ impl PackedInt8 {
         if m == 0 {
             return;
         }
-        let (rows_q, row_scale) = self.quantize_rows(x, m);
+        let (rows_q, row_scale, row_unsigned) = self.quantize_rows(x, m);
         let pairs = self.out_features.div_ceil(2 * PANEL);
         let per_pair = (m * self.groups * 8 * PANEL).max(1);
         let out = SendPtr(y.as_mut_ptr());
@@ -217,39 +220,51 @@ impl PackedInt8 {
             for pair in start..end {
                 // SAFETY: `available()` held when the layer chose this kernel; each pair of
                 // panels writes only its own columns of `y`.
-                unsafe { self.panels(2 * pair, &rows_q, &row_scale, m, out.0, relu) };
+                unsafe { self.panels(2 * pair, &rows_q, &row_scale, &row_unsigned, m, out.0, relu) };
             }
         });
     }
 
     /// Each row quantized as its kernel reads it, in 32-bit words: unsigned bytes, four to a
     /// word (VNNI), or 16-bit values, two to a word (AVX2); and its scale.
-    fn quantize_rows(&self, x: &[f32], m: usize) -> (Vec<u32>, Vec<f32>) {
+    fn quantize_rows(&self, x: &[f32], m: usize) -> (Vec<u32>, Vec<f32>, Vec<i32>) {
         let (k, words) = (self.in_features, self.kernel.row_words(self.groups));
+        // VNNI's padding reads as zeros once signed rows take their + 128 back (the padded
+        // weights are zeros either way)
         let pad = if self.kernel == Kernel::Vnni { 0x8080_8080u32 } else { 0 };
         let mut q = vec![pad; m * words];
         let mut scales = vec![0f32; m];
+        let mut unsigned = vec![0; m];
         for r in 0..m {
             let row = &x[r * k..][..k];
-            let max = max_abs(row);
-            let s = if max > 0.0 { max / 127.0 } else { 1.0 };
+            // SAFETY: as below.
+            let (min, max) = unsafe {
+                match self.kernel {
+                    Kernel::Vnni => extremes_avx512(row),
+                    Kernel::Avx2 => extremes_avx2(row),
+                }
+            };
+            let range = if min < 0.0 { Range::Signed } else { Range::Unsigned };
+            let max = max.max(-min);
+            let s = if max > 0.0 { max / range.top() } else { 1.0 };
             let out = &mut q[r * words..][..words];
             // SAFETY: `kernel` is one this CPU runs (it was chosen when the weight was packed).
             unsafe {
                 match self.kernel {
-                    Kernel::Vnni => quantize_row_u8(row, 1.0 / s, bytemuck_u32(out)),
-                    Kernel::Avx2 => quantize_row(row, 1.0 / s, words_as_i16(out)),
+                    Kernel::Vnni => quantize_row_u8(row, 1.0 / s, range, bytemuck_u32(out)),
+                    Kernel::Avx2 => quantize_row(row, 1.0 / s, range, words_as_i16(out)),
                 }
             }
             scales[r] = s;
+            unsigned[r] = if self.kernel == Kernel::Vnni && range == Range::Unsigned { -1 } else { 0 };
         }
-        (q, scales)
+        (q, scales, unsigned)
     }
 
     /// Panels `first` and `first + 1` (where there is one) for every row: up to twelve rows
     /// through both a pass (VNNI), or five rows through one (AVX2).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], m: usize, y: *mut f32, relu: bool) {
+    unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], row_unsigned: &[i32], m: usize, y: *mut f32, relu: bool) {
         let (g, words) = (self.groups, self.kernel.row_words(self.groups));
         let count = (self.out_features.div_ceil(PANEL) - first).min(2);
         let unit = |r0: usize, panel: usize, count: usize| Unit {
@@ -259,6 +274,7 @@ impl PackedInt8 {
             x: xq[r0 * words..].as_ptr(),
             row_words: words,
             row_scale: row_scale[r0..].as_ptr(),
+            row_unsigned: row_unsigned[r0..].as_ptr(),
             columns: [panel * PANEL, (panel + 1) * PANEL],
             count,
             packed: self,
@@ -293,7 +309,7 @@ impl PackedInt8 {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn panels(&self, _first: usize, _xq: &[u32], _row_scale: &[f32], _m: usize, _y: *mut f32, _relu: bool) {
+    unsafe fn panels(&self, _first: usize, _xq: &[u32], _row_scale: &[f32], _row_unsigned: &[i32], _m: usize, _y: *mut f32, _relu: bool) {
         unreachable!("PackedInt8::available() is false off x86_64")
     }
 }
@@ -307,6 +323,8 @@ struct Unit<'a> {
     x: *const u32,
     row_words: usize,
     row_scale: *const f32,
+    /// All ones for a row in the unsigned range on VNNI, else 0.
+    row_unsigned: *const i32,
     /// The first column of each panel.
     columns: [usize; 2],
     count: usize,
@@ -317,7 +335,8 @@ struct Unit<'a> {
 }
 
 /// `R` rows of a unit: 2R accumulators, two weight loads and R broadcasts a group of four
-/// inputs, then each column's `(Σ − 128 Σ w_q) · s_w · s_x + b`.
+/// inputs, then each column's `(Σ − 128 Σ w_q) · s_w · s_x + b` (without the `128 Σ w_q` for an
+/// unsigned row).
 ///
 /// # Safety
 /// `u` describes `R` readable rows and writable outputs; the CPU has AVX-512 VNNI.
@@ -326,7 +345,12 @@ struct Unit<'a> {
 unsafe fn vnni_rows<const R: usize>(u: &Unit) {
     use std::arch::x86_64::*;
     let g = u.groups;
-    let mut acc = [[_mm512_setzero_si512(); 2]; R];
+    // an unsigned row starts from the `128 Σ w_q` that every row's sum gives back at the end
+    let offsets = [0, u.count - 1].map(|panel| _mm512_loadu_si512(u.packed.offset.as_ptr().add(u.columns[0] + panel * PANEL) as *const __m512i));
+    let mut acc: [[__m512i; 2]; R] = std::array::from_fn(|r| {
+        let unsigned = _mm512_set1_epi32(*u.row_unsigned.add(r));
+        offsets.map(|o| _mm512_and_si512(o, unsigned))
+    });
     for gi in 0..g {
         let wa = _mm512_load_si512(u.a.add(gi) as *const __m512i);
         let wb = _mm512_load_si512(u.b.add(gi) as *const __m512i);
@@ -407,10 +431,12 @@ unsafe fn avx2_rows<const R: usize>(u: &Unit) {
 /// row's largest magnitude maps to 127).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn quantize_row_u8(row: &[f32], inv: f32, out: &mut [u8]) {
+unsafe fn quantize_row_u8(row: &[f32], inv: f32, range: Range, out: &mut [u8]) {
     use std::arch::x86_64::*;
     let scale = _mm512_set1_ps(inv);
-    let (lo, hi, bias) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127), _mm512_set1_epi32(128));
+    let (lo, hi) = range.bounds();
+    let shift = if range == Range::Signed { 128 } else { 0 };
+    let (lo, hi, bias) = (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi), _mm512_set1_epi32(shift));
     let chunks = row.len() / 16;
     for c in 0..chunks {
         let v = _mm512_mul_ps(_mm512_loadu_ps(row.as_ptr().add(c * 16)), scale);
@@ -418,7 +444,7 @@ unsafe fn quantize_row_u8(row: &[f32], inv: f32, out: &mut [u8]) {
         _mm_storeu_si128(out.as_mut_ptr().add(c * 16) as *mut __m128i, _mm512_cvtepi32_epi8(i));
     }
     for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
-        *o = (quantize(v, inv) + 128) as u8;
+        *o = (quantize(v, inv, range) + shift) as u8;
     }
 }
 
@@ -426,10 +452,11 @@ unsafe fn quantize_row_u8(row: &[f32], inv: f32, out: &mut [u8]) {
 /// either kernel: a CPU with VNNI has AVX2 too).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_row(row: &[f32], inv: f32, out: &mut [i16]) {
+unsafe fn quantize_row(row: &[f32], inv: f32, range: Range, out: &mut [i16]) {
     use std::arch::x86_64::*;
     let scale = _mm256_set1_ps(inv);
-    let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
+    let (lo, hi) = range.bounds();
+    let (lo, hi) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
     let chunks = row.len() / 16;
     for c in 0..chunks {
         let q = |at: usize| {
@@ -441,37 +468,114 @@ unsafe fn quantize_row(row: &[f32], inv: f32, out: &mut [i16]) {
         _mm256_storeu_si256(out.as_mut_ptr().add(c * 16) as *mut __m256i, packed);
     }
     for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
-        *o = quantize(v, inv) as i16;
+        *o = quantize(v, inv, range) as i16;
     }
 }
 
 /// One value as the vector loops quantize it (a NaN, which `cvtps2dq` makes -2³¹, to -127).
-fn quantize(v: f32, inv: f32) -> i32 {
+fn quantize(v: f32, inv: f32, range: Range) -> i32 {
     let x = (v * inv).round_ties_even();
-    if x.is_nan() { -127 } else { x.clamp(-127.0, 127.0) as i32 }
+    let (lo, hi) = range.bounds();
+    if x.is_nan() { lo } else { x.clamp(lo as f32, hi as f32) as i32 }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn quantize_row(_row: &[f32], _inv: f32, _out: &mut [i16]) {
-    unreachable!("PackedInt8::available() is false off x86_64")
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Range {
+    Signed,
+    Unsigned,
 }
 
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn quantize_row_u8(_row: &[f32], _inv: f32, _out: &mut [u8]) {
-    unreachable!("PackedInt8::available() is false off x86_64")
-}
-
-/// `max |v|`, with sixteen partial maxima, so that it vectorizes.
-fn max_abs(row: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let chunks = row.chunks_exact(16);
-    let tail = chunks.remainder().iter().fold(0f32, |a, v| a.max(v.abs()));
-    for chunk in chunks {
-        for j in 0..16 {
-            acc[j] = acc[j].max(chunk[j].abs());
+impl Range {
+    fn bounds(self) -> (i32, i32) {
+        match self {
+            Self::Signed => (-127, 127),
+            Self::Unsigned => (0, 255),
         }
     }
-    acc.iter().fold(tail, |a, &v| a.max(v))
+
+    fn top(self) -> f32 {
+        self.bounds().1 as f32
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_row(_row: &[f32], _inv: f32, _range: Range, _out: &mut [i16]) {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_row_u8(_row: &[f32], _inv: f32, _range: Range, _out: &mut [u8]) {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+/// `max |v|`.
+///
+/// # Safety
+/// The CPU has AVX2 (as every int8 kernel's does).
+#[cfg(target_arch = "x86_64")]
+unsafe fn max_abs(row: &[f32]) -> f32 {
+    let (min, max) = extremes_avx2(row);
+    max.max(-min)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn max_abs(_row: &[f32]) -> f32 {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+/// The least and the largest value of `row`, and 0 (NaNs are passed over).
+fn extremes(row: &[f32]) -> (f32, f32) {
+    row.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+}
+
+/// [`extremes`], sixteen values at a time (a NaN is passed over as `vminps` does: it keeps
+/// the extreme so far).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn extremes_avx512(row: &[f32]) -> (f32, f32) {
+    use std::arch::x86_64::*;
+    let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let chunks = row.len() / 16;
+    for c in 0..chunks {
+        let v = _mm512_loadu_ps(row.as_ptr().add(c * 16));
+        (lo, hi) = (_mm512_min_ps(v, lo), _mm512_max_ps(v, hi));
+    }
+    let (min, max) = extremes(&row[chunks * 16..]);
+    (_mm512_reduce_min_ps(lo).min(min), _mm512_reduce_max_ps(hi).max(max))
+}
+
+/// [`extremes`], eight values at a time.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn extremes_avx2(row: &[f32]) -> (f32, f32) {
+    use std::arch::x86_64::*;
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let chunks = row.len() / 8;
+    for c in 0..chunks {
+        let v = _mm256_loadu_ps(row.as_ptr().add(c * 8));
+        (lo, hi) = (_mm256_min_ps(v, lo), _mm256_max_ps(v, hi));
+    }
+    let (mut lanes_lo, mut lanes_hi) = ([0f32; 8], [0f32; 8]);
+    _mm256_storeu_ps(lanes_lo.as_mut_ptr(), lo);
+    _mm256_storeu_ps(lanes_hi.as_mut_ptr(), hi);
+    let (min, max) = extremes(&row[chunks * 8..]);
+    (lanes_lo.iter().fold(min, |a, &v| a.min(v)), lanes_hi.iter().fold(max, |a, &v| a.max(v)))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn extremes_avx512(_row: &[f32]) -> (f32, f32) {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn extremes_avx2(_row: &[f32]) -> (f32, f32) {
+    unreachable!("PackedInt8::available() is false off x86_64")
 }
 
 /// The bytes of `u32`s, in memory order.
@@ -505,7 +609,7 @@ mod tests {
         }
         tch::manual_seed(17);
         for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33), (7, 24, 9)] {
-            let x = Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu));
+            let x = with_unsigned_rows(&Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu)));
             let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu)) * 0.1;
             let b = Tensor::randn([n as i64], (Kind::Float, Device::Cpu));
             for &kernel in &kernels {
@@ -517,7 +621,9 @@ mod tests {
                 let f = Vec::<f32>::try_from(if relu { f.relu() } else { f }.view([-1])).unwrap();
                 for r in 0..m {
                     let row = &xs[r * k..][..k];
-                    let sx = row.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                    let unsigned = row.iter().all(|&v| v >= 0.0);
+                    assert_eq!(unsigned, r % 2 == 1, "row {r}");
+                    let sx = row.iter().fold(0f32, |a, v| a.max(v.abs())) / if unsigned { 255.0 } else { 127.0 };
                     for c in 0..n {
                         let col = &ws[c * k..][..k];
                         let sw = col.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
@@ -543,6 +649,12 @@ mod tests {
             }
             }
         }
+    }
+
+    /// `x` with every odd row through ReLU: rows both kernels quantize to the unsigned range.
+    fn with_unsigned_rows(x: &Tensor) -> Tensor {
+        let odd = Tensor::arange(x.size()[0], (Kind::Int64, Device::Cpu)).remainder(2).eq(1).unsqueeze(1);
+        x.where_self(&odd.logical_not(), &x.relu())
     }
 
     /// A column read back (a tied embedding's row) is the weight as the kernel quantized it.
@@ -582,7 +694,7 @@ mod tests {
         }
         tch::manual_seed(5);
         for &(m, k, n) in &[(1usize, 512usize, 70usize), (12, 100, 48), (31, 64, 130)] {
-            let x = Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu));
+            let x = with_unsigned_rows(&Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu)));
             let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
             let out = |kernel| PackedInt8::quantize_for(kernel, &w, None).unwrap().linear(&x, false).unwrap().unwrap();
             assert!(out(Kernel::Vnni).equal(&out(Kernel::Avx2)), "m {m} k {k} n {n}");
