@@ -427,8 +427,8 @@ unsafe fn avx2_rows<const R: usize>(u: &Unit) {
     }
 }
 
-/// `round(v · inv) + 128` for each `v` of `row` (to nearest, ties to even; within ±127 as the
-/// row's largest magnitude maps to 127).
+/// `round(v · inv)` for each `v` of `row` (to nearest, ties to even) within `range`, where the
+/// row's largest magnitude lands on its top; `+ 128` in the signed range.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn quantize_row_u8(row: &[f32], inv: f32, range: Range, out: &mut [u8]) {
@@ -448,7 +448,7 @@ unsafe fn quantize_row_u8(row: &[f32], inv: f32, range: Range, out: &mut [u8]) {
     }
 }
 
-/// `round(v · inv)` within ±127 for each `v` of `row`, as [`quantize_row_u8`] rounds it (for
+/// `round(v · inv)` within `range` for each `v` of `row`, as [`quantize_row_u8`] rounds it (for
 /// either kernel: a CPU with VNNI has AVX2 too).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -472,7 +472,8 @@ unsafe fn quantize_row(row: &[f32], inv: f32, range: Range, out: &mut [i16]) {
     }
 }
 
-/// One value as the vector loops quantize it (a NaN, which `cvtps2dq` makes -2³¹, to -127).
+/// One value as the vector loops quantize it (a NaN, which `cvtps2dq` makes -2³¹, to the
+/// range's bottom).
 fn quantize(v: f32, inv: f32, range: Range) -> i32 {
     let x = (v * inv).round_ties_even();
     let (lo, hi) = range.bounds();
