@@ -237,13 +237,8 @@ impl PackedInt8 {
         let mut unsigned = vec![0; m];
         for r in 0..m {
             let row = &x[r * k..][..k];
-            // SAFETY: as below.
-            let (min, max) = unsafe {
-                match self.kernel {
-                    Kernel::Vnni => extremes_avx512(row),
-                    Kernel::Avx2 => extremes_avx2(row),
-                }
-            };
+            // SAFETY: either kernel's CPU has AVX2 (a CPU with VNNI has it too).
+            let (min, max) = unsafe { extremes_avx2(row) };
             let range = if min < 0.0 { Range::Signed } else { Range::Unsigned };
             let max = max.max(-min);
             let s = if max > 0.0 { max / range.top() } else { 1.0 };
@@ -529,26 +524,8 @@ fn extremes(row: &[f32]) -> (f32, f32) {
     row.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
-/// [`extremes`], sixteen values at a time (a NaN is passed over as `vminps` does: it keeps
-/// the extreme so far).
-///
-/// # Safety
-/// The CPU has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn extremes_avx512(row: &[f32]) -> (f32, f32) {
-    use std::arch::x86_64::*;
-    let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let chunks = row.len() / 16;
-    for c in 0..chunks {
-        let v = _mm512_loadu_ps(row.as_ptr().add(c * 16));
-        (lo, hi) = (_mm512_min_ps(v, lo), _mm512_max_ps(v, hi));
-    }
-    let (min, max) = extremes(&row[chunks * 16..]);
-    (_mm512_reduce_min_ps(lo).min(min), _mm512_reduce_max_ps(hi).max(max))
-}
-
-/// [`extremes`], eight values at a time.
+/// [`extremes`], eight values at a time (a NaN is passed over as `vminps` does: it keeps the
+/// extreme so far). Both kernels take it: it is a small part of a product's time.
 ///
 /// # Safety
 /// The CPU has AVX2.
@@ -567,11 +544,6 @@ unsafe fn extremes_avx2(row: &[f32]) -> (f32, f32) {
     _mm256_storeu_ps(lanes_hi.as_mut_ptr(), hi);
     let (min, max) = extremes(&row[chunks * 8..]);
     (lanes_lo.iter().fold(min, |a, &v| a.min(v)), lanes_hi.iter().fold(max, |a, &v| a.max(v)))
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn extremes_avx512(_row: &[f32]) -> (f32, f32) {
-    unreachable!("PackedInt8::available() is false off x86_64")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
