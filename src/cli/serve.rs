@@ -67,7 +67,7 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
                 eprintln!("warning: {w}");
             }
             max_positions = max_positions.min(lm.max_positions());
-            models.push(ModelToServe { name, model: Model::Language(lm), pairs: Vec::new() });
+            models.push(ModelToServe { name, model: Model::Language(Box::new(lm)), pairs: Vec::new() });
             continue;
         }
         let options = LoadOptions { weights, pipeline: Default::default() };

@@ -124,8 +124,8 @@ pub fn batch_by_size(
     let mut batch_start = 0usize;
     let mut tail_max_tokens = 0usize;
     let mut batch_max_tokens = 0usize;
-    for pos in 0..n {
-        tail_max_tokens = tail_max_tokens.max(num_tokens[pos]);
+    for (pos, &tokens) in num_tokens[..n].iter().enumerate() {
+        tail_max_tokens = tail_max_tokens.max(tokens);
         let new_batch_end = pos + 1;
         let mut new_batch_max_tokens = batch_max_tokens.max(tail_max_tokens);
         let new_batch_sentences = new_batch_end - batch_start;
@@ -140,7 +140,7 @@ pub fn batch_by_size(
             if over_tokens(tail_num_tokens) {
                 batches_count += 1;
                 batches_ends[batches_count] = pos;
-                tail_max_tokens = num_tokens[pos];
+                tail_max_tokens = tokens;
             }
             batch_start = batches_ends[batches_count];
             batches_count += 1;

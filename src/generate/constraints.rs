@@ -61,8 +61,8 @@ impl PySet {
         let mut i = hash & mask;
         loop {
             let probes = if i + LINEAR_PROBES <= mask { LINEAR_PROBES } else { 0 };
-            for j in i..=i + probes {
-                match table[j] {
+            for (&entry, j) in table[i..=i + probes].iter().zip(i..) {
+                match entry {
                     None => return Some(j),
                     Some(k) if k == key => return None,
                     Some(_) => {}

@@ -212,7 +212,7 @@ impl PackedInt8 {
         if m == 0 {
             return;
         }
-        let (rows_q, row_scale, row_unsigned) = self.quantize_rows(x, m);
+        let input = self.quantize_rows(x, m);
         let pairs = self.out_features.div_ceil(2 * PANEL);
         let per_pair = (m * self.groups * 8 * PANEL).max(1);
         let out = SendPtr(y.as_mut_ptr());
@@ -221,14 +221,14 @@ impl PackedInt8 {
             for pair in start..end {
                 // SAFETY: `available()` held when the layer chose this kernel; each pair of
                 // panels writes only its own columns of `y`.
-                unsafe { self.panels(2 * pair, &rows_q, &row_scale, &row_unsigned, m, out.0, relu) };
+                unsafe { self.panels(2 * pair, &input, m, out.0, relu) };
             }
         });
     }
 
     /// Each row quantized as its kernel reads it, in 32-bit words: unsigned bytes, four to a
     /// word (VNNI), or 16-bit values, two to a word (AVX2); and its scale.
-    fn quantize_rows(&self, x: &[f32], m: usize) -> (Vec<u32>, Vec<f32>, Vec<i32>) {
+    fn quantize_rows(&self, x: &[f32], m: usize) -> QuantizedRows {
         let (k, words) = (self.in_features, self.kernel.row_words(self.groups));
         // VNNI's padding reads as zeros once signed rows take their + 128 back (the padded
         // weights are zeros either way)
@@ -254,23 +254,23 @@ impl PackedInt8 {
             scales[r] = s;
             unsigned[r] = if self.kernel == Kernel::Vnni && range == Range::Unsigned { -1 } else { 0 };
         }
-        (q, scales, unsigned)
+        QuantizedRows { q, scales, unsigned }
     }
 
     /// Panels `first` and `first + 1` (where there is one) for every row: up to twelve rows
     /// through both a pass (VNNI), or five rows through one (AVX2).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn panels(&self, first: usize, xq: &[u32], row_scale: &[f32], row_unsigned: &[i32], m: usize, y: *mut f32, relu: bool) {
+    unsafe fn panels(&self, first: usize, input: &QuantizedRows, m: usize, y: *mut f32, relu: bool) {
         let (g, words) = (self.groups, self.kernel.row_words(self.groups));
         let count = (self.out_features.div_ceil(PANEL) - first).min(2);
         let unit = |r0: usize, panel: usize, count: usize| Unit {
             a: self.blocks[panel * g..].as_ptr(),
             b: self.blocks[(panel + count - 1) * g..].as_ptr(),
             groups: g,
-            x: xq[r0 * words..].as_ptr(),
+            x: input.q[r0 * words..].as_ptr(),
             row_words: words,
-            row_scale: row_scale[r0..].as_ptr(),
-            row_unsigned: row_unsigned[r0..].as_ptr(),
+            row_scale: input.scales[r0..].as_ptr(),
+            row_unsigned: input.unsigned[r0..].as_ptr(),
             columns: [panel * PANEL, (panel + 1) * PANEL],
             count,
             packed: self,
@@ -305,9 +305,18 @@ impl PackedInt8 {
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn panels(&self, _first: usize, _xq: &[u32], _row_scale: &[f32], _row_unsigned: &[i32], _m: usize, _y: *mut f32, _relu: bool) {
+    unsafe fn panels(&self, _first: usize, _input: &QuantizedRows, _m: usize, _y: *mut f32, _relu: bool) {
         unreachable!("PackedInt8::available() is false off x86_64")
     }
+}
+
+/// A product's input rows as [`PackedInt8::quantize_rows`] leaves them.
+struct QuantizedRows {
+    /// `row_words` words a row.
+    q: Vec<u32>,
+    scales: Vec<f32>,
+    /// All ones for a row in the unsigned range on VNNI, else 0.
+    unsigned: Vec<i32>,
 }
 
 /// Up to twelve rows through one or two panels (`b` is `a` when there is one).

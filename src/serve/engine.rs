@@ -59,9 +59,9 @@ pub type TokenSender = tokio::sync::mpsc::UnboundedSender<(usize, String)>;
 
 /// What a worker runs.
 pub enum Model {
-    Translation(Translator),
+    Translation(Box<Translator>),
     /// A `transformer_lm`: it continues prompts and scores texts.
-    Language(LanguageModel),
+    Language(Box<LanguageModel>),
 }
 
 pub enum Work {
@@ -73,7 +73,7 @@ pub enum Work {
         constraints: Vec<Vec<String>>,
         /// Another (source, target) pair of a multilingual model than the one it was loaded for.
         pair: Option<(String, String)>,
-        options: TranslateOptions,
+        options: Box<TranslateOptions>,
         reply: oneshot::Sender<Vec<SentenceResult>>,
         /// Where each target token goes as it is decoded (beam 1): (sentence, token). Dropped
         /// after `reply` is sent.

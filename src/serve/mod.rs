@@ -62,7 +62,7 @@ impl ModelToServe {
         let loaded = (translator.report.source_lang.clone(), translator.report.target_lang.clone());
         let mut pairs = vec![loaded.clone()];
         pairs.extend(more.into_iter().filter(|p| *p != loaded));
-        ModelToServe { name, model: Model::Translation(translator), pairs }
+        ModelToServe { name, model: Model::Translation(Box::new(translator)), pairs }
     }
 }
 

@@ -114,7 +114,7 @@ fn submit(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, mut opt
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }
     let (reply, rx) = oneshot::channel();
-    let work = Work::Translate { sentences, prefixes: g.prefixes, constraints, pair: g.pair, options, reply, tokens: g.tokens };
+    let work = Work::Translate { sentences, prefixes: g.prefixes, constraints, pair: g.pair, options: Box::new(options), reply, tokens: g.tokens };
     m.engine.submit(work).map_err(submit_error)?;
     Ok(rx)
 }

@@ -199,7 +199,7 @@ fn a_model_halved_after_loading_computes_what_a_model_loaded_halved_does() {
     let input = repo(manifest["inputs"]["src"].as_str().unwrap());
     let lines: Vec<String> = std::fs::read_to_string(&input).unwrap().lines().take(8).map(str::to_string).collect();
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let mut models: Vec<(String, Option<(&str, &str)>, TextMode)> = vec![("weights/multi30k.en-de".into(), None, TextMode::Raw)];
+    let mut models = vec![("weights/multi30k.en-de".to_string(), None, TextMode::Raw)];
     for f in manifest["fixtures"].as_array().unwrap() {
         models.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized));
     }
@@ -275,6 +275,29 @@ fn float32_gives_fairseq_s_hypotheses_on_the_bundled_model() {
     c.assert_ok("float32");
 }
 
+/// A model's directory, its (source, target) pair where it needs one, its text mode and its lines.
+type Run<'a> = (String, Option<(&'a str, &'a str)>, TextMode, Vec<String>);
+
+/// The bundled model on `bundled`, every fixture on the fixtures' first `fixture_lines` inputs, and
+/// each multilingual fixture in `multilingual` on the first `multilingual_lines` of its input.
+fn runs<'a>(bundled: Vec<String>, fixture_lines: usize, multilingual: &[(&str, (&'a str, &'a str))], multilingual_lines: usize) -> Vec<Run<'a>> {
+    let mut runs: Vec<Run> = vec![("weights/multi30k.en-de".into(), None, TextMode::Raw, bundled)];
+    let manifest = crate::util::json("tests/fixtures/models/manifest.json");
+    let inputs = std::fs::read_to_string(repo(manifest["inputs"]["src"].as_str().unwrap())).unwrap();
+    let lines: Vec<String> = inputs.lines().take(fixture_lines).map(str::to_string).collect();
+    assert_eq!(lines.len(), fixture_lines);
+    for f in manifest["fixtures"].as_array().unwrap() {
+        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized, lines.clone()));
+    }
+    let inputs = std::fs::read_to_string(fixture("multilingual/input.en")).unwrap();
+    let lines: Vec<String> = inputs.lines().take(multilingual_lines).map(str::to_string).collect();
+    assert_eq!(lines.len(), multilingual_lines);
+    for &(dir, pair) in multilingual {
+        runs.push((format!("tests/fixtures/multilingual/{dir}"), Some(pair), TextMode::Raw, lines.clone()));
+    }
+    runs
+}
+
 fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&str], compute_type: &str) -> Vec<Hypothesis> {
     hub_run(model, lang, text, lines, compute_type, true).0
 }
@@ -313,19 +336,7 @@ fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&st
 /// beamable encoder attention), at batch 8 with nbest 5 so that batches shrink and beams reorder.
 #[test]
 fn the_host_step_gives_the_tensor_path_s_bits() {
-    let mut runs: Vec<(String, Option<(&str, &str)>, TextMode, Vec<String>)> =
-        vec![("weights/multi30k.en-de".into(), None, TextMode::Raw, bundled_input(10))];
-    let manifest = crate::util::json("tests/fixtures/models/manifest.json");
-    let inputs = std::fs::read_to_string(repo(manifest["inputs"]["src"].as_str().unwrap())).unwrap();
-    let lines: Vec<String> = inputs.lines().take(10).map(str::to_string).collect();
-    for f in manifest["fixtures"].as_array().unwrap() {
-        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized, lines.clone()));
-    }
-    let multilingual: Vec<String> =
-        std::fs::read_to_string(fixture("multilingual/input.en")).unwrap().lines().take(6).map(str::to_string).collect();
-    for (dir, pair) in [("bart", ("en", "de")), ("m2m", ("en", "de"))] {
-        runs.push((format!("tests/fixtures/multilingual/{dir}"), Some(pair), TextMode::Raw, multilingual.clone()));
-    }
+    let runs = runs(bundled_input(10), 10, &[("bart", ("en", "de")), ("m2m", ("en", "de"))], 6);
     // `TCHSEQ_CPU_FEATURES_OFF=avx2` leaves the host kernels out, and every step on libtorch
     let hidden = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
     let host_kernels = !hidden.split_whitespace().any(|f| f == "avx2");
@@ -390,21 +401,9 @@ fn float32_gives_fairseq_s_hypotheses_on_every_fixture() {
 #[test]
 fn float32_against_exact_moves_scores_by_less_than_1e_4_and_keeps_every_hypothesis() {
     let bundled = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow.", "A little girl is eating an ice cream."];
-    let mut runs: Vec<(String, Option<(&str, &str)>, TextMode, Vec<String>)> =
-        vec![("weights/multi30k.en-de".into(), None, TextMode::Raw, bundled.iter().map(|s| s.to_string()).collect())];
-    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("models/manifest.json")).unwrap()).unwrap();
-    let inputs = std::fs::read_to_string(repo(manifest["inputs"]["src"].as_str().unwrap())).unwrap();
-    let lines: Vec<String> = inputs.lines().take(12).map(str::to_string).collect();
-    assert_eq!(lines.len(), 12);
-    for f in manifest["fixtures"].as_array().unwrap() {
-        runs.push((f["dir"].as_str().unwrap().to_string(), Some(("src", "tgt")), TextMode::Tokenized, lines.clone()));
-    }
     // the BART family (beamable encoder attention) and the multilingual tasks, on raw text
-    let multilingual: Vec<String> =
-        std::fs::read_to_string(fixture("multilingual/input.en")).unwrap().lines().take(8).map(str::to_string).collect();
-    for (dir, pair) in [("bart", ("en", "de")), ("mbart-ft", ("en_XX", "de_DE")), ("m2m", ("en", "de")), ("mbart50", ("en_XX", "de_DE"))] {
-        runs.push((format!("tests/fixtures/multilingual/{dir}"), Some(pair), TextMode::Raw, multilingual.clone()));
-    }
+    let multilingual = [("bart", ("en", "de")), ("mbart-ft", ("en_XX", "de_DE")), ("m2m", ("en", "de")), ("mbart50", ("en_XX", "de_DE"))];
+    let runs = runs(bundled.iter().map(|s| s.to_string()).collect(), 12, &multilingual, 8);
     let (mut moved, mut near_ties) = (0, 0);
     for (model, lang, text, lines) in &runs {
         let lines: Vec<&str> = lines.iter().map(String::as_str).collect();

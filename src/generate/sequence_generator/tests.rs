@@ -82,8 +82,8 @@ fn naive(table: &[f32], class: i64, cfg: &GeneratorConfig, max_len: i64) -> Vec<
         for (b, (toks, cum)) in beams.iter().enumerate().take(nb) {
             let last = *toks.last().unwrap() as usize;
             let row = &table[((class * V) as usize + last) * V as usize..][..V as usize];
-            for v in 0..V as usize {
-                let mut lp = row[v];
+            for (v, &logit) in row.iter().enumerate() {
+                let mut lp = logit;
                 if v == pad {
                     lp = f32::NEG_INFINITY;
                 }
