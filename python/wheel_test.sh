@@ -52,6 +52,10 @@ r = t.translate_batch(['Two dogs are playing in the snow.'], beam_size=5, num_hy
 print(r[0].texts, r[0].scores)
 print(t.score_batch(['A dog runs.'], ['Ein Hund rennt.'])[0].log_probs)
 "
+# a user's `import tchseq` prints nothing without NumPy (torch warns when it is missing; it is
+# kept out here, as the project venv may have it)
+import_says=$("${clean_env[@]}" "$fresh/venv/bin/python" -c "import sys; sys.modules['numpy'] = None; import tchseq" 2>&1) || { echo "error: import tchseq failed:"$'\n'"$import_says" >&2; exit 1; }
+[[ -z $import_says ]] || { echo "error: import tchseq printed:"$'\n'"$import_says" >&2; exit 1; }
 ours=$("${clean_env[@]}" "$fresh/venv/bin/python" -c "$quick_start" "$model")
 want=$("$project_venv/bin/python" -c "$quick_start" "$model")
 [[ "$(head -1 <<< "$ours")" == "$fresh_site"/tchseq/* ]] || { echo "error: the fresh venv imported tchseq from $(head -1 <<< "$ours")" >&2; exit 1; }

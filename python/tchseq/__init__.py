@@ -14,8 +14,13 @@ Calls release the GIL while they compute; a Translator may be shared by threads 
 one at a time). Errors are ValueError with the library's one-line message.
 """
 
+import warnings
+
 # Loads libtorch (torch 2.13.0) into the process: the extension links against it by name.
-import torch  # noqa: F401
+# torch warns on import when NumPy is missing, which tchseq never uses.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    import torch  # noqa: F401
 
 from ._native import LanguageModel, ScoringResult, TranslationResult, Translator, __version__
 
