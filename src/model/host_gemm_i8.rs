@@ -17,7 +17,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::host_gemm::by_row_count;
 use super::host_isa::{feature_hidden, Isa};
-use super::host_quantize_i8::{extremes_avx2, max_abs, quantize_row, quantize_row_u8, Range};
+use super::host_quantize_i8::{input_scale, max_abs, quantize_row, quantize_row_u8, Range};
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
@@ -239,10 +239,7 @@ impl PackedInt8 {
         for r in 0..m {
             let row = &x[r * k..][..k];
             // SAFETY: either kernel's CPU has AVX2 (a CPU with VNNI has it too).
-            let (min, max) = unsafe { extremes_avx2(row) };
-            let range = if min < 0.0 { Range::Signed } else { Range::Unsigned };
-            let max = max.max(-min);
-            let s = if max > 0.0 { max / range.top() } else { 1.0 };
+            let (range, s) = unsafe { input_scale(row) };
             let out = &mut q[r * words..][..words];
             // SAFETY: `kernel` is one this CPU runs (it was chosen when the weight was packed).
             unsafe {

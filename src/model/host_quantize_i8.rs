@@ -70,7 +70,7 @@ impl Range {
         }
     }
 
-    pub(super) fn top(self) -> f32 {
+    fn top(self) -> f32 {
         self.bounds().1 as f32
     }
 }
@@ -82,6 +82,25 @@ pub(super) unsafe fn quantize_row(_row: &[f32], _inv: f32, _range: Range, _out: 
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(super) unsafe fn quantize_row_u8(_row: &[f32], _inv: f32, _range: Range, _out: &mut [u8]) {
+    unreachable!("PackedInt8::available() is false off x86_64")
+}
+
+/// An input row's range and scale: the unsigned range for a row with no negative value (as ReLU
+/// gives `fc2`), else the signed one, with the row's largest magnitude on the range's top (1 for
+/// a row of zeros).
+///
+/// # Safety
+/// The CPU has AVX2 (as every int8 kernel's does).
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn input_scale(row: &[f32]) -> (Range, f32) {
+    let (min, max) = extremes_avx2(row);
+    let range = if min < 0.0 { Range::Signed } else { Range::Unsigned };
+    let max = max.max(-min);
+    (range, if max > 0.0 { max / range.top() } else { 1.0 })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) unsafe fn input_scale(_row: &[f32]) -> (Range, f32) {
     unreachable!("PackedInt8::available() is false off x86_64")
 }
 
@@ -112,7 +131,7 @@ fn extremes(row: &[f32]) -> (f32, f32) {
 /// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn extremes_avx2(row: &[f32]) -> (f32, f32) {
+unsafe fn extremes_avx2(row: &[f32]) -> (f32, f32) {
     use std::arch::x86_64::*;
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let chunks = row.len() / 8;
@@ -128,6 +147,6 @@ pub(super) unsafe fn extremes_avx2(row: &[f32]) -> (f32, f32) {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn extremes_avx2(_row: &[f32]) -> (f32, f32) {
+unsafe fn extremes_avx2(_row: &[f32]) -> (f32, f32) {
     unreachable!("PackedInt8::available() is false off x86_64")
 }
