@@ -131,7 +131,7 @@ fn best_translation(translator: &Translator, src: &[i64], a: &AttentionArgs) -> 
     let done = translator.translate_tokens(&generator, vec![src.to_vec()], &batching, false)?;
     match done.into_iter().next() {
         Some(Translation::Done { hypos, .. }) if hypos.first().is_some_and(|h| !h.tokens.is_empty()) => Ok(hypos[0].tokens.clone()),
-        Some(t @ Translation::TooLong { .. }) => bail!("{}", t.error().unwrap_or_default()),
+        Some(t @ (Translation::TooLong { .. } | Translation::Failed { .. })) => bail!("{}", t.error().unwrap_or_default()),
         _ => bail!("beam search returned no hypothesis"),
     }
 }

@@ -28,6 +28,7 @@ mod side_text;
 mod verify;
 
 use args::{Cli, Command};
+use tchseq::generate::workers::panic_message;
 
 /// What a command reports when it finished without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,7 @@ pub fn main() -> u8 {
     tchseq::libtorch::end_startup_huge_pages();
     tchseq::libtorch::library_pages::release();
     ignore_file_size_signal();
+    report_panics_in_one_line();
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -63,7 +65,12 @@ pub fn main() -> u8 {
             return code;
         }
     };
-    match run(cli) {
+    // a panic that no batch caught still ends as an error: files being written are removed as
+    // their owners unwind
+    let outcome = std::panic::catch_unwind(move || run(cli)).unwrap_or_else(|payload| {
+        Err(anyhow::anyhow!("internal error (please report it): {}", panic_message(payload.as_ref())))
+    });
+    match outcome {
         Ok(Outcome::Ok) => 0,
         Ok(Outcome::CheckFailed) => 1,
         Err(err) => {
@@ -74,6 +81,17 @@ pub fn main() -> u8 {
             2
         }
     }
+}
+
+/// A panic prints one line (where, and its message), not Rust's two lines and a backtrace
+/// hint: a caught one costs only its batch, and the run goes on.
+fn report_panics_in_one_line() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("a worker");
+        eprintln!("tchseq: internal error in {name}{at}: {}", panic_message(info.payload()));
+    }));
 }
 
 /// A file-size limit (`ulimit -f`) is then a write error we report (and `.partial` files are

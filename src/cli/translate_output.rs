@@ -42,6 +42,7 @@ pub fn write_buffer(
         };
         match &result {
             LineResult::Translated(Translation::TooLong { .. }) => failures.add(too_long),
+            LineResult::Translated(Translation::Failed { .. }) => failures.add("in a batch that failed (an internal error)"),
             LineResult::Unreadable(bad) => failures.add(bad.kind),
             LineResult::Translated(Translation::Done { .. }) => {}
         }
@@ -124,7 +125,7 @@ fn write_result(ctx: &Output, out: &mut dyn Write, id: usize, sentence: Option<&
     let line = sentence;
     let (src_tokens, hypos, seconds) = match result {
         LineResult::Unreadable(bad) => return write_error(ctx, out, id, line, &format!("{}; not translated", bad.reason)),
-        LineResult::Translated(t @ Translation::TooLong { .. }) => {
+        LineResult::Translated(t @ (Translation::TooLong { .. } | Translation::Failed { .. })) => {
             return write_error(ctx, out, id, line, &t.error().unwrap_or_default())
         }
         LineResult::Translated(Translation::Done { src_tokens, hypos, seconds }) => (src_tokens, hypos, seconds),

@@ -102,9 +102,38 @@ pub fn ordered_indices(src_sizes: &[usize]) -> Vec<usize> {
 /// `indices` into batches of at most `max_sentences` sentences and at most `max_tokens` tokens
 /// (batch size × longest sentence), with sizes that are multiples of `bsz_mult` where
 /// possible. `num_tokens[k]` is the size of `indices[k]` (fairseq: max(src, tgt) length).
-/// Unlike fairseq, a sentence longer than `max_tokens` is not an error: it gets a batch of its
-/// own.
+///
+/// Every index lands in exactly one batch, for any sizes and limits. Unlike fairseq, which
+/// asserts, a sentence longer than `max_tokens` is not an error: it gets a batch of its own, and
+/// the sentences between such sentences are batched by fairseq's rule.
 pub fn batch_by_size(
+    indices: &[usize],
+    num_tokens: &[usize],
+    max_tokens: Option<usize>,
+    max_sentences: Option<usize>,
+    bsz_mult: usize,
+) -> Vec<Vec<usize>> {
+    let n = indices.len().min(num_tokens.len());
+    let over_budget = |t: usize| max_tokens.is_some_and(|m| m > 0 && t > m);
+    let mut batches = Vec::new();
+    let mut run_start = 0;
+    for pos in 0..=n {
+        if pos < n && !over_budget(num_tokens[pos]) {
+            continue;
+        }
+        batches.extend(batch_by_size_vec(&indices[run_start..pos], &num_tokens[run_start..pos], max_tokens, max_sentences, bsz_mult));
+        if pos < n {
+            batches.push(vec![indices[pos]]);
+        }
+        run_start = pos + 1;
+    }
+    // `indices` longer than `num_tokens`: the rest, unsized, one batch each
+    batches.extend(indices[n..].iter().map(|&i| vec![i]));
+    batches
+}
+
+/// fairseq's `batch_by_size_vec` itself, for `num_tokens` that are all within `max_tokens`.
+fn batch_by_size_vec(
     indices: &[usize],
     num_tokens: &[usize],
     max_tokens: Option<usize>,
@@ -119,7 +148,9 @@ pub fn batch_by_size(
     let over_sentences = |s: usize| max_sentences.is_some_and(|m| m > 0 && s > m);
     let over_tokens = |t: usize| max_tokens.is_some_and(|m| m > 0 && t > m);
 
-    let mut batches_ends: Vec<usize> = vec![0; n + 1];
+    // fairseq sizes this `n`; a tail overflow finalizes two batches at one position, so `2n + 1`
+    // bounds the index whatever the sizes
+    let mut batches_ends: Vec<usize> = vec![0; 2 * n + 1];
     let mut batches_count = 0usize;
     let mut batch_start = 0usize;
     let mut tail_max_tokens = 0usize;
@@ -129,14 +160,14 @@ pub fn batch_by_size(
         let new_batch_end = pos + 1;
         let mut new_batch_max_tokens = batch_max_tokens.max(tail_max_tokens);
         let new_batch_sentences = new_batch_end - batch_start;
-        let new_batch_num_tokens = new_batch_sentences * new_batch_max_tokens;
+        let new_batch_num_tokens = new_batch_sentences.saturating_mul(new_batch_max_tokens);
 
         let overflow = over_sentences(new_batch_sentences) || over_tokens(new_batch_num_tokens);
         let size_matches_with_bsz_mult =
             new_batch_sentences < bsz_mult || new_batch_sentences.is_multiple_of(bsz_mult);
 
         if overflow {
-            let tail_num_tokens = tail_max_tokens * (new_batch_end - batches_ends[batches_count]);
+            let tail_num_tokens = tail_max_tokens.saturating_mul(new_batch_end.saturating_sub(batches_ends[batches_count]));
             if over_tokens(tail_num_tokens) {
                 batches_count += 1;
                 batches_ends[batches_count] = pos;
@@ -155,11 +186,11 @@ pub fn batch_by_size(
     if batches_ends[batches_count] != n {
         batches_count += 1;
     }
-    // np.split(indices, batches_ends[:batches_count]); empty pieces (fairseq yields one only
-    // for a sentence over max_tokens at the very start) are dropped.
+    // np.split(indices, batches_ends[:batches_count]); empty pieces are dropped
     let mut batches = Vec::with_capacity(batches_count + 1);
     let mut start = 0;
     for &end in batches_ends[..batches_count].iter().chain(std::iter::once(&n)) {
+        let end = end.min(n);
         if end > start {
             batches.push(indices[start..end].to_vec());
         }
@@ -242,6 +273,40 @@ mod tests {
         );
         // longer than the budget: its own batch, nothing dropped
         assert_eq!(batch_by_size(&[0, 1, 2], &[3, 30, 3], Some(10), None, 1), vec![vec![0], vec![1], vec![2]]);
+    }
+
+    /// Every index in exactly one batch, in order; no batch over `max_sentences`; a batch over
+    /// `max_tokens` only for one sentence that is itself over it. Seeded, 20,000 cases.
+    #[test]
+    fn batch_by_size_property_every_index_once_within_limits() {
+        let mut rng = Mt19937::new(62);
+        let mut pick = |max: u64| rng.interval(max) as usize;
+        let mut long = 0;
+        for case in 0..20_000 {
+            let n = pick(40);
+            let spread = if pick(3) == 0 { 600 } else { 30 };
+            let sizes: Vec<usize> = (0..n).map(|_| 1 + pick(spread)).collect();
+            let indices = ordered_indices(&sizes);
+            let num_tokens: Vec<usize> = indices.iter().map(|&i| sizes[i]).collect();
+            let max_tokens = [None, Some(0), Some(1 + pick(120))][pick(2)];
+            let max_sentences = [None, Some(0), Some(1 + pick(20))][pick(2)];
+            let bsz_mult = 1 + pick(8);
+            let batches = batch_by_size(&indices, &num_tokens, max_tokens, max_sentences, bsz_mult);
+            let what = format!("case {case}: sizes {num_tokens:?} max_tokens {max_tokens:?} max_sentences {max_sentences:?} mult {bsz_mult}");
+            assert_eq!(batches.concat(), indices, "{what}");
+            for b in &batches {
+                assert!(!b.is_empty(), "{what}");
+                if let Some(m) = max_sentences.filter(|&m| m > 0) {
+                    assert!(b.len() <= m, "{what}: {b:?}");
+                }
+                if let Some(m) = max_tokens.filter(|&m| m > 0) {
+                    let longest = b.iter().map(|&i| sizes[i]).max().unwrap_or(0);
+                    assert!(b.len() * longest <= m || b.len() == 1, "{what}: {b:?}");
+                    long += usize::from(longest > m);
+                }
+            }
+        }
+        assert!(long > 1000, "the cases put too few sentences over max_tokens: {long}");
     }
 
     #[test]

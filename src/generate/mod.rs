@@ -81,6 +81,9 @@ pub enum GenerateError {
     InvalidOption(String),
     #[error("internal search invariant violated: {0}")]
     Invariant(String),
+    /// A batch's computation panicked; the panic was caught and costs only that batch.
+    #[error("internal error (this batch failed; please report it): {0}")]
+    Panicked(String),
 }
 
 /// One finished hypothesis, as fairseq's `finalize_hypos` stores it.

@@ -15,6 +15,7 @@ use crate::generate::batching::batch_by_size;
 use crate::generate::lm_samples::{BreakMode, LmRow, LmSamples, LmSpecials};
 use crate::generate::lm_step::LanguageModelStep;
 use crate::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
+use crate::generate::workers::catch_panic;
 use crate::generate::sequence_generator::Specials;
 use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::text::pipeline::PipelineError;
@@ -218,37 +219,58 @@ impl LanguageModel {
             // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
             replay_dataloader_iter()?;
         }
-        let pad = self.dict.pad();
         for batch in batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1) {
-            let width = batch.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);
-            let mut src = vec![pad; batch.len() * (width + 1)];
-            for (r, &i) in batch.iter().enumerate() {
-                src[r * (width + 1)] = start;
-                src[r * (width + 1) + 1..r * (width + 1) + 1 + prompts[i].len()].copy_from_slice(&prompts[i]);
-            }
-            let rows = batch.len() as i64;
-            let src_tokens = Tensor::from_slice(&src).f_view([rows, width as i64 + 1])?.f_to_device(self.model.device)?;
-            let prefix = src_tokens.f_narrow(1, 1, width as i64)?;
             let began = std::time::Instant::now();
-            let mut step = LanguageModelStep::new(&self.model);
-            // each row's first tokens are its forced prompt
-            let mut told = vec![0usize; batch.len()];
-            let mut tell = |row: usize, token: i64| {
-                told[row] += 1;
-                if let Some(f) = on_token.filter(|_| told[row] > prompts[batch[row]].len()) {
-                    f(batch[row], token);
+            // a batch that fails (or panics) fails only its own prompts
+            match catch_panic(|| self.complete_batch(generator, prompts, &batch, on_token)) {
+                Ok(hypos) => {
+                    let seconds = began.elapsed().as_secs_f64() / batch.len().max(1) as f64;
+                    for (&i, hs) in batch.iter().zip(hypos) {
+                        let mut src_tokens = vec![start];
+                        src_tokens.extend_from_slice(&prompts[i]);
+                        results[i] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
+                    }
                 }
-            };
-            let observer = on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64));
-            let hypos = generator.generate_observed(&mut step, &src_tokens, Some(&prefix), None, Some(start), observer)?;
-            let seconds = began.elapsed().as_secs_f64() / batch.len().max(1) as f64;
-            for (&i, hs) in batch.iter().zip(hypos) {
-                let mut src_tokens = vec![start];
-                src_tokens.extend_from_slice(&prompts[i]);
-                results[i] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
+                Err(e) => {
+                    for &i in &batch {
+                        results[i] = Some(Translation::Failed { reason: e.to_string() });
+                    }
+                }
             }
         }
         super::translator::all_done(results, "prompt {i} was neither continued nor rejected")
+    }
+
+    /// One batch of prompts (`batch` indexes `prompts`), continued: each row's hypotheses.
+    fn complete_batch(
+        &self,
+        generator: &SequenceGenerator,
+        prompts: &[Vec<i64>],
+        batch: &[usize],
+        on_token: Option<&dyn Fn(usize, i64)>,
+    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
+        let (start, pad) = (self.bos_token(), self.dict.pad());
+        super::fault::panic_if_asked(&self.dict, batch.iter().map(|&i| prompts[i].as_slice()));
+        let width = batch.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);
+        let mut src = vec![pad; batch.len() * (width + 1)];
+        for (r, &i) in batch.iter().enumerate() {
+            src[r * (width + 1)] = start;
+            src[r * (width + 1) + 1..r * (width + 1) + 1 + prompts[i].len()].copy_from_slice(&prompts[i]);
+        }
+        let rows = batch.len() as i64;
+        let src_tokens = Tensor::from_slice(&src).f_view([rows, width as i64 + 1])?.f_to_device(self.model.device)?;
+        let prefix = src_tokens.f_narrow(1, 1, width as i64)?;
+        let mut step = LanguageModelStep::new(&self.model);
+        // each row's first tokens are its forced prompt
+        let mut told = vec![0usize; batch.len()];
+        let mut tell = |row: usize, token: i64| {
+            told[row] += 1;
+            if let Some(f) = on_token.filter(|_| told[row] > prompts[batch[row]].len()) {
+                f(batch[row], token);
+            }
+        };
+        let observer = on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64));
+        generator.generate_observed(&mut step, &src_tokens, Some(&prefix), None, Some(start), observer)
     }
 
     /// The prompt as fairseq prints it on its `S-` line (without the start symbol).

@@ -4,6 +4,7 @@
 //! Every door (CLI commands, and later the server and the Python API) loads through
 //! [`ModelBundle::load`].
 
+pub mod fault;
 mod guide;
 mod language_model;
 mod languages;

@@ -5,7 +5,7 @@
 use super::{LanguageTokens, ModelBundle, Translator};
 use crate::generate::batching::batch_by_size;
 use crate::generate::scorer::{collate, ordered_indices, ScorerError, SequenceScorer};
-use crate::generate::workers::run_jobs;
+use crate::generate::workers::run_each;
 use crate::generate::GenerateError;
 use crate::model::TransformerModel;
 
@@ -154,19 +154,20 @@ impl Translator {
 
     /// Scores one batch; one result per pair, in the order given.
     pub fn score(&self, batch: &[&Encoded]) -> Result<Vec<Scored>, ScorerError> {
-        self.scoring.batch_scorer.score(&self.models, batch)
+        let mut one = self.score_batches(&[batch.to_vec()], 1);
+        one.pop().unwrap_or_else(|| Err(GenerateError::Invariant("the scorer lost the batch".into()).into()))
     }
 
     /// Scores several batches, `inter_threads` at a time; one result per batch, in order. A
-    /// failing batch fails only itself.
+    /// failing batch, one that panics included, fails only itself.
     pub fn score_batches(&self, batches: &[Vec<&Encoded>], inter_threads: usize) -> Vec<Result<Vec<Scored>, ScorerError>> {
         let jobs: Vec<&[&Encoded]> = batches.iter().map(Vec::as_slice).collect();
         let scorer = self.scoring.batch_scorer;
-        let run = run_jobs(&self.models, jobs, inter_threads, |models, batch| Ok::<_, GenerateError>(scorer.score(models, batch)));
-        match run {
-            Ok(results) => results,
-            Err(e) => batches.iter().map(|_| Err(GenerateError::Invariant(e.to_string()).into())).collect(),
-        }
+        let src_dict = &self.src_dict;
+        run_each(&self.models, jobs, inter_threads, |models, batch| {
+            super::fault::panic_if_asked(src_dict, batch.iter().map(|e| e.source.as_slice()));
+            scorer.score(models, batch)
+        })
     }
 }
 

@@ -16,7 +16,7 @@ use crate::config::LanguageTask;
 use crate::generate::batching::{batch_by_size, collate, ordered_indices};
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::sequence_generator::Specials;
-use crate::generate::workers::run_jobs;
+use crate::generate::workers::run_each;
 use crate::generate::{EnsembleModel, GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::model::{ComputeType, TransformerModel};
 use crate::text::dictionary::Dictionary;
@@ -90,6 +90,12 @@ pub enum Translation {
         /// The model's limit (`max_source_positions`; a language model's `max_positions`).
         max: usize,
     },
+    /// Not translated: the batch it was in failed (an internal error, caught). Only that
+    /// batch's sentences get it; the run goes on.
+    Failed {
+        /// Why, as one line.
+        reason: String,
+    },
 }
 
 impl Translation {
@@ -100,6 +106,7 @@ impl Translation {
             Translation::TooLong { len, max } => Some(format!(
                 "input is {len} tokens long (EOS included) but the model accepts at most {max}; not translated"
             )),
+            Translation::Failed { reason } => Some(format!("{reason}; not translated")),
         }
     }
 }
@@ -456,8 +463,11 @@ impl Translator {
             }
         };
         let opens_with_language = self.language_tokens.target_prefix.is_some();
-        let translated = run_jobs(&self.models, batches, batching.inter_threads, |models, batch| {
+        let members = batches.clone();
+        let src_dict = &self.src_dict;
+        let translated = run_each(&self.models, batches, batching.inter_threads, |models, batch| {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
+            super::fault::panic_if_asked(src_dict, samples.iter().map(|(_, t)| *t));
             let collated = collate(&samples, pad)?;
             let src_tokens = collated.src_tokens.f_to_device(device)?;
             let prefix_tokens = batch_prefixes(guides, &collated.ids, tgt_pad)?;
@@ -493,12 +503,21 @@ impl Translator {
                 }
             }
             Ok::<_, GenerateError>((collated.ids, hypos, seconds))
-        })?;
+        });
         let mut tokens = tokens;
-        for (ids, hypos, seconds) in translated {
-            for (id, hs) in ids.into_iter().zip(hypos) {
-                let src_tokens = std::mem::take(&mut tokens[id]);
-                results[id] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
+        for (batch, outcome) in members.iter().zip(translated) {
+            match outcome {
+                Ok((ids, hypos, seconds)) => {
+                    for (id, hs) in ids.into_iter().zip(hypos) {
+                        let src_tokens = std::mem::take(&mut tokens[id]);
+                        results[id] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
+                    }
+                }
+                Err(e) => {
+                    for &id in batch {
+                        results[id] = Some(Translation::Failed { reason: e.to_string() });
+                    }
+                }
             }
         }
         all_done(results, "sentence {i} was neither translated nor rejected")

@@ -4,7 +4,7 @@
 //! `score` do with a file.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use tchseq::hub::fault::{self, Fault};
 use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageModel, LanguageTokens, LmScored, Scored, TargetGuide, TranslateOptions, Translation, Translator};
 
 use super::metrics::Metrics;
@@ -85,6 +86,15 @@ pub enum Work {
 }
 
 impl Work {
+    /// The texts it holds (sources and targets).
+    fn texts(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self {
+            Work::Translate { sentences, .. } => Box::new(sentences.iter().map(String::as_str)),
+            Work::Score { pairs, .. } => Box::new(pairs.iter().flat_map(|(s, t)| [s.as_str(), t.as_str()])),
+            Work::ScoreTexts { texts, .. } => Box::new(texts.iter().map(String::as_str)),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Work::Translate { sentences, .. } => sentences.len(),
@@ -113,20 +123,54 @@ pub struct Engine {
     queued: Arc<AtomicUsize>,
     queue_size: usize,
     worker: Option<JoinHandle<()>>,
+    /// False once the worker thread has ended by a panic that nothing caught.
+    alive: Arc<AtomicBool>,
+}
+
+/// Marks the engine dead, and tells `lost`, when the worker thread unwinds past everything.
+struct Watch {
+    alive: Arc<AtomicBool>,
+    lost: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.alive.store(false, Ordering::SeqCst);
+            self.lost.notify_one();
+        }
+    }
 }
 
 impl Engine {
-    pub fn start(name: String, model: Model, policy: BatchPolicy, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    /// Starts the worker; `lost` is told if it ever stops by a panic.
+    pub fn start(name: String, model: Model, policy: BatchPolicy, metrics: Arc<Metrics>, lost: Arc<tokio::sync::Notify>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
-        let worker = Worker { name: name.clone(), model, policy, metrics, queued: queued.clone(), held: VecDeque::new() };
+        let alive = Arc::new(AtomicBool::new(true));
+        let worker = Worker {
+            name: name.clone(),
+            model,
+            policy,
+            metrics,
+            queued: queued.clone(),
+            released: AtomicBool::new(false),
+            held: VecDeque::new(),
+        };
+        let watch = Watch { alive: alive.clone(), lost };
         // the worker thread owns the model from here on
         let handle = std::thread::Builder::new().name(format!("model-{name}")).spawn(move || {
+            let _watch = watch;
             let mut worker = worker;
             tch::set_num_threads(worker.policy.intra_threads);
             worker.run(rx);
         })?;
-        Ok(Engine { tx: Some(tx), queued, queue_size: policy.queue_size, worker: Some(handle) })
+        Ok(Engine { tx: Some(tx), queued, queue_size: policy.queue_size, worker: Some(handle), alive })
+    }
+
+    /// Whether the worker still runs (or stopped only because the engine was stopped).
+    pub fn alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
     }
 
     /// Queues `work`, or refuses it when the queue would grow past its size.
@@ -170,6 +214,8 @@ pub(super) struct Worker {
     pub(super) policy: BatchPolicy,
     pub(super) metrics: Arc<Metrics>,
     pub(super) queued: Arc<AtomicUsize>,
+    /// Whether the group being computed has left `queued` ([`Worker::release`]).
+    released: AtomicBool,
     /// Jobs received while gathering that could not join the buffer being gathered.
     held: VecDeque<Job>,
 }
@@ -196,12 +242,38 @@ impl Worker {
             let group = self.gather(first, &rx);
             let n: usize = group.iter().map(|j| j.work.len()).sum();
             self.metrics.observe_batch(&self.name, n);
-            match (&group[0].work, &self.model) {
-                (Work::Translate { .. }, Model::Translation(_)) => self.translate(group, n),
-                (Work::Translate { .. }, Model::Language(_)) => self.continue_prompts(group, n),
-                (Work::Score { .. }, _) => self.score(group, n),
-                (Work::ScoreTexts { .. }, _) => self.score_texts(group, n),
+            let fault = fault::asked_by(group.iter().flat_map(|j| j.work.texts()));
+            if fault == Some(Fault::StopWorker) {
+                Fault::StopWorker.raise();
             }
+            self.released.store(false, Ordering::SeqCst);
+            // a panic costs only this group: its replies are dropped (the routes answer 500), and
+            // the worker goes on
+            let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some(f) = fault {
+                    f.raise();
+                }
+                self.compute(group, n);
+            }));
+            if computed.is_err() && !self.released.load(Ordering::SeqCst) {
+                self.queued.fetch_sub(n, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn compute(&self, group: Vec<Job>, n: usize) {
+        match (&group[0].work, &self.model) {
+            (Work::Translate { .. }, Model::Translation(_)) => self.translate(group, n),
+            (Work::Translate { .. }, Model::Language(_)) => self.continue_prompts(group, n),
+            (Work::Score { .. }, _) => self.score(group, n),
+            (Work::ScoreTexts { .. }, _) => self.score_texts(group, n),
+        }
+    }
+
+    /// The `n` sentences of the group being computed leave the queue.
+    pub(super) fn release(&self, n: usize) {
+        if !self.released.swap(true, Ordering::SeqCst) {
+            self.queued.fetch_sub(n, Ordering::SeqCst);
         }
     }
 
@@ -313,7 +385,7 @@ impl Worker {
             replies.push((reply, o, language));
         }
         let Some(options) = options else {
-            self.queued.fetch_sub(n, Ordering::SeqCst);
+            self.release(n);
             return;
         };
         let outcome: Result<Vec<Failable>, String> =
@@ -335,17 +407,19 @@ impl Worker {
                 } else {
                     t.translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment)
                 };
+                // a failing batch fails only the sentences that fail alone
+                let alone = |s: &Slot| -> Failable {
+                    let one_guide = std::slice::from_ref(&s.guide);
+                    let one = t.translate_tokens_guided(&generator, vec![s.tokens.clone()], one_guide, &batching, options.alignment);
+                    one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
+                };
                 match first {
-                    Ok(t) => t.into_iter().map(Ok).collect(),
-                    // a failing batch fails only the sentences that fail alone
-                    Err(_) => slots
-                        .iter()
-                        .map(|s| {
-                            let one_guide = std::slice::from_ref(&s.guide);
-                            let one = t.translate_tokens_guided(&generator, vec![s.tokens.clone()], one_guide, &batching, options.alignment);
-                            one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
-                        })
+                    Ok(done) => done
+                        .into_iter()
+                        .zip(&slots)
+                        .map(|(d, s)| if matches!(d, Translation::Failed { .. }) { alone(s) } else { Ok(d) })
                         .collect(),
+                    Err(_) => slots.iter().map(alone).collect(),
                 }
             });
         match outcome {
@@ -362,7 +436,7 @@ impl Worker {
             }
         }
         // out of the queue before anyone hears back
-        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.release(n);
         let mut sentences = 0;
         let mut tokens = 0;
         for ((reply, _, _), out) in replies.into_iter().zip(results) {
@@ -424,7 +498,7 @@ impl Worker {
         for ((j, index, e), result) in encoded.iter().zip(scored) {
             results[*j][*index] = result.map(|s| (s, e.target.iter().map(|&id| translator.tgt_dict.symbol(id).to_string()).collect()));
         }
-        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.release(n);
         let mut pairs = 0;
         let mut tokens = 0;
         for (reply, out) in replies.into_iter().zip(results) {
@@ -443,7 +517,7 @@ impl Worker {
     /// work (the routes refuse such requests first).
     pub(super) fn refuse(&self, group: Vec<Job>, n: usize, what: &str) {
         let why = format!("{} is {what}: it cannot do this", self.name);
-        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.release(n);
         for job in group {
             match job.work {
                 Work::Translate { sentences, reply, .. } => drop(reply.send(vec![Err(why.clone()); sentences.len()])),

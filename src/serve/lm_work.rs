@@ -2,7 +2,6 @@
 //! as `tchseq translate` continues lines, streamed token by token at beam 1) and texts scored (`/v1/score` with `texts`, as
 //! `tchseq score --lm --sample-break-mode eos`).
 
-use std::sync::atomic::Ordering;
 
 use super::engine::{Hypothesis, Job, Model, SentenceResult, TextResult, TokenSender, Work, Worker};
 use tchseq::hub::{LanguageModel, Translation};
@@ -37,7 +36,7 @@ impl Worker {
             }
             lm.complete(&generator, &prompts, &self.batching()).map_err(|e| e.to_string())
         });
-        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.release(n);
         let mut done = match outcome {
             Ok(done) => done.into_iter().map(Ok).collect::<Vec<_>>().into_iter(),
             Err(e) => vec![Err(e); n].into_iter(),
@@ -98,7 +97,7 @@ impl Worker {
                 .collect(),
             Err(e) => vec![Err(e.to_string()); texts.len()],
         };
-        self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.release(n);
         let tokens = scored.iter().flatten().map(|(t, _)| t.len()).sum::<usize>();
         let done = scored.iter().filter(|r| r.is_ok()).count();
         let mut scored = scored.into_iter();

@@ -115,6 +115,7 @@ pub struct AppState {
 /// returns. `on_listen` is told the bound address (the port may have been 0).
 pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let metrics = Arc::new(Metrics::default());
+    let lost = Arc::new(tokio::sync::Notify::new());
     let mut served = Vec::with_capacity(models.len());
     for ModelToServe { name, model, pairs } in models {
         let (source_lang, target_lang, compute_type, report, language_model) = match &model {
@@ -127,7 +128,7 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
                 (String::new(), String::new(), ComputeType::Exact, report, true)
             }
         };
-        let engine = Engine::start(name.clone(), model, settings.policy, metrics.clone())?;
+        let engine = Engine::start(name.clone(), model, settings.policy, metrics.clone(), lost.clone())?;
         served.push(Served { name, source_lang, target_lang, pairs, compute_type, language_model, report, engine });
     }
     let state = Arc::new(AppState { models: served, limits: settings.limits, api_key: settings.api_key.clone(), metrics });
@@ -136,14 +137,25 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
         let listener = tokio::net::TcpListener::bind(settings.addr).await?;
         // the handlers are registered before anyone is told where we listen: a SIGTERM from then
         // on is a graceful shutdown, never the default action (death, replies lost)
-        let shutdown = shutdown_signal()?;
+        let signal = shutdown_signal()?;
+        // a worker that stopped by a panic ends the server too, for a supervisor to restart it
+        let shutdown = async move {
+            tokio::select! {
+                () = signal => {},
+                () = lost.notified() => eprintln!("tchseq serve: a model worker stopped; shutting down after the requests in flight"),
+            }
+        };
         on_listen(listener.local_addr()?);
         axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await
     })?;
+    let stopped: Vec<String> = state.models.iter().filter(|m| !m.engine.alive()).map(|m| m.name.clone()).collect();
     // the requests in flight have their replies; let the workers finish and stop
     drop(runtime);
     if let Ok(state) = Arc::try_unwrap(state) {
         drop(state);
+    }
+    if !stopped.is_empty() {
+        return Err(std::io::Error::other(format!("the model worker of {} stopped by an internal error", stopped.join(", "))));
     }
     Ok(())
 }

@@ -26,8 +26,15 @@ pub async fn page() -> Html<&'static str> {
     Html(PAGE)
 }
 
-pub async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// 200 while every model's worker runs; 503, naming the stopped ones, once one has stopped (the
+/// process is then on its way out, with a non-zero status, for a supervisor to restart).
+pub async fn health(State(app): State<Arc<AppState>>) -> Response {
+    let stopped: Vec<&str> = app.models.iter().filter(|m| !m.engine.alive()).map(|m| m.name.as_str()).collect();
+    if stopped.is_empty() {
+        return Json(serde_json::json!({ "status": "ok" })).into_response();
+    }
+    let body = serde_json::json!({ "status": "unavailable", "error": format!("the model worker of {} stopped", stopped.join(", ")) });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
 pub async fn models(State(app): State<Arc<AppState>>) -> Json<serde_json::Value> {
@@ -89,12 +96,20 @@ pub struct Guided {
 
 /// [`translate`] with a [`Guided`] request.
 async fn translate_guided(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, options: TranslateOptions) -> Result<Vec<SentenceResult>, ApiError> {
-    submit(app, m, sentences, g, options)?.await.map_err(|_| worker_stopped())
+    submit(app, m, sentences, g, options)?.await.map_err(|_| dropped(m))
 }
 
-fn worker_stopped() -> ApiError {
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the model worker stopped")
+/// Why a request got no reply from its model's worker.
+fn dropped(m: &Served) -> ApiError {
+    if m.engine.alive() {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, DROPPED)
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the model worker of {} stopped; the server is shutting down", m.name))
+    }
 }
+
+/// A request whose computation failed (an internal error, caught): only it is lost.
+pub const DROPPED: &str = "an internal error stopped this request (the server goes on; please report it)";
 
 /// Checks the request against the limits and queues it; the receiver gets its results.
 fn submit(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, mut options: TranslateOptions) -> Result<oneshot::Receiver<Vec<SentenceResult>>, ApiError> {
@@ -184,7 +199,7 @@ pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<
     let pairs: Vec<(String, String)> = req.pairs.into_iter().map(|p| (p.source, p.target)).collect();
     let (reply, rx) = oneshot::channel();
     m.engine.submit(Work::Score { pairs, reply }).map_err(submit_error)?;
-    let results: Vec<PairResult> = rx.await.map_err(|_| worker_stopped())?;
+    let results: Vec<PairResult> = rx.await.map_err(|_| dropped(m))?;
     let scores = results
         .into_iter()
         .map(|r| match r {
@@ -201,7 +216,7 @@ async fn score_texts(app: &AppState, m: &Served, texts: Vec<String>, token_score
     check_count(app, texts.len())?;
     let (reply, rx) = oneshot::channel();
     m.engine.submit(Work::ScoreTexts { texts, reply }).map_err(submit_error)?;
-    let results: Vec<TextResult> = rx.await.map_err(|_| worker_stopped())?;
+    let results: Vec<TextResult> = rx.await.map_err(|_| dropped(m))?;
     let scores = results
         .into_iter()
         .map(|r| match r {

@@ -51,10 +51,10 @@ struct Indexed<'a> {
     reply: &'a SentenceReply,
 }
 
-/// Each sentence's event in order, then `done`; or `error` when the worker went away.
+/// Each sentence's event in order, then `done`; or `error` when the worker dropped the request.
 fn finished(results: Option<Vec<SentenceResult>>, sentences: Vec<String>, model: &str) -> std::vec::IntoIter<Event> {
     let Some(results) = results else {
-        let error = serde_json::json!({ "error": "the model worker stopped" });
+        let error = serde_json::json!({ "error": super::routes::DROPPED });
         return vec![Event::default().event("error").data(error.to_string())].into_iter();
     };
     let mut events: Vec<Event> = sentence_replies(sentences, results)
