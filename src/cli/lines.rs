@@ -95,6 +95,11 @@ pub struct Failures {
 }
 
 impl Failures {
+    /// Lines counted so far.
+    pub fn count(&self) -> usize {
+        self.kinds.iter().map(|(_, n)| n).sum()
+    }
+
     pub fn add(&mut self, kind: &str) {
         match self.kinds.iter_mut().find(|(k, _)| k == kind) {
             Some((_, n)) => *n += 1,

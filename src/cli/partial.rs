@@ -57,6 +57,8 @@ pub fn open_in_place(path: &Path) -> Result<File> {
 
 pub struct PartialFile {
     file: Option<BufWriter<File>>,
+    /// Bytes handed to `file` so far.
+    written: u64,
     /// `<path>.partial`, renamed to `path` on commit; `None` when written in place.
     partial: Option<PathBuf>,
     path: PathBuf,
@@ -72,11 +74,11 @@ impl PartialFile {
                 partial.push(".partial");
                 let partial = PathBuf::from(partial);
                 let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
-                Ok(Some(PartialFile { file: Some(BufWriter::new(file)), partial: Some(partial), path }))
+                Ok(Some(PartialFile { file: Some(BufWriter::new(file)), written: 0, partial: Some(partial), path }))
             }
             Some(OutputPath::InPlace(path)) => {
                 let file = open_in_place(&path)?;
-                Ok(Some(PartialFile { file: Some(BufWriter::new(file)), partial: None, path }))
+                Ok(Some(PartialFile { file: Some(BufWriter::new(file)), written: 0, partial: None, path }))
             }
         }
     }
@@ -89,6 +91,19 @@ impl PartialFile {
         let Some(partial) = &self.partial else { return Ok(()) };
         file.sync_all().with_context(|| format!("writing {shown}"))?;
         std::fs::rename(partial, &self.path).with_context(|| format!("renaming {} to {}", partial.display(), self.path.display()))
+    }
+}
+
+impl PartialFile {
+    /// `<path>.partial` and its descriptor, when the file is written as one (not in place).
+    pub fn partial(&self) -> Option<(&Path, i32)> {
+        use std::os::fd::AsRawFd;
+        Some((self.partial.as_deref()?, self.file.as_ref()?.get_ref().as_raw_fd()))
+    }
+
+    /// Bytes written so far (on disk after a flush).
+    pub fn written(&self) -> u64 {
+        self.written
     }
 }
 
@@ -134,7 +149,9 @@ impl Write for OutputSink {
 
 impl Write for PartialFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.file.as_mut().ok_or_else(|| io::Error::other("committed"))?.write(buf)
+        let n = self.file.as_mut().ok_or_else(|| io::Error::other("committed"))?.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -13,7 +13,9 @@ use super::partial::OutputSink;
 use super::shard::{self, Shard};
 use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_terminal, resolve_buffer_size, Sentence};
 use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output};
+use super::interrupt::Piece;
 use super::Outcome;
+use std::io::IsTerminal;
 use tchseq::generate::SequenceGenerator;
 use tchseq::hub::{Batching, TargetGuide, TextMode, Translator, Weights};
 
@@ -74,6 +76,17 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
 
     // a file is written complete or not at all; stdout as it goes
     let mut out = OutputSink::open(a.output.as_deref())?;
+    let file = match &out {
+        OutputSink::File(f) if shard.is_none() => f.partial().map(|(p, fd)| (p.to_path_buf(), fd)),
+        _ => None,
+    };
+    if let Some((partial, fd)) = &file {
+        crate::cli::interrupt::arm(interrupted_note(partial, a), *fd);
+    }
+    let shown = !a.quiet && file.is_some() && std::io::stderr().is_terminal();
+    let total = if shown { a.input.as_deref().and_then(|p| count_lines(p).ok()) } else { None };
+    let bar = super::progress::bar(shown, total, "lines");
+    let started = std::time::Instant::now();
     let mut failures = Failures::default();
     let mut buffer_index = 0usize;
     let too_long = format!("longer than max_source_positions={max_source_positions} tokens (EOS included)");
@@ -103,12 +116,54 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
         let t = &ctx.translator;
         let translated = t.translate_tokens_guided(&ctx.generator, tokens, &guides, &ctx.batching, ctx.print_alignment)?;
-        next_id += write_buffer(&ctx.output(), &mut out, &mut failures, &too_long, next_id, buffer, translated)?;
+        let n = write_buffer(&ctx.output(), &mut out, &mut failures, &too_long, next_id, buffer, translated)?;
+        next_id += n;
+        bar.inc(n as u64);
+        if let OutputSink::File(f) = &out {
+            crate::cli::interrupt::progress(next_id as u64, f.written());
+        }
         Ok(())
     })?;
     out.commit()?;
+    bar.finish_and_clear();
+    if shown {
+        let secs = started.elapsed().as_secs_f64();
+        let rate = super::progress::rate(if secs > 0.0 { next_id as f64 / secs } else { 0.0 });
+        eprintln!("translated {next_id} lines ({} not translated), {secs:.1}s ({rate} lines/s)", failures.count());
+    }
     failures.finish("translated")?;
     Ok(Outcome::Ok)
+}
+
+/// What Ctrl-C says about `translate --output`'s partial file: what it holds and how to go on.
+fn interrupted_note(partial: &std::path::Path, a: &TranslateArgs) -> Vec<Piece> {
+    let rest = match &a.input {
+        Some(input) => format!("`tail -n +N {}`", input.display()),
+        None => "the input from that line".to_string(),
+    };
+    let (before, after) = rest.split_once('N').unwrap_or((&rest, ""));
+    vec![
+        Piece::Text(format!("interrupted: {} holds the output of the first ", partial.display())),
+        Piece::Done,
+        Piece::Text(format!(" input lines; translate cannot resume: translate the rest ({before}")),
+        Piece::Next,
+        Piece::Text(format!("{after}) into another file and append it, or run the command again")),
+    ]
+}
+
+/// Lines of a file (a last line without its newline counts), for the bar's total.
+fn count_lines(path: &std::path::Path) -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let (mut buf, mut lines, mut last) = (vec![0u8; 1 << 16], 0u64, b'\n');
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(lines + u64::from(last != b'\n'));
+        }
+        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        last = buf[n - 1];
+    }
 }
 
 impl Session {

@@ -43,6 +43,10 @@ impl Backend for ModelBackend {
         Ok(self.scorer.score(batch)?)
     }
 
+    fn parallel_batches(&self) -> usize {
+        self.inter_threads
+    }
+
     fn score_batches(&mut self, batches: &[Vec<&Encoded>]) -> Vec<Result<Vec<Scored>>> {
         self.scorer.score_batches(batches, self.inter_threads).into_iter().map(|r| r.map_err(Into::into)).collect()
     }

@@ -18,6 +18,7 @@ mod columns;
 mod format;
 mod lm;
 mod options;
+mod resume;
 mod rows;
 mod sink;
 mod table;
@@ -44,7 +45,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     if a.lm {
         return lm::run(global, a);
     }
-    let opts = Options::new(a)?;
+    let opts = Options::new(global, a)?;
     let input = Input::open(&opts)?;
     super::memory::return_large_blocks();
     let mut backend = backend::ModelBackend::load(global, a)?;
@@ -78,6 +79,10 @@ pub trait Backend {
     }
     /// Scores one batch; one result per item, in the order given.
     fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>>;
+    /// How many batches [`Backend::score_batches`] computes side by side.
+    fn parallel_batches(&self) -> usize {
+        1
+    }
     /// Scores several batches, possibly at the same time; one result per batch, in order.
     fn score_batches(&mut self, batches: &[Vec<&Encoded>]) -> Vec<Result<Vec<Scored>>> {
         batches.iter().map(|b| self.score(b)).collect()

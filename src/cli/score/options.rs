@@ -2,11 +2,10 @@
 
 use super::*;
 use anyhow::{bail, Result};
-use std::fs::{self};
 use std::path::PathBuf;
 
 
-use crate::cli::args::{ScoreArgs, ScoreFormat};
+use crate::cli::args::{GlobalArgs, ScoreArgs, ScoreFormat};
 use crate::cli::shard::Shard;
 
 #[derive(Debug, Clone)]
@@ -27,11 +26,11 @@ pub struct Options {
     /// With `--num-shards`: the shard, and a `row` column is added last.
     pub shard: Option<Shard>,
     /// Everything that must be unchanged for `--resume` to continue a run.
-    pub fingerprint: String,
+    pub settings: super::resume::Settings,
 }
 
 impl Options {
-    pub fn new(a: &ScoreArgs) -> Result<Self> {
+    pub fn new(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
         let delimiter = parse_delimiter(&a.delimiter)?;
         if a.buffer_size == 0 {
             bail!("--buffer-size must be at least 1");
@@ -48,22 +47,7 @@ impl Options {
             (None, None) => (Some(DEFAULT_MAX_TOKENS), None),
             other => other,
         };
-        let input_abs = fs::canonicalize(&a.input).unwrap_or_else(|_| a.input.clone());
-        let fingerprint = format!(
-            "{:?}",
-            (
-                input_abs,
-                &a.source_column,
-                &a.target_column,
-                (&a.source_lang_column, &a.target_lang_column),
-                delimiter,
-                a.format,
-                a.per_token,
-                a.tokenized,
-                &a.model,
-                &a.pipeline,
-            )
-        );
+        let settings = super::resume::settings(global, a, delimiter, (max_tokens, batch_size));
         Ok(Self {
             input: a.input.clone(),
             output: a.output.clone(),
@@ -79,7 +63,7 @@ impl Options {
             buffer_size: a.buffer_size,
             resume: a.resume,
             shard,
-            fingerprint,
+            settings,
         })
     }
 }

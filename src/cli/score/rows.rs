@@ -4,7 +4,7 @@
 use super::*;
 use anyhow::{bail, Context, Result};
 use csv::{ByteRecord, Position};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::cli::interrupt::Piece;
 
 use std::time::Instant;
 
@@ -28,7 +28,8 @@ pub fn score_input(
     let progress_at = |input: &Input, output_bytes: u64, summary: &Summary| {
         let pos = input.reader.position();
         Progress {
-            fingerprint: opts.fingerprint.clone(),
+            format: PROGRESS_FORMAT.to_string(),
+            settings: opts.settings.clone(),
             input_len,
             input_modified_ns,
             input_byte: pos.byte(),
@@ -56,13 +57,18 @@ pub fn score_input(
             s
         }
         Some(OutputPath::Atomic(path)) if opts.resume => {
-            let (sink, prev) = FileSink::reopen(&path)?;
-            if prev.fingerprint != opts.fingerprint {
-                bail!("--resume: the options or input differ from the interrupted run; run without --resume to start over");
-            }
+            // every check before the partial output is touched
+            let prev = FileSink::progress(&path)?;
+            let partial = FileSink::paths(&path).0;
+            super::resume::check(&prev.settings, &opts.settings, &partial)?;
             if (prev.input_len, prev.input_modified_ns) != (input_len, input_modified_ns) {
-                bail!("--resume: {} changed since the interrupted run; run without --resume to start over", opts.input.display());
+                bail!(
+                    "--resume: {} changed since the interrupted run; run without --resume to start over ({} is left as it was)",
+                    opts.input.display(),
+                    partial.display()
+                );
             }
+            let sink = FileSink::reopen(&path, &prev)?;
             let mut pos = Position::new();
             pos.set_byte(prev.input_byte).set_line(prev.input_line.max(1)).set_record(prev.input_record);
             seek_to_row(&mut input.reader, &pos).context("--resume: cannot seek in the input")?;
@@ -78,20 +84,20 @@ pub fn score_input(
     };
 
     let rows_before = summary.rows;
-    let bar = if progress {
-        let total = count_records(&opts.input, opts.delimiter).unwrap_or(0);
-        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} rows  {per_sec}  ETA {eta}",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar.set_position(summary.rows);
-        bar.reset_eta();
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let total = if progress { count_records(&opts.input, opts.delimiter).ok() } else { None };
+    let bar = crate::cli::progress::bar(progress, total, "rows");
+    bar.set_position(summary.rows);
+    bar.reset_eta();
+    if let Sink::File(f) = &sink {
+        use std::os::fd::AsRawFd;
+        let note = vec![
+            Piece::Text(format!("interrupted: {} holds the first ", f.partial_path.display())),
+            Piece::Done,
+            Piece::Text(" rows, complete; run the same command with --resume to go on".to_string()),
+        ];
+        crate::cli::interrupt::progress(summary.rows, f.bytes);
+        crate::cli::interrupt::arm(note, f.file.as_raw_fd());
+    }
 
     let mut chunk: Vec<ByteRecord> = Vec::with_capacity(opts.buffer_size.min(1 << 16));
     let (mut chunk_index, mut first_row) = (0usize, 0u64);
@@ -112,7 +118,7 @@ pub fn score_input(
         if !crate::cli::shard::takes(opts.shard, index) {
             continue;
         }
-        let results = score_chunk(&input, opts, backend, &chunk);
+        let results = score_chunk(&input, opts, backend, &chunk, &|rows| bar.inc(rows));
         let mut data = Vec::new();
         for (k, (rec, result)) in chunk.iter().zip(&results).enumerate() {
             summary.add(result);
@@ -122,8 +128,10 @@ pub fn score_input(
         sink.write(&data)?;
         if let Sink::File(f) = &mut sink {
             f.checkpoint(&progress_at(&input, f.bytes, &summary))?;
+            crate::cli::interrupt::progress(summary.rows, f.bytes);
         }
-        bar.inc(chunk.len() as u64);
+        // rows that failed before any batch (unreadable, too long) move the bar here
+        bar.set_position(summary.rows);
     }
     bar.finish_and_clear();
     if let Sink::File(f) = sink {
@@ -147,7 +155,14 @@ pub(super) type RowResult = std::result::Result<ScoredRow, String>;
 
 /// Scores the rows of one chunk; one result per row, in row order. Rows are batched as
 /// fairseq-generate batches them (ordered by length), so the order is restored here.
-pub(super) fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backend, chunk: &[ByteRecord]) -> Vec<RowResult> {
+/// `scored(rows)` is told after each round of batches.
+pub(super) fn score_chunk(
+    input: &Input,
+    opts: &Options,
+    backend: &mut dyn Backend,
+    chunk: &[ByteRecord],
+    scored: &dyn Fn(u64),
+) -> Vec<RowResult> {
     let mut results: Vec<Option<RowResult>> = vec![None; chunk.len()];
     let mut encoded: Vec<(usize, Encoded)> = Vec::new();
     for (row, rec) in chunk.iter().enumerate() {
@@ -176,8 +191,14 @@ pub(super) fn score_chunk(input: &Input, opts: &Options, backend: &mut dyn Backe
     );
     let members: Vec<Vec<usize>> = batches.iter().map(|b| b.iter().map(|&k| indices[k]).collect()).collect();
     let items: Vec<Vec<&Encoded>> = members.iter().map(|m| m.iter().map(|&i| &encoded[i].1).collect()).collect();
-    let scored = backend.score_batches(&items);
-    for ((members, items), scored) in members.iter().zip(&items).zip(scored) {
+    // a round of batches at a time (as many as run side by side), so that progress shows per batch
+    let round = backend.parallel_batches().max(1);
+    let mut outcomes = Vec::with_capacity(items.len());
+    for part in items.chunks(round) {
+        outcomes.extend(backend.score_batches(part));
+        scored(part.iter().map(|b| b.len() as u64).sum());
+    }
+    for ((members, items), scored) in members.iter().zip(&items).zip(outcomes) {
         match scored {
             Ok(scored) if scored.len() == items.len() => {
                 for (&i, s) in members.iter().zip(scored) {

@@ -49,20 +49,23 @@ impl Summary {
             ("n/a".into(), "n/a".into())
         };
         format!(
-            "scored {} rows ({} errors): mean avg_logprob {mean}, corpus perplexity {ppl}, {:.1}s ({:.1} rows/s)",
+            "scored {} rows ({} errors): mean avg_logprob {mean}, corpus perplexity {ppl}, {:.1}s ({} rows/s)",
             self.rows,
             self.errors,
             self.elapsed_s,
-            if self.elapsed_s > 0.0 { self.rows_this_run as f64 / self.elapsed_s } else { 0.0 }
+            crate::cli::progress::rate(if self.elapsed_s > 0.0 { self.rows_this_run as f64 / self.elapsed_s } else { 0.0 })
         )
     }
 }
 
-/// What `--resume` needs to continue: where the input and the partial output stood after the
-/// last complete chunk.
+/// What `--resume` needs to continue: the run's settings, and where the input and the partial
+/// output stood after the last complete chunk. Written as JSON beside the partial output
+/// (`<output>.partial.progress`; docs/score.md describes it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(super) struct Progress {
-    pub(super) fingerprint: String,
+    /// Always [`PROGRESS_FORMAT`].
+    pub(super) format: String,
+    pub(super) settings: super::resume::Settings,
     pub(super) input_len: u64,
     pub(super) input_modified_ns: u128,
     pub(super) input_byte: u64,
@@ -71,6 +74,9 @@ pub(super) struct Progress {
     pub(super) output_bytes: u64,
     pub(super) summary: Summary,
 }
+
+/// The progress file's `format`: its name and version.
+pub(super) const PROGRESS_FORMAT: &str = "tchseq-score-progress/1";
 
 pub(super) fn input_stamp(path: &Path) -> Result<(u64, u128)> {
     let meta = fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
@@ -117,8 +123,9 @@ impl FileSink {
         Ok(Self { final_path: output.to_path_buf(), partial_path, progress_path, file, bytes: 0 })
     }
 
-    pub(super) fn reopen(output: &Path) -> Result<(Self, Progress)> {
-        let (partial_path, progress_path) = Self::paths(output);
+    /// The interrupted run's progress, read without touching its partial output.
+    pub(super) fn progress(output: &Path) -> Result<Progress> {
+        let (_, progress_path) = Self::paths(output);
         let text = fs::read_to_string(&progress_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => anyhow::anyhow!(
                 "--resume: no interrupted run to continue ({} does not exist)",
@@ -126,8 +133,19 @@ impl FileSink {
             ),
             _ => anyhow::Error::new(e).context(format!("--resume: cannot read {}", progress_path.display())),
         })?;
-        let progress: Progress = serde_json::from_str(&text)
-            .with_context(|| format!("--resume: {} is not a progress file", progress_path.display()))?;
+        let progress: Progress = serde_json::from_str(&text).ok().filter(|p: &Progress| p.format == PROGRESS_FORMAT).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--resume: {} is not a progress file of this version ({PROGRESS_FORMAT}); run without --resume to start over",
+                progress_path.display()
+            )
+        })?;
+        Ok(progress)
+    }
+
+    /// Opens the partial output to continue after the last checkpoint: what was written after
+    /// it is cut off.
+    pub(super) fn reopen(output: &Path, progress: &Progress) -> Result<Self> {
+        let (partial_path, progress_path) = Self::paths(output);
         let mut file = OpenOptions::new().write(true).open(&partial_path).with_context(|| {
             format!("--resume: cannot open the partial output {}", partial_path.display())
         })?;
@@ -141,14 +159,7 @@ impl FileSink {
         }
         file.set_len(progress.output_bytes)?;
         file.seek(SeekFrom::End(0))?;
-        let sink = Self {
-            final_path: output.to_path_buf(),
-            partial_path,
-            progress_path,
-            file,
-            bytes: progress.output_bytes,
-        };
-        Ok((sink, progress))
+        Ok(Self { final_path: output.to_path_buf(), partial_path, progress_path, file, bytes: progress.output_bytes })
     }
 
     pub(super) fn write(&mut self, data: &[u8]) -> Result<()> {

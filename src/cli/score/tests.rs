@@ -74,7 +74,7 @@ fn options(dir: &Path, input: &str, output: Option<&str>) -> Options {
         buffer_size: 7,
         resume: false,
         shard: None,
-        fingerprint: "test".into(),
+        settings: [("test".to_string(), "1".to_string())].into(),
     }
 }
 
@@ -288,9 +288,11 @@ fn output_appears_only_when_complete_and_resume_continues() {
     // a resume with other options is refused
     let mut other = opts.clone();
     other.resume = true;
-    other.fingerprint = "something else".into();
+    other.settings.insert("test".into(), "2".into());
+    let partial_before = fs::read(dir.path().join("out.csv.partial")).unwrap();
     let err = run_fake(&other, &mut backend()).err().unwrap().to_string();
-    assert!(err.contains("options or input differ"), "{err}");
+    assert!(err.contains("--resume: test was `1` in the interrupted run and is `2` now"), "{err}");
+    assert_eq!(fs::read(dir.path().join("out.csv.partial")).unwrap(), partial_before, "the partial output is left as it was");
 
     opts.resume = true;
     let summary = run_fake(&opts, &mut backend()).unwrap();
