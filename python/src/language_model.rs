@@ -45,7 +45,8 @@ impl LanguageModel {
     /// fairseq-eval-lm's numbers): its tokens, EOS included, and their natural-log
     /// probabilities. A text longer than the model's positions raises ValueError.
     #[pyo3(signature = (texts, batch_size = HubLanguageModel::SCORE_BATCH_SIZE))]
-    fn score_batch(&self, py: Python<'_>, texts: Vec<String>, batch_size: usize) -> PyResult<Vec<ScoringResult>> {
+    fn score_batch(&self, py: Python<'_>, texts: &Bound<'_, PyAny>, batch_size: usize) -> PyResult<Vec<ScoringResult>> {
+        let texts = super::texts(texts, "texts")?;
         self.run(py, move |lm| {
             let refs: Vec<&str> = texts.iter().map(|t| t.trim()).collect();
             let scored = lm.score_texts(&refs, batch_size).map_err(|e| e.to_string())?;
@@ -68,7 +69,8 @@ impl LanguageModel {
     /// draws from libtorch's generator seeded with `seed`; the CLI's draws also replay fairseq's
     /// model initialisation first, so they differ.
     #[pyo3(signature = (prompts, **options))]
-    fn generate(&self, py: Python<'_>, prompts: Vec<String>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<TranslationResult>> {
+    fn generate(&self, py: Python<'_>, prompts: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<TranslationResult>> {
+        let prompts = super::texts(prompts, "prompts")?;
         let (opts, batch_size, max_tokens) = self::options(options)?;
         if opts.alignment || opts.attention || opts.constraints.is_some() {
             return Err(value_error("return_alignment, return_attention and constraints need a translation model"));

@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
@@ -39,6 +39,17 @@ fn parse_device(device: &str) -> PyResult<tch::Device> {
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// A list of str argument (`name`), refused in Python's terms: a lone str is not a list of one.
+fn texts(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Vec<String>> {
+    if v.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!("{name} must be a list of str, not a str: put one sentence in a list, e.g. [\"A dog runs.\"]")));
+    }
+    v.extract().map_err(|_| {
+        let got = v.get_type().name().map_or_else(|_| "another type".to_string(), |n| n.to_string());
+        PyTypeError::new_err(format!("{name} must be a list of str, not {got}"))
+    })
 }
 
 fn py_to_json(v: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
@@ -329,11 +340,12 @@ impl Translator {
     fn translate(
         &self,
         py: Python<'_>,
-        sentences: Vec<String>,
+        sentences: &Bound<'_, PyAny>,
         source_lang: Option<&Bound<'_, PyAny>>,
         target_lang: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Vec<String>> {
+        let sentences = texts(sentences, "sentences")?;
         let (opts, batch_size, max_tokens) = self::options(options)?;
         let batching = self.batching(batch_size, max_tokens)?;
         let n = sentences.len();
@@ -423,12 +435,13 @@ impl Translator {
     fn score_batch(
         &self,
         py: Python<'_>,
-        source: Vec<String>,
-        target: Vec<String>,
+        source: &Bound<'_, PyAny>,
+        target: &Bound<'_, PyAny>,
         max_tokens: usize,
         source_lang: Option<&Bound<'_, PyAny>>,
         target_lang: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<ScoringResult>> {
+        let (source, target) = (texts(source, "source")?, texts(target, "target")?);
         if source.len() != target.len() {
             return Err(value_error(format!("{} sources but {} targets", source.len(), target.len())));
         }

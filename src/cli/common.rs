@@ -201,11 +201,9 @@ pub fn hub_error_naming(e: HubError, pair_hint: &str) -> anyhow::Error {
         HubError::Pipeline(p @ (PipelineError::MissingCodes(_) | PipelineError::MissingSentencePieceModel)) => {
             return anyhow::anyhow!("{}", pipeline_error_text(p));
         }
-        // the message lists the languages the model has: the pair given is the problem
-        HubError::ModelDir(msg) if msg.contains("is not one of the model's languages") => return e.into(),
-        HubError::ModelDir(msg) if msg.contains("languages") => pair_hint,
-        HubError::ModelDir(msg) if msg.contains("dictionaries") => "pass --data DIR",
-        HubError::ModelDir(_) => "use --model DIR|FILE or --path A.pt[:B.pt]",
+        HubError::LanguagesNeeded(_) => pair_hint,
+        HubError::DictionariesNotFound { .. } => "pass --data DIR",
+        HubError::NoModel => "use --model DIR|FILE or --path A.pt[:B.pt]",
         _ => return e.into(),
     };
     anyhow::anyhow!("{e} ({hint})")

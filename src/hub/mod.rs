@@ -50,6 +50,23 @@ pub enum HubError {
     /// task flag, ...); the message says which.
     #[error("{0}")]
     ModelDir(String),
+    /// No model was named.
+    #[error("no model given: a model directory, a checkpoint file or a list of checkpoints")]
+    NoModel,
+    /// The source and target languages cannot be told from the model; the message says why.
+    #[error("{0}; give the source and target languages")]
+    LanguagesNeeded(String),
+    /// No directory holds the dictionaries.
+    #[error("dictionaries {names} not found (searched {searched}); give the data directory")]
+    DictionariesNotFound {
+        /// The dictionary file names looked for.
+        names: String,
+        /// The directories searched.
+        searched: String,
+    },
+    /// The loaded model cannot switch to the compute type asked for; the message says why.
+    #[error("{0}")]
+    ComputeType(String),
     /// A dictionary file could not be read.
     #[error("{}: {source}", path.display())]
     Dictionary {

@@ -121,7 +121,7 @@ impl ModelFiles {
             (None, Some(m)) => vec![find_checkpoint(m).ok_or_else(|| {
                 err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display()))
             })?],
-            (None, None) => return Err(err("no model given: a model directory, a checkpoint file or a list of checkpoints")),
+            (None, None) => return Err(HubError::NoModel),
         };
         if checkpoints.is_empty() {
             return Err(err("the checkpoint list names no checkpoint"));
@@ -164,7 +164,7 @@ impl ModelFiles {
                 [(ps, pt), ..] if *any_pair && s.is_none() && t.is_none() => (ps.clone(), pt.clone()),
                 pairs => {
                     let pairs: Vec<String> = pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect();
-                    return Err(err(format!("a multilingual model (language pairs {}): give the source and target languages", pairs.join(","))));
+                    return Err(HubError::LanguagesNeeded(format!("a multilingual model (language pairs {})", pairs.join(","))));
                 }
             },
             (s, t, _) => infer_langs(&dirs, s, t, &summary, model.unwrap_or(&checkpoints[0]))?,
@@ -191,7 +191,7 @@ impl ModelFiles {
                 let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
                 let (s, t) = dict_names(&cfg.language_task, &dirs[0], &src, &tgt).remove(0);
                 let names = if s == t { s } else { format!("{s} and {t}") };
-                err(format!("dictionaries {names} not found (searched {}); give the data directory", searched.join(", ")))
+                HubError::DictionariesNotFound { names, searched: searched.join(", ") }
             })?;
         let mut places = vec![dict_dir.clone()];
         places.extend(model_dir.iter().cloned());
@@ -223,7 +223,7 @@ impl ModelFiles {
 /// dictionary directory; which one is the source is read from the names (`src`/`tgt`), the
 /// embedding sizes, else from an `{src}-{tgt}` pair in the file or directory names.
 fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summary: &CheckpointSummary, model: &Path) -> Result<(String, String), HubError> {
-    let ask = |why: String| err(format!("{why}; give the source and target languages"));
+    let ask = HubError::LanguagesNeeded;
     let Some(dir) = dirs.iter().find(|d| !dict_langs(d).is_empty()) else {
         return Err(ask("the checkpoint does not record its languages and no dict.*.txt was found".into()));
     };

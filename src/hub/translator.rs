@@ -282,13 +282,13 @@ impl Translator {
             return Ok(());
         }
         if self.compute_type != ComputeType::Exact {
-            return Err(HubError::ModelDir(format!("the model already runs in {}", self.compute_type.name())));
+            return Err(HubError::ComputeType(format!("the model already runs in {}", self.compute_type.name())));
         }
         if self.device.is_cuda() && wanted.cpu_only() {
-            return Err(HubError::ModelDir(format!("compute type {} runs on the CPU only", wanted.name())));
+            return Err(HubError::ComputeType(format!("compute type {} runs on the CPU only", wanted.name())));
         }
         if let (Device::Cpu, Some(needs)) = (self.device, wanted.missing_cpu_instructions()) {
-            return Err(HubError::ModelDir(format!(
+            return Err(HubError::ComputeType(format!(
                 "compute type {} on the CPU needs {needs}, which this CPU lacks (`tchseq doctor` lists its fast compute types); use float32 or int8",
                 wanted.name()
             )));

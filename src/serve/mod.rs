@@ -128,6 +128,7 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
                 (String::new(), String::new(), ComputeType::Exact, report, true)
             }
         };
+        let report = file_names_only(report);
         let engine = Engine::start(name.clone(), model, settings.policy, metrics.clone(), lost.clone())?;
         served.push(Served { name, source_lang, target_lang, pairs, compute_type, language_model, report, engine });
     }
@@ -261,6 +262,28 @@ async fn api_key(State(app): State<Arc<AppState>>, req: Request, next: Next) -> 
     ApiError::new(StatusCode::UNAUTHORIZED, "a valid API key is required").into_response()
 }
 
+/// The load report as `/v1/models` shows it: every path cut to its file name, so that a public
+/// endpoint does not tell where the server keeps its files.
+fn file_names_only(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => Value::String(s.split(' ').map(file_name_of).collect::<Vec<_>>().join(" ")),
+        Value::Array(a) => Value::Array(a.into_iter().map(file_names_only).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, file_names_only(v))).collect()),
+        other => other,
+    }
+}
+
+/// A word that holds a path (a `/` in it) as its last component, punctuation around it kept.
+fn file_name_of(word: &str) -> String {
+    let core = word.trim_matches(|c: char| "()[]{}'\"`,;:".contains(c));
+    if !core.contains('/') {
+        return word.to_string();
+    }
+    let name = core.rsplit('/').find(|p| !p.is_empty()).unwrap_or("");
+    word.replacen(core, name, 1)
+}
+
 /// Compares in time that does not depend on where the strings differ.
 fn same_key(given: &str, key: &str) -> bool {
     let (a, b) = (given.as_bytes(), key.as_bytes());
@@ -287,4 +310,20 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
         }
         eprintln!("tchseq serve: shutting down after the requests in flight");
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_models_report_shows_file_names_not_paths() {
+        let report = serde_json::json!({
+            "checkpoints": [{ "path": "/srv/models/wmt19/model.pt", "tensors": 12 }],
+            "bpe_codes": "weights/multi30k.en-de/bpecodes",
+            "warnings": ["(/srv/models/wmt19/model.pt): 3 unused keys", "no path here"],
+        });
+        let shown = super::file_names_only(report).to_string();
+        assert!(!shown.contains("/srv") && !shown.contains("weights/"), "{shown}");
+        assert!(shown.contains("\"model.pt\"") && shown.contains("\"bpecodes\""), "{shown}");
+        assert!(shown.contains("(model.pt): 3 unused keys") && shown.contains("no path here"), "{shown}");
+    }
 }

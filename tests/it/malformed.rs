@@ -139,7 +139,9 @@ fn truncated_and_corrupted_zip_checkpoints() {
     let mut msgs = Vec::new();
     msgs.push(expect_clean_error("empty file", &[]));
     for cut in [4, 100, good.len() / 2, good.len() - 30, good.len() - 1] {
-        msgs.push(expect_clean_error(&format!("zip truncated at {cut}"), &good[..cut]));
+        let m = expect_clean_error(&format!("zip truncated at {cut}"), &good[..cut]);
+        assert!(m.contains(&format!("the file is truncated ({cut} bytes)")), "{m}");
+        msgs.push(m);
     }
     let mut bad_magic = good.clone();
     bad_magic[..4].copy_from_slice(b"XXXX");

@@ -49,6 +49,9 @@ pub enum ContainerError {
     Pickle(#[from] PickleError),
     #[error("zip: {0}")]
     Zip(String),
+    /// The file ends before its format says it does: an interrupted download or copy.
+    #[error("the file is truncated ({len} bytes): {what}; download or copy it again")]
+    Truncated { len: u64, what: String },
     #[error("zip entry {name} fails its CRC32 check (stored {stored:08x}, computed {computed:08x})")]
     Crc { name: String, stored: u32, computed: u32 },
     #[error("storage {key} is missing from the file")]

@@ -54,7 +54,7 @@ fn read_entry<'a>(data: &'a [u8], e: &Entry) -> Result<Cow<'a, [u8]>, ContainerE
         let end = start
             .checked_add(usize::try_from(e.size).unwrap_or(usize::MAX))
             .filter(|&end| end <= data.len())
-            .ok_or_else(|| ContainerError::Zip(format!("entry {} runs past the end of the file (truncated?)", e.name)))?;
+            .ok_or_else(|| ContainerError::Truncated { len: data.len() as u64, what: format!("entry {} runs past its end", e.name) })?;
         Cow::Borrowed(&data[start..end])
     } else {
         // Compressed entries: torch never writes them, but a re-zipped file may have them.
@@ -101,7 +101,23 @@ fn crc32(bytes: &[u8]) -> u32 {
 /// the central directory of a valid torch file (seen with a 22-entry `torch.save` to a path), so
 /// the offset is pinned to 0.
 fn open_archive(data: &[u8]) -> Result<ZipArchive<Cursor<&[u8]>>, ContainerError> {
-    ZipArchive::with_config(Config { archive_offset: ArchiveOffset::Known(0) }, Cursor::new(data)).map_err(zip_err)
+    ZipArchive::with_config(Config { archive_offset: ArchiveOffset::Known(0) }, Cursor::new(data)).map_err(|e| {
+        if has_end_record(data) {
+            zip_err(e)
+        } else {
+            ContainerError::Truncated { len: data.len() as u64, what: "it has no zip end record".into() }
+        }
+    })
+}
+
+/// Whether the file holds a whole end-of-central-directory record (22 bytes and its comment)
+/// where a whole zip has it: at its end.
+fn has_end_record(data: &[u8]) -> bool {
+    let from = data.len().saturating_sub(22 + usize::from(u16::MAX));
+    (from..data.len().saturating_sub(21)).rev().any(|p| {
+        let comment = usize::from(u16::from_le_bytes([data[p + 20], data[p + 21]]));
+        data[p..p + 4] == *b"PK\x05\x06" && p + 22 + comment <= data.len()
+    })
 }
 
 pub fn read(data: &[u8]) -> Result<RawFile, ContainerError> {
