@@ -296,6 +296,11 @@ impl Translator {
         for model in &mut self.models {
             model.set_compute_type(wanted).map_err(model_error)?;
         }
+        if self.device == Device::Cpu && wanted == ComputeType::Float16 && !ComputeType::fast_on_this_cpu().contains(&wanted) {
+            self.report.warnings.push(
+                "compute type float16 on this CPU (no AVX512_FP16) runs several times slower than float32: float16 is for GPUs; use float32 or int8 here".into(),
+            );
+        }
         self.compute_type = wanted;
         Ok(())
     }

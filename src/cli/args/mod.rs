@@ -30,9 +30,10 @@ pub struct GlobalArgs {
     /// Intra-op threads for libtorch (default: all cores; 1 with --inter-threads above 1).
     #[arg(long, global = true, value_name = "N")]
     pub threads: Option<usize>,
-    /// Batches decoded at the same time by `translate` and `score`, one thread each
-    /// (CTranslate2's inter_threads). Outputs do not change; on a CPU, `--inter-threads <cores>`
-    /// is the fastest way through a large input. Sampling keeps one batch at a time.
+    /// Batches computed at the same time, one thread each (CTranslate2's inter_threads): the
+    /// batches of a file's buffer (`translate`, `score`) or of a model's gathered requests
+    /// (`serve`). Outputs do not change; on a CPU, `--inter-threads <cores>` is the fastest way
+    /// through a large input. Sampling keeps one batch at a time.
     #[arg(long = "inter-threads", global = true, value_name = "N", default_value_t = 1)]
     pub inter_threads: usize,
     /// Where to run the model: the CPU unless asked (fairseq's `--cpu` is our default; `auto`
@@ -233,7 +234,9 @@ pub struct TranslateArgs {
     /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `float32`
     /// fuses the decoder's attention ops (faster; scores move in the last digits); `int8` also
     /// quantizes the linear layers (faster still; hypotheses may differ, see docs/translate.md);
-    /// `float16` and `bfloat16` halve the model as fairseq's --fp16/--bf16 do (for GPUs).
+    /// `float16` and `bfloat16` halve the model as fairseq's --fp16/--bf16 do. On a CPU,
+    /// bfloat16 needs AVX512_BF16 and float16 runs several times slower than float32 without
+    /// AVX512_FP16 (a warning says so); `tchseq doctor` lists what this CPU runs fast.
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
     /// Lexically constrained decoding (fairseq's LexicallyConstrainedBeamSearch): an input line
@@ -311,8 +314,10 @@ pub struct ScoreArgs {
     /// Output file (default: stdout). Written to a temporary file and renamed at the end.
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// The column (by its header name) holding each row's source text.
     #[arg(long = "source-column", default_value = "source")]
     pub source_column: String,
+    /// The column (by its header name) holding each row's target text, the one scored.
     #[arg(long = "target-column", default_value = "target")]
     pub target_column: String,
     /// Column with each row's source language (multilingual models; default: --source-lang).
@@ -324,6 +329,8 @@ pub struct ScoreArgs {
     /// Field delimiter (use '\t' for TSV).
     #[arg(long, default_value = ",")]
     pub delimiter: String,
+    /// Output format: `csv` (the input's columns, then the scores) or `jsonl` (one JSON object
+    /// per row).
     #[arg(long, value_enum, default_value_t = ScoreFormat::Csv)]
     pub format: ScoreFormat,
     /// Add a token_logprobs column: a JSON array of [token, logprob] pairs.
@@ -335,8 +342,12 @@ pub struct ScoreArgs {
     /// Text is already tokenized and BPE'd.
     #[arg(long)]
     pub tokenized: bool,
-    #[arg(long = "batch-size")]
+    /// Pairs per batch (fairseq's --batch-size).
+    #[arg(long = "batch-size", visible_alias = "max-sentences")]
     pub batch_size: Option<usize>,
+    /// Tokens per batch, the longer side of each pair counted (fairseq's --max-tokens; 12000
+    /// when neither this nor --batch-size is given). A pair longer than this gets a batch of
+    /// its own.
     #[arg(long = "max-tokens")]
     pub max_tokens: Option<usize>,
     /// Rows read and scored at a time; memory stays bounded by this.
@@ -344,10 +355,13 @@ pub struct ScoreArgs {
     pub buffer_size: usize,
     /// As translate's: `exact` gives fairseq-generate --score-reference's scores bit for bit;
     /// `float32` computes on the host's packed kernels (scores move in the last digits); `int8`
-    /// quantizes the linear layers; `float16`/`bfloat16` halve the model.
+    /// quantizes the linear layers; `float16`/`bfloat16` halve the model (on a CPU, bfloat16
+    /// needs AVX512_BF16, and float16 runs several times slower than float32 without
+    /// AVX512_FP16).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
-    /// Continue a previous interrupted run.
+    /// Continue an interrupted run into the same --output, with the same settings (any changed
+    /// setting is refused, by name).
     #[arg(long)]
     pub resume: bool,
     /// No progress bar or summary.
@@ -393,14 +407,17 @@ pub struct VerifyArgs {
     /// Reference tensors (.pt or .safetensors) in the verify reference format.
     #[arg(long, value_name = "FILE")]
     pub reference: PathBuf,
+    /// Absolute tolerance: a value passes when |ours - reference| <= atol + rtol * |reference|.
     #[arg(long, default_value_t = 1e-5)]
     pub atol: f64,
+    /// Relative tolerance (see --atol).
     #[arg(long, default_value_t = 1e-5)]
     pub rtol: f64,
     /// The model's dtype: fp16 or bf16 for a reference saved from `model.half()` or
     /// `model.to(torch.bfloat16)` (what fairseq's --fp16 computes with).
     #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
     pub dtype: DtypeArg,
+    /// Print the comparison as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
@@ -426,6 +443,7 @@ pub struct EncodeArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
+    /// Which side's tokenizer, BPE and dictionary encode the text.
     #[arg(long, value_enum, default_value_t = Side::Source)]
     pub side: Side,
     /// Print dictionary ids (EOS appended) instead of subword tokens.
@@ -439,6 +457,7 @@ pub struct DecodeArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
+    /// Which side's dictionary and BPE decode the tokens.
     #[arg(long, value_enum, default_value_t = Side::Target)]
     pub side: Side,
     /// Input lines are dictionary ids.
@@ -484,6 +503,7 @@ pub struct AttentionArgs {
     /// Head number from 0, or `mean` (average over heads, as fairseq's `attn`).
     #[arg(long, value_name = "H|mean", default_value = "mean")]
     pub head: String,
+    /// Which attention to draw.
     #[arg(long, value_enum, default_value_t = AttentionKindArg::Cross)]
     pub kind: AttentionKindArg,
     /// Draw every head of the layer (and their mean) side by side.
@@ -531,6 +551,26 @@ mod tests {
         let cli = Cli::try_parse_from(["tchseq", "doctor", "--device", "auto"]).unwrap();
         assert_eq!(cli.global.device, DeviceArg::Auto);
     }
+
+    /// `--help` says what every option does: none is listed bare.
+    #[test]
+    fn every_option_of_every_command_has_help() {
+        use clap::CommandFactory;
+        fn bare(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    out.push(format!("{path} {}", arg.get_long().map_or_else(|| id.to_string(), |l| format!("--{l}"))));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                bare(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut missing = Vec::new();
+        bare(&Cli::command(), "tchseq", &mut missing);
+        assert!(missing.is_empty(), "options without help: {missing:?}");
+    }
 }
 
 #[derive(Debug, Args)]
@@ -540,8 +580,9 @@ pub struct ServeArgs {
     /// (the first is the default). The name defaults to the directory's name.
     #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
     pub models: Vec<String>,
-    /// The compute type of every served model: `exact` (fairseq's bits), `float32`, `int8`,
-    /// `float16` or `bfloat16`.
+    /// The compute type of every served model, as translate's: `exact` (fairseq's bits),
+    /// `float32`, `int8`, `float16` or `bfloat16` (on a CPU, bfloat16 needs AVX512_BF16, and
+    /// float16 runs several times slower than float32 without AVX512_FP16).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
     pub compute_type: ComputeTypeArg,
     /// Address to listen on (127.0.0.1 unless told otherwise).

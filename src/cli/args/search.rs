@@ -18,6 +18,7 @@ pub struct SearchArgs {
     /// Generate at most max-len-a * src_len + max-len-b tokens (src_len: padded batch width).
     #[arg(long = "max-len-a", default_value_t = 0.0)]
     pub max_len_a: f64,
+    /// The constant term of the length limit above.
     #[arg(long = "max-len-b", default_value_t = 200)]
     pub max_len_b: usize,
     /// Minimum number of generated tokens before EOS (EOS not counted).
