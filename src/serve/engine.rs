@@ -142,6 +142,17 @@ impl Drop for Watch {
     }
 }
 
+/// Marks the worker dead when dropped by a panic.
+struct Dying<'a>(&'a AtomicBool);
+
+impl Drop for Dying<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Engine {
     /// Starts the worker; `lost` is told if it ever stops by a panic.
     pub fn start(name: String, model: Model, policy: BatchPolicy, metrics: Arc<Metrics>, lost: Arc<tokio::sync::Notify>) -> std::io::Result<Self> {
@@ -155,6 +166,7 @@ impl Engine {
             metrics,
             queued: queued.clone(),
             released: AtomicBool::new(false),
+            alive: alive.clone(),
             held: VecDeque::new(),
         };
         let watch = Watch { alive: alive.clone(), lost };
@@ -216,6 +228,8 @@ pub(super) struct Worker {
     pub(super) queued: Arc<AtomicUsize>,
     /// Whether the group being computed has left `queued` ([`Worker::release`]).
     released: AtomicBool,
+    /// The engine's: false once the worker dies.
+    alive: Arc<AtomicBool>,
     /// Jobs received while gathering that could not join the buffer being gathered.
     held: VecDeque<Job>,
 }
@@ -242,6 +256,9 @@ impl Worker {
             let group = self.gather(first, &rx);
             let n: usize = group.iter().map(|j| j.work.len()).sum();
             self.metrics.observe_batch(&self.name, n);
+            // a panic past here marks the worker dead before the group's replies are dropped, so
+            // that their routes already see it
+            let _dying = Dying(&self.alive);
             let fault = fault::asked_by(group.iter().flat_map(|j| j.work.texts()));
             if fault == Some(Fault::StopWorker) {
                 Fault::StopWorker.raise();

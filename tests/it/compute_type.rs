@@ -225,7 +225,7 @@ fn a_model_halved_after_loading_computes_what_a_model_loaded_halved_does() {
                 .into_iter()
                 .flat_map(|t| match t {
                     Translation::Done { hypos, .. } => hypos,
-                    Translation::TooLong { .. } => panic!("a test sentence is too long"),
+                    t => panic!("not translated: {:?}", t.error()),
                 })
                 .collect();
             assert_eq!(halved.len(), loaded.len(), "{compute_type} {model}");
@@ -324,7 +324,7 @@ fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&st
         .into_iter()
         .flat_map(|t| match t {
             Translation::Done { hypos, .. } => hypos,
-            Translation::TooLong { .. } => panic!("a test sentence is too long"),
+            t => panic!("not translated: {:?}", t.error()),
         })
         .collect();
     (hypos, translator.models[0].decoder.host_steps())
@@ -448,7 +448,7 @@ fn float32_int8_and_bfloat16_hold_each_weight_once() {
             .into_iter()
             .map(|t| match t {
                 Translation::Done { hypos, .. } => translator.hypothesis_text(&hypos[0]).unwrap().text,
-                Translation::TooLong { .. } => panic!("a test sentence is too long"),
+                t => panic!("not translated: {:?}", t.error()),
             })
             .collect();
         (translator, texts)

@@ -21,6 +21,7 @@ mod model;
 mod multilingual;
 mod option_sets;
 mod reproducible;
+mod robustness;
 mod score;
 mod serve;
 mod serve_models;

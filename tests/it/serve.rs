@@ -22,9 +22,15 @@ pub struct Server {
 
 impl Server {
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with_env(extra, &[])
+    }
+
+    /// [`Server::start`] with `env` set in its environment.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tchseq"));
         cmd.arg("--threads").arg(test_threads().to_string());
         cmd.args(["serve", "--model"]).arg(repo(MODEL)).args(["--port", "0"]).args(extra);
+        cmd.envs(env.iter().copied());
         cmd.env_remove("LD_LIBRARY_PATH").stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("starting tchseq serve");
         let stderr = child.stderr.take().expect("piped stderr");
@@ -77,6 +83,19 @@ impl Server {
 
     pub fn post(&self, path: &str, body: &Value) -> Reply {
         http(self.port, "POST", path, &[], Some(body.to_string().as_bytes()))
+    }
+
+    /// Waits (a minute at most) for the server to exit by itself; its status and the rest of
+    /// stderr.
+    pub fn wait_exit(mut self) -> (std::process::ExitStatus, String) {
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().expect("polling the server") {
+                let rest: Vec<String> = self.stderr.try_iter().collect();
+                return (status, rest.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the server did not exit");
     }
 
     /// Sends SIGTERM and returns the exit status and the rest of stderr.
@@ -197,6 +216,9 @@ fn every_endpoint_answers_in_its_own_shape() {
     assert_eq!(models["models"][0]["source_lang"], "en");
     assert_eq!(models["models"][0]["target_lang"], "de");
     assert_eq!(models["models"][0]["report"]["source_dictionary"]["size"].as_u64().map(|n| n > 4), Some(true));
+    // file names, never where the server keeps them
+    assert_eq!(models["models"][0]["report"]["source_dictionary"]["path"], "dict.en.txt");
+    assert!(!models.to_string().contains(&*repo("").to_string_lossy()), "{models}");
 
     let cli = cli_best(&SENTENCES[..1]);
     let r = s.post("/v1/translate", &json!({ "text": SENTENCES[0], "options": { "nbest": 3, "token_scores": true, "alignment": true, "attention": true } }));

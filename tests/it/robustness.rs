@@ -1,0 +1,429 @@
+//! Nothing a user sends kills a run or a server: any line lengths against any batching limits,
+//! a panic injected into one batch (`TCHSEQ_TEST_PANIC_ON`) or into a server's model worker
+//! (`TCHSEQ_TEST_STOP_WORKER_ON`), an interrupted run, a resume with other settings.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::serve::Server;
+use crate::util::{one_line_error, repo, tchseq, test_threads, write_pairs_csv};
+
+const MODEL: &str = "weights/multi30k.en-de";
+/// Words of the bundled model's vocabulary (one BPE symbol each), for sentences of any length.
+const WORDS: [&str; 12] = ["a", "man", "in", "blue", "shirt", "rides", "bike", "the", "dog", "runs", "on", "grass"];
+
+/// A small deterministic generator (xorshift), so every run draws the same cases.
+struct Draw(u64);
+
+impl Draw {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+
+    /// A sentence of `words` words (no `dog`: that word is the fault tests' trigger).
+    fn sentence(&mut self, words: usize) -> String {
+        (0..words).map(|_| WORDS[self.below(WORDS.len())]).filter(|w| *w != "dog").chain(["cat"]).collect::<Vec<_>>().join(" ")
+    }
+}
+
+fn jsonl(text: &str) -> Vec<Value> {
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+/// 40 runs of `translate` and 20 of `score`, each with its own line lengths, `--max-tokens`,
+/// `--batch-size`, `--buffer-size` and beam: every line gets exactly one record, translated or
+/// scored unless it is longer than the model's 1024 positions, and no run panics.
+#[test]
+fn any_line_lengths_against_any_batching_limits_give_one_record_per_line() {
+    let mut draw = Draw(0x62);
+    let dir = tempfile::tempdir().unwrap();
+    let mut over_budget = 0;
+    for case in 0..60 {
+        let n = 1 + draw.below(12);
+        let mut lens: Vec<usize> = (0..n).map(|_| 1 + draw.below(25)).collect();
+        // now and then one over the model's max_source_positions, which only it pays for
+        let too_long = draw.below(4) == 0;
+        if too_long {
+            let at = draw.below(n);
+            lens[at] = 1300;
+        }
+        let lines: Vec<String> = lens.iter().map(|&l| draw.sentence(l)).collect();
+        let max_tokens = 2 + draw.below(40);
+        let mut args: Vec<String> = vec!["--max-tokens".into(), max_tokens.to_string()];
+        let buffer = 1 + draw.below(8);
+        if draw.below(2) == 0 {
+            args.extend(["--batch-size".into(), (1 + draw.below(buffer)).to_string()]);
+        }
+        over_budget += lens.iter().filter(|&&l| l + 1 > max_tokens).count();
+        let what = format!("case {case}: lengths {lens:?} {args:?}");
+        if case < 40 {
+            let beam = [1, 2, 5][draw.below(3)];
+            let input = dir.path().join("in.txt");
+            std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+            let out = tchseq()
+                .args(["translate", "--format", "jsonl", "--beam", &beam.to_string(), "--max-len-b", "20", "--buffer-size", &buffer.to_string()])
+                .args(&args)
+                .arg("-m")
+                .arg(repo(MODEL))
+                .arg("--input")
+                .arg(&input)
+                .output()
+                .unwrap();
+            let records = jsonl(&String::from_utf8_lossy(&out.stdout));
+            let ids: Vec<u64> = records.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+            assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+            for (r, &l) in records.iter().zip(&lens) {
+                assert_eq!(r.get("error").is_some(), l == 1300, "{what}: {r}");
+            }
+            assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        } else {
+            let csv = dir.path().join("pairs.csv");
+            let targets: Vec<String> = lens.iter().map(|&l| draw.sentence(l.min(30))).collect();
+            write_pairs_csv(&csv, lines.iter().map(String::as_str).zip(targets.iter().map(String::as_str)));
+            let out = tchseq()
+                .args(["score", "-q", "--format", "jsonl", "--buffer-size", &buffer.to_string()])
+                .args(&args)
+                .arg("-m")
+                .arg(repo(MODEL))
+                .arg("--input")
+                .arg(&csv)
+                .output()
+                .unwrap();
+            let records = jsonl(&String::from_utf8_lossy(&out.stdout));
+            assert_eq!(records.len(), n, "{what}: {}", String::from_utf8_lossy(&out.stderr));
+            for (r, &l) in records.iter().zip(&lens) {
+                let error = r["error"].as_str().unwrap_or("");
+                assert_eq!(!error.is_empty(), l == 1300, "{what}: {r}");
+            }
+            assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    assert!(over_budget > 60, "the cases put too few lines over --max-tokens: {over_budget}");
+}
+
+/// A panic in one batch fails that batch's lines, each with its own record; the run goes on.
+#[test]
+fn a_panic_in_one_batch_costs_only_its_lines() {
+    let lines = ["A man rides a bike.", "The dog runs on the grass.", "Two women sit on a bench.", "A girl in blue plays."];
+    let out = tchseq()
+        .env("TCHSEQ_TEST_PANIC_ON", "dog")
+        .args(["translate", "--format", "jsonl", "--batch-size", "1", "-m"])
+        .arg(repo(MODEL))
+        .args(lines)
+        .output()
+        .unwrap();
+    let records = jsonl(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(records.len(), 4);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r["id"], i, "{r}");
+        if i == 1 {
+            let error = r["error"].as_str().unwrap();
+            assert!(error.contains("internal error") && error.contains("TCHSEQ_TEST_PANIC_ON"), "{r}");
+        } else {
+            assert!(r["hypotheses"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{r}");
+        }
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+    assert!(err.contains("1 input line(s) were not translated: in a batch that failed"), "{err}");
+
+    // score: the row's batch fails alone, then its rows are tried one by one
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pairs.csv");
+    let targets = ["Ein Mann fährt Fahrrad.", "Der Hund rennt.", "Zwei Frauen sitzen.", "Ein Mädchen spielt."];
+    write_pairs_csv(&csv, lines.into_iter().zip(targets));
+    let out = tchseq()
+        .env("TCHSEQ_TEST_PANIC_ON", "dog")
+        .args(["score", "-q", "--format", "jsonl", "-m"])
+        .arg(repo(MODEL))
+        .arg("--input")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let records = jsonl(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(records.len(), 4);
+    for (i, r) in records.iter().enumerate() {
+        let error = r["error"].as_str().unwrap_or("");
+        assert_eq!(error.contains("internal error"), i == 1, "{r}");
+        assert_eq!(r["logprob"].is_number(), i != 1, "{r}");
+    }
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// A panic in the server's work for one request answers that request 500 and nothing else:
+/// the next requests are served and `/health` stays 200.
+#[test]
+fn a_panic_in_the_server_costs_only_its_request() {
+    let s = Server::start_with_env(&["--deterministic"], &[("TCHSEQ_TEST_PANIC_ON", "dog")]);
+    s.post("/v1/translate", &json!({ "text": ["The dog runs."] })).assert_error(500, "internal error");
+    s.post("/v1/score", &json!({ "pairs": [{ "source": "The dog runs.", "target": "Der Hund rennt." }] })).assert_error(500, "internal error");
+    let ok = s.post("/v1/translate", &json!({ "text": ["A man rides a bike."] }));
+    assert_eq!(ok.status, 200, "{}", String::from_utf8_lossy(&ok.body));
+    assert!(ok.json()["translations"][0]["hypotheses"][0]["text"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(s.get("/health").status, 200);
+    assert_eq!(s.get("/metrics").status, 200);
+    let (status, _) = s.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+/// A model worker that is really gone: its request fails, `/health` no longer says ok, and the
+/// process exits non-zero by itself, for a supervisor to restart it.
+#[test]
+fn a_server_whose_worker_is_gone_says_so_and_exits_non_zero() {
+    let s = Server::start_with_env(&["--deterministic"], &[("TCHSEQ_TEST_STOP_WORKER_ON", "dog")]);
+    let port = s.port;
+    let reply = s.post("/v1/translate", &json!({ "text": ["The dog runs."] }));
+    assert!(reply.status == 503 || reply.status == 500, "{reply:?}");
+    // the server is on its way out: /health answers 503, or nothing once it has closed
+    if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+        use std::io::{Read, Write};
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let _ = stream.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let mut raw = String::new();
+        let _ = stream.read_to_string(&mut raw);
+        assert!(!raw.starts_with("HTTP/1.1 200"), "{raw}");
+    }
+    let (status, stderr) = s.wait_exit();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("model worker of multi30k.en-de stopped"), "{stderr}");
+}
+
+/// An interrupted `score --output` run: a file-size limit cuts it after its first chunks, as a
+/// crash would, and leaves `<output>.partial` with its progress file.
+fn interrupted_score(dir: &Path, model: &Path) -> (std::path::PathBuf, Vec<String>) {
+    let csv = dir.join("pairs.csv");
+    let pairs: Vec<(String, String)> = (0..200).map(|i| (format!("A man rides a bike {i}."), "Ein Mann fährt Fahrrad.".to_string())).collect();
+    write_pairs_csv(&csv, pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())));
+    let out = dir.join("scored.csv");
+    let base: Vec<String> = ["score", "-q", "-m", &model.to_string_lossy(), "--input", &csv.to_string_lossy(), "--output", &out.to_string_lossy()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let script = format!("ulimit -f 4; exec \"$TCHSEQ\" --threads {} \"$@\" --buffer-size 10", test_threads());
+    let run = Command::new("bash").args(["-c", &script, "tchseq"]).args(&base).env("TCHSEQ", env!("CARGO_BIN_EXE_tchseq")).output().unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(dir.join("scored.csv.partial.progress").exists());
+    (dir.join("scored.csv.partial"), base)
+}
+
+/// `--resume` with any setting that changes a row is refused, naming the setting, and the
+/// partial output stays byte for byte as it was; with the same settings it finishes the run.
+#[test]
+fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (partial, base) = interrupted_score(dir.path(), &repo(MODEL));
+    let before = std::fs::read(&partial).unwrap();
+    let progress: Value = serde_json::from_slice(&std::fs::read(dir.path().join("scored.csv.partial.progress")).unwrap()).unwrap();
+    assert_eq!(progress["format"], "tchseq-score-progress/1");
+    let copy = dir.path().join("model-copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(repo(MODEL)).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    let copy = copy.to_string_lossy().to_string();
+    let other_threads = (test_threads() + 1).to_string();
+    let changes: &[(&[&str], &str)] = &[
+        (&["--compute-type", "int8"], "--compute-type"),
+        (&["--per-token"], "--per-token"),
+        (&["--buffer-size", "20"], "--buffer-size"),
+        (&["--max-tokens", "100"], "--max-tokens"),
+        (&["--batch-size", "4"], "--batch-size"),
+        (&["--source-column", "target"], "--source-column"),
+        (&["--target-column", "source"], "--target-column"),
+        (&["--format", "jsonl"], "--format"),
+        (&["--tokenized"], "--tokenized"),
+        (&["--reproducible"], "--reproducible"),
+        (&["--threads", &other_threads], "--threads"),
+        (&["--device", "auto"], "--device"),
+        (&["--bpe", "none"], "--bpe"),
+        (&["--moses-no-escape"], "--moses-no-escape"),
+        (&["-m", &copy], "--model"),
+    ];
+    let mut named = BTreeSet::new();
+    for (extra, setting) in changes {
+        let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+        args.push("--resume");
+        if extra[0] == "-m" {
+            args[3] = extra[1];
+        } else {
+            args.extend(*extra);
+        }
+        let out = resume(&args);
+        let line = one_line_error(&out, &format!("--resume: {setting} "));
+        assert!(line.contains("is left as it was"), "{line}");
+        assert_eq!(std::fs::read(&partial).unwrap(), before, "{setting}: the partial output changed");
+        named.insert(*setting);
+    }
+    assert_eq!(named.len(), changes.len());
+
+    // the same settings finish the run
+    let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+    args.push("--resume");
+    let out = resume(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let scored = std::fs::read_to_string(dir.path().join("scored.csv")).unwrap();
+    assert_eq!(scored.lines().count(), 201);
+
+    // a checkpoint written again since the interrupted run (same path, new file) is refused
+    let again = tempfile::tempdir().unwrap();
+    let (partial, base) = interrupted_score(again.path(), Path::new(&copy));
+    let before = std::fs::read(&partial).unwrap();
+    let checkpoint = Path::new(&copy).join("model.pt");
+    let bytes = std::fs::read(&checkpoint).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&checkpoint, bytes).unwrap();
+    let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
+    args.push("--resume");
+    let line = one_line_error(&resume(&args), "--resume: the model's files changed");
+    assert!(line.contains("is left as it was"), "{line}");
+    assert_eq!(std::fs::read(&partial).unwrap(), before);
+}
+
+/// `tchseq ARGS`, with the interrupted run's `--buffer-size 10` and `--threads N` unless ARGS
+/// give their own.
+fn resume(args: &[&str]) -> std::process::Output {
+    let threads = test_threads().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    for (flag, value) in [("--buffer-size", "10"), ("--threads", threads.as_str())] {
+        if !args.contains(&flag) {
+            all.extend([flag, value]);
+        }
+    }
+    Command::new(env!("CARGO_BIN_EXE_tchseq")).args(&all).env_remove("LD_LIBRARY_PATH").output().unwrap()
+}
+
+/// Polls until `path` holds at least `bytes` bytes (a minute at most).
+fn wait_for_bytes(path: &Path, bytes: u64) {
+    let start = Instant::now();
+    while std::fs::metadata(path).map_or(0, |m| m.len()) < bytes {
+        assert!(start.elapsed() < Duration::from_secs(60), "{} did not grow", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ctrl-C in `translate --output`: one line saying how many input lines the partial file holds
+/// and how to go on, exit 130, and the partial file holds exactly those lines' output.
+#[test]
+fn ctrl_c_in_translate_says_what_the_partial_file_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    let line = "A man in a blue shirt rides a bike on the grass.";
+    std::fs::write(&input, format!("{line}\n").repeat(3000)).unwrap();
+    let output = dir.path().join("out.txt");
+    let child = Command::new(env!("CARGO_BIN_EXE_tchseq"))
+        .args(["--threads", &test_threads().to_string(), "translate", "--buffer-size", "8", "-m"])
+        .arg(repo(MODEL))
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .env_remove("LD_LIBRARY_PATH")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = dir.path().join("out.txt.partial");
+    wait_for_bytes(&partial, 1);
+    // SAFETY: signalling our own child process
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let n: usize = lines[0]
+        .strip_prefix(&format!("interrupted: {} holds the output of the first ", partial.display()))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(lines[0].contains(&format!("translate cannot resume: translate the rest (`tail -n +{} {}`)", n + 1, input.display())), "{err}");
+    let held = std::fs::read_to_string(&partial).unwrap();
+    assert_eq!(held.lines().count(), n, "{err}");
+    assert!(held.is_empty() || held.ends_with('\n'));
+    assert!(!output.exists());
+}
+
+/// SIGTERM in `score --output`: one line saying how many rows are complete and that --resume
+/// goes on; the resumed run's output is the uninterrupted run's.
+#[test]
+fn sigterm_in_score_says_how_to_resume_and_resume_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pairs.csv");
+    let pair = ("A man in a blue shirt rides a bike on the grass.", "Ein Mann in einem blauen Hemd fährt Fahrrad.");
+    write_pairs_csv(&csv, std::iter::repeat_n(pair, 6000));
+    let run = |output: &Path, extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tchseq"));
+        cmd.args(["--threads", &test_threads().to_string(), "score", "-q", "--buffer-size", "50", "-m"])
+            .arg(repo(MODEL))
+            .arg("--input")
+            .arg(&csv)
+            .arg("--output")
+            .arg(output)
+            .args(extra)
+            .env_remove("LD_LIBRARY_PATH")
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let output = dir.path().join("scored.csv");
+    let child = run(&output, &[]).spawn().unwrap();
+    wait_for_bytes(&dir.path().join("scored.csv.partial.progress"), 1);
+    // SAFETY: signalling our own child process
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("rows, complete; run the same command with --resume to go on"), "{err}");
+    let resumed = run(&output, &["--resume"]).output().unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let whole = dir.path().join("whole.csv");
+    assert!(run(&whole, &[]).output().unwrap().status.success());
+    assert_eq!(std::fs::read(&output).unwrap(), std::fs::read(&whole).unwrap());
+}
+
+/// On a terminal, `translate --output` shows its progress and ends with a summary line; `-q`
+/// shows neither. (`script` gives the run a terminal.)
+#[test]
+fn translate_to_a_file_on_a_terminal_shows_progress_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "A man rides a bike.\nTwo dogs play.\nA girl sits.\n").unwrap();
+    let run = |extra: &str| {
+        let command = format!(
+            "'{}' --threads {} translate -m '{}' --input '{}' --output '{}' {extra}",
+            env!("CARGO_BIN_EXE_tchseq"),
+            test_threads(),
+            repo(MODEL).display(),
+            input.display(),
+            dir.path().join("out.txt").display()
+        );
+        let out = Command::new("script").args(["-qec", &command, "/dev/null"]).env_remove("LD_LIBRARY_PATH").output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let shown = run("");
+    assert!(shown.contains("translated 3 lines (0 not translated)"), "{shown}");
+    assert!(shown.contains("lines/s"), "{shown}");
+    let quiet = run("-q");
+    assert!(!quiet.contains("translated 3 lines"), "{quiet}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap().lines().count(), 3);
+}
+
+/// float16 on a CPU without AVX512_FP16 is slow, and says so; with it, nothing is said.
+#[test]
+fn float16_on_a_cpu_without_avx512_fp16_warns() {
+    let out = tchseq().args(["translate", "--compute-type", "float16", "-m"]).arg(repo(MODEL)).arg("A man rides a bike.").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let fp16 = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().split_whitespace().any(|f| f == "avx512_fp16");
+    assert_eq!(err.contains("float16 on this CPU (no AVX512_FP16) runs several times slower than float32"), !fp16, "{err}");
+}
