@@ -95,6 +95,19 @@ def test_errors_are_value_errors_with_the_library_message(translator):
         tchseq.Translator("/nowhere/model")
 
 
+def test_a_str_where_a_list_goes_is_a_type_error_in_python_terms(translator, lm):
+    with pytest.raises(TypeError, match=r"sentences must be a list of str, not a str: put one sentence in a list"):
+        translator.translate("A dog.")
+    with pytest.raises(TypeError, match=r"sentences must be a list of str, not int"):
+        translator.translate(5)
+    with pytest.raises(TypeError, match=r"target must be a list of str, not a str"):
+        translator.score_batch(["A dog."], "Ein Hund.")
+    with pytest.raises(TypeError, match=r"texts must be a list of str, not a str"):
+        lm.score_batch("A dog.")
+    with pytest.raises(TypeError, match=r"prompts must be a list of str, not a str"):
+        lm.generate("A dog")
+
+
 def test_threads_share_one_translator(translator):
     expected = translator.translate(SENTENCES)
     results = [None] * 4
