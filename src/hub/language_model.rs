@@ -231,6 +231,8 @@ impl LanguageModel {
                         results[i] = Some(Translation::Done { src_tokens, hypos: hs, seconds });
                     }
                 }
+                // an option that no batch can take is the caller's error, not a batch's
+                Err(e @ GenerateError::InvalidOption(_)) => return Err(e),
                 Err(e) => {
                     for &i in &batch {
                         results[i] = Some(Translation::Failed { reason: e.to_string() });

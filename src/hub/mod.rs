@@ -53,8 +53,9 @@ pub enum HubError {
     /// No model was named.
     #[error("no model given: a model directory, a checkpoint file or a list of checkpoints")]
     NoModel,
-    /// The source and target languages cannot be told from the model; the message says why.
-    #[error("{0}; give the source and target languages")]
+    /// The source and target languages cannot be told from the model; the message says why
+    /// and asks for them.
+    #[error("{0}")]
     LanguagesNeeded(String),
     /// No directory holds the dictionaries.
     #[error("dictionaries {names} not found (searched {searched}); give the data directory")]

@@ -164,7 +164,7 @@ impl ModelFiles {
                 [(ps, pt), ..] if *any_pair && s.is_none() && t.is_none() => (ps.clone(), pt.clone()),
                 pairs => {
                     let pairs: Vec<String> = pairs.iter().map(|(s, t)| format!("{s}-{t}")).collect();
-                    return Err(HubError::LanguagesNeeded(format!("a multilingual model (language pairs {})", pairs.join(","))));
+                    return Err(HubError::LanguagesNeeded(format!("a multilingual model (language pairs {}): give the source and target languages", pairs.join(","))));
                 }
             },
             (s, t, _) => infer_langs(&dirs, s, t, &summary, model.unwrap_or(&checkpoints[0]))?,
@@ -223,7 +223,7 @@ impl ModelFiles {
 /// dictionary directory; which one is the source is read from the names (`src`/`tgt`), the
 /// embedding sizes, else from an `{src}-{tgt}` pair in the file or directory names.
 fn infer_langs(dirs: &[PathBuf], src: Option<String>, tgt: Option<String>, summary: &CheckpointSummary, model: &Path) -> Result<(String, String), HubError> {
-    let ask = HubError::LanguagesNeeded;
+    let ask = |why: String| HubError::LanguagesNeeded(format!("{why}; give the source and target languages"));
     let Some(dir) = dirs.iter().find(|d| !dict_langs(d).is_empty()) else {
         return Err(ask("the checkpoint does not record its languages and no dict.*.txt was found".into()));
     };
