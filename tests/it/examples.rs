@@ -199,3 +199,56 @@ fn the_transcript_matcher_takes_wildcards_and_elided_lines() {
     assert_eq!(blocks.len(), 1);
     assert_eq!((blocks[0][0].command.as_str(), blocks[0][0].expected.clone()), ("c \\\n  d", s(&["e"])));
 }
+
+/// GitHub's anchor of a heading: lowercased, punctuation but `-` and `_` dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every relative link of the README and docs/ reaches its file, and its `#anchor` a heading there.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let mut pages = vec![repo("README.md")];
+    pages.extend(std::fs::read_dir(repo("docs")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")));
+    let headings = |path: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut fenced = false;
+        let mut out = Vec::new();
+        for l in text.lines() {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+            } else if !fenced && l.starts_with('#') {
+                out.push(anchor(l.trim_start_matches('#')));
+            }
+        }
+        out
+    };
+    let (mut checked, mut broken) = (0, Vec::new());
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (file, frag) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            checked += 1;
+            if !path.exists() {
+                broken.push(format!("{}: {target}: no such file", page.display()));
+            } else if !frag.is_empty() && path.extension().is_some_and(|e| e == "md") && !headings(&path).contains(&frag.to_string()) {
+                broken.push(format!("{}: {target}: no such heading", page.display()));
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} links found");
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}

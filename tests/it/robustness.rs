@@ -231,6 +231,7 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
     }
     let copy = copy.to_string_lossy().to_string();
     let other_threads = (test_threads() + 1).to_string();
+    let model_dir = repo(MODEL).to_string_lossy().to_string();
     let changes: &[(&[&str], &str)] = &[
         (&["--compute-type", "int8"], "--compute-type"),
         (&["--per-token"], "--per-token"),
@@ -247,6 +248,8 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
         (&["--bpe", "none"], "--bpe"),
         (&["--moses-no-escape"], "--moses-no-escape"),
         (&["-m", &copy], "--model"),
+        (&["--source-lang", "en"], "--source-lang"),
+        (&["--data", &model_dir], "--data"),
     ];
     let mut named = BTreeSet::new();
     for (extra, setting) in changes {
@@ -426,4 +429,37 @@ fn float16_on_a_cpu_without_avx512_fp16_warns() {
     let err = String::from_utf8_lossy(&out.stderr);
     let fp16 = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().split_whitespace().any(|f| f == "avx512_fp16");
     assert_eq!(err.contains("float16 on this CPU (no AVX512_FP16) runs several times slower than float32"), !fp16, "{err}");
+}
+
+/// Each error carries its own hint and no other: the `--model`/`--path` hint only when no model
+/// was given, the language flags only when languages are missing.
+#[test]
+fn an_error_s_hint_belongs_to_that_error_only() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["dict.en.txt", "dict.de.txt", "bpecodes"] {
+        std::fs::copy(repo(MODEL).join(f), dir.path().join(f)).unwrap();
+    }
+    let no_checkpoint = tchseq().args(["translate", "-m"]).arg(dir.path()).arg("A dog.").output().unwrap();
+    let line = one_line_error(&no_checkpoint, "no model.pt, checkpoint_best.pt or checkpoint_last.pt");
+    assert!(!line.contains("(use --model"), "{line}");
+    let no_model = tchseq().args(["translate", "A dog."]).output().unwrap();
+    one_line_error(&no_model, "no model given: a model directory, a checkpoint file or a list of checkpoints (use --model DIR|FILE or --path A.pt[:B.pt])");
+    let bf16 = tchseq().args(["translate", "--compute-type", "bfloat16", "-m"]).arg(repo(MODEL)).arg("A dog.").output().unwrap();
+    let has_bf16 = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().split_whitespace().any(|f| f == "avx512_bf16");
+    if has_bf16 {
+        assert!(bf16.status.success(), "{bf16:?}");
+    } else {
+        let line = one_line_error(&bf16, "compute type bfloat16 on the CPU needs AVX512_BF16");
+        assert!(!line.contains("--model") && !line.contains("--path"), "{line}");
+    }
+    // the same refusal, forced on any CPU by hiding the feature
+    let hidden = tchseq()
+        .env("TCHSEQ_CPU_FEATURES_OFF", "avx512bf16")
+        .args(["translate", "--compute-type", "bfloat16", "-m"])
+        .arg(repo(MODEL))
+        .arg("A dog.")
+        .output()
+        .unwrap();
+    let line = one_line_error(&hidden, "compute type bfloat16 on the CPU needs AVX512_BF16");
+    assert!(!line.contains("--model") && !line.contains("--path"), "{line}");
 }
