@@ -446,3 +446,27 @@ pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
         tgt_embed_rows: rows("decoder.embed_tokens.weight"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_view;
+
+    /// A view that ends on its storage's last element fits; one element more does not.
+    #[test]
+    fn a_view_is_checked_at_its_storage_s_exact_end() {
+        // [3, 4] contiguous from offset 2 ends at element 2 + 2*4 + 3 = 13: 14 elements needed
+        for (numel, fits) in [(13, false), (14, true), (15, true)] {
+            assert_eq!(check_view(&[3, 4], &[4, 1], 2, numel).is_ok(), fits, "storage of {numel}");
+        }
+        // a transposed view of a 4 x 3 storage ends at element (4-1)*1 + (3-1)*4 = 11
+        for (numel, fits) in [(11, false), (12, true), (13, true)] {
+            assert_eq!(check_view(&[4, 3], &[1, 4], 0, numel).is_ok(), fits, "transposed, storage of {numel}");
+        }
+        // a scalar at offset n - 1 fits in n, not in n - 1
+        assert!(check_view(&[], &[], 9, 10).is_ok());
+        assert!(check_view(&[], &[], 9, 9).is_err());
+        // an empty view fits anywhere, a negative stride nowhere
+        assert!(check_view(&[0, 5], &[5, 1], 100, 1).is_ok());
+        assert!(check_view(&[2], &[-1], 1, 10).is_err());
+    }
+}

@@ -337,7 +337,7 @@ fn missing_column_is_a_usage_error_naming_the_columns() {
 }
 
 #[test]
-fn output_is_renamed_into_place_and_nothing_scored_exits_1() {
+fn output_is_renamed_into_place_and_nothing_scored_exits_2() {
     let m = manifest();
     let pairs = fixture_pairs(&m);
     let fx = first_fixture(&m);

@@ -640,3 +640,18 @@ fn an_oversized_body_sent_whole_still_gets_its_413() {
     assert!(text.contains("the request body is too large: 16777216 bytes, the limit is 2000"), "{text}");
     assert_eq!(s.get("/health").status, 200);
 }
+
+/// The largest beam and output length a request may ask for are taken, one more is a 400 that
+/// names the limits.
+#[test]
+fn the_beam_and_length_limits_hold_at_their_boundary() {
+    let s = Server::start(&["--deterministic"]);
+    let ask = |options: Value| s.post("/v1/translate", &json!({ "text": ["A dog."], "options": options }));
+    for ok in [json!({ "beam": 64, "max_len_b": 3 }), json!({ "beam": 1, "max_len_b": 1024 }), json!({ "beam": 1, "min_len": 1024, "max_len_b": 1024 })] {
+        let r = ask(ok.clone());
+        assert_eq!(r.status, 200, "{ok}: {}", String::from_utf8_lossy(&r.body));
+    }
+    for over in [json!({ "beam": 65 }), json!({ "max_len_b": 1025 }), json!({ "min_len": 1025, "max_len_b": 1024 })] {
+        ask(over.clone()).assert_error(400, "this server allows beam up to 64 and max_len_b, min_len up to 1024");
+    }
+}

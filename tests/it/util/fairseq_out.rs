@@ -124,23 +124,33 @@ fn within_cap(near_ties: usize, hyps: usize) -> bool {
     near_ties * 100 <= hyps
 }
 
-/// The near-ties of a whole test, over all its comparisons: at most 1% of its hypotheses.
+/// The near-ties of a whole test: at most 1% of its hypotheses, and in each of its runs at most
+/// 1% of that run's hypotheses (rounded up: one in a run of up to 100), so that no run takes
+/// the whole test's allowance.
 #[derive(Debug, Default)]
 pub struct Tally {
     pub hyps: usize,
     pub near_ties: usize,
+    /// The runs over their own cap: (run number, near-ties, hypotheses).
+    pub over: Vec<(usize, usize, usize)>,
+    runs: usize,
 }
 
 impl Tally {
     pub fn add(&mut self, c: &Compare) {
+        self.runs += 1;
         self.hyps += c.hyps;
         self.near_ties += c.near_ties;
+        if c.near_ties * 100 > c.hyps.div_ceil(100) * 100 {
+            self.over.push((self.runs, c.near_ties, c.hyps));
+        }
     }
 
     #[track_caller]
     pub fn assert_within_cap(&self, what: &str) {
         assert!(self.hyps > 0, "{what}: no hypothesis compared");
         assert!(within_cap(self.near_ties, self.hyps), "{what}: {} near-ties in {} hypotheses, over 1%", self.near_ties, self.hyps);
+        assert!(self.over.is_empty(), "{what}: runs over their own 1% of near-ties (run, near-ties, hypotheses): {:?}", self.over);
     }
 }
 
