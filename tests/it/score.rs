@@ -403,3 +403,46 @@ fn a_tsv_without_delimiter_suggests_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("source\ttarget\t"), "{out:?}");
 }
+
+/// `score`'s summary line against fairseq's own figures for the same pairs: the mean of its
+/// sentence scores (`H-`, base 2, per token) and the corpus perplexity of its token scores
+/// (each sentence's `H-` times its length, summed, over all tokens), from
+/// `fairseq-generate --score-reference` on the bundled model.
+#[test]
+fn the_summary_line_gives_fairseq_s_mean_and_corpus_perplexity() {
+    let golden = golden_scores(&fixture("bundled/score_reference.txt"));
+    assert_eq!(golden.len(), 100);
+    let (mut sum_avg, mut sum_logprob, mut tokens) = (0.0, 0.0, 0usize);
+    for (h, p) in golden.values() {
+        sum_avg += h * LN2;
+        sum_logprob += h * LN2 * p.len() as f64;
+        tokens += p.len();
+    }
+    let mean = sum_avg / golden.len() as f64;
+    let ppl = (-sum_logprob / tokens as f64).exp();
+
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pairs.csv");
+    let src = lines(&fixture("bundled/score_reference/test.bpe.en"));
+    let tgt = lines(&fixture("bundled/score_reference/test.bpe.de"));
+    crate::util::write_pairs_csv(&csv, src.iter().map(String::as_str).zip(tgt.iter().map(String::as_str)));
+    let out = tchseq()
+        .args(["score", "--tokenized", "--batch-size", "1", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .arg("--input")
+        .arg(&csv)
+        .args(["--output", "/dev/null"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err.lines().find(|l| l.starts_with("scored ")).unwrap_or_else(|| panic!("no summary line: {err}"));
+    let figure = |after: &str| -> f64 {
+        let rest = line.split_once(after).unwrap_or_else(|| panic!("{line}")).1;
+        rest.split(|c: char| c == ',' || c == ' ').find(|w| !w.is_empty()).unwrap().parse().unwrap()
+    };
+    assert!(line.starts_with("scored 100 rows (0 errors): "), "{line}");
+    crate::util::tolerance::SUMMARY_FIGURE.assert(figure("mean avg_logprob "), mean, "mean avg_logprob");
+    // in log space: the print rounds by at most 5e-5 / ppl there, and the drift is that of a score
+    crate::util::tolerance::SUMMARY_FIGURE.assert(figure("corpus perplexity ").ln(), ppl.ln(), "log of the corpus perplexity");
+}

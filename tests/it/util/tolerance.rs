@@ -35,6 +35,11 @@ pub const POSITIONAL_SCORE: Tolerance = Tolerance { name: "positional score (4 d
 /// largest drift 4.2e-6 (MKL's COMPATIBLE code path).
 pub const SCORED_SENTENCE: Tolerance = Tolerance { name: "scored sentence (base e)", limit: 1e-5 };
 
+/// A figure of `score`'s summary line (mean avg_logprob; the log of the corpus perplexity),
+/// printed with 4 decimals, against the same figure computed from fairseq's own `H-`/`P-` lines:
+/// the print rounds by up to 5e-5 and the drift of the sentence scores (4.2e-6, above) adds to it.
+pub const SUMMARY_FIGURE: Tolerance = Tolerance { name: "score summary figure (4 decimals)", limit: 5e-5 + 1e-5 };
+
 /// One token's log-probability of a language model (eval-lm prints 6 decimals, base e): largest
 /// drift 4.3e-6 (ATen's default kernels).
 pub const TOKEN_LOGPROB: Tolerance = Tolerance { name: "token log-probability (base e)", limit: 1e-5 };
