@@ -6,9 +6,10 @@
 #   reference/alignment_goldens.sh  --print-alignment goldens for the fixtures
 #   reference/train_multi30k.sh the bundled Multi30k model (if present)
 #     (ends with reference/bundled_goldens.sh: goldens of the committed bundled model)
+#   reference/sampling_goldens.sh  top-p sampling goldens of the bundled model
 set -euo pipefail
 REF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-for part in fixtures alignment_goldens text_goldens train_multi30k; do
+for part in fixtures alignment_goldens text_goldens train_multi30k sampling_goldens; do
     script="$REF/$part.sh"
     if [ -f "$script" ]; then
         echo "== reference/$part.sh"

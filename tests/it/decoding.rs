@@ -205,3 +205,38 @@ fn prefix_size_takes_the_reference_targets_first_tokens_as_fairseq_generate_does
         assert!(e.hyps.iter().all(|h| h.h_str.split(' ').take(2).eq(reference.iter().copied())), "id {id}");
     }
 }
+
+/// Top-p sampling (`--sampling-topp`) draws what fairseq-interactive draws: the same tokens in
+/// the same order and scores within the cross-CPU tolerance, at two values of p, with and without
+/// `--sampling-topk` (which fairseq then ignores), at beam 1 and above, batched and one sentence
+/// at a time (tests/fixtures/sampling, made by reference/sampling_goldens.sh).
+#[test]
+fn top_p_sampling_draws_what_fairseq_draws() {
+    for (golden, args, hyps) in [
+        ("topp0.3_beam1.txt", vec!["--sampling-topp", "0.3", "--beam", "1"], 40),
+        ("topp0.8_beam1.txt", vec!["--sampling-topp", "0.8", "--beam", "1"], 40),
+        ("topp0.8_beam3_nbest3.txt", vec!["--sampling-topp", "0.8", "--beam", "3", "--nbest", "3"], 120),
+        ("topp0.3_topk10_beam2_nbest2.txt", vec!["--sampling-topp", "0.3", "--sampling-topk", "10", "--beam", "2", "--nbest", "2"], 80),
+        ("topp0.8_beam2_nbest2.bs1.txt", vec!["--sampling-topp", "0.8", "--beam", "2", "--nbest", "2", "--batch-size", "1", "--buffer-size", "1"], 80),
+    ] {
+        let mut all = vec!["--sampling", "--seed", "1"];
+        all.extend(&args);
+        let out = translate(&all);
+        assert!(out.status.success(), "{golden}: {}", String::from_utf8_lossy(&out.stderr));
+        let want = parse_fairseq(&fs::read_to_string(fixture(&format!("sampling/{golden}"))).unwrap());
+        assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{golden}");
+        let c = check(&want, &parse_fairseq(&String::from_utf8(out.stdout).unwrap()), &all);
+        c.assert_ok(golden);
+        eprintln!("{golden}: {} hypotheses, {} of {} lines bit-identical", c.hyps, c.identical_lines, c.total_lines);
+    }
+}
+
+/// The cut matters: p = 0.3 and p = 0.8 draw other sentences, and top-p other than top-k.
+#[test]
+fn top_p_changes_what_is_drawn() {
+    let read = |name: &str| parse_fairseq(&fs::read_to_string(fixture(&format!("sampling/{name}"))).unwrap());
+    let best = |e: &Entry| e.hyps.first().map(|h| h.h_str.clone());
+    let (narrow, wide) = (read("topp0.3_beam1.txt"), read("topp0.8_beam1.txt"));
+    let changed = narrow.iter().filter(|(id, e)| best(e) != best(&wide[*id])).count();
+    assert!(changed >= 5, "only {changed} sentences differ between p = 0.3 and p = 0.8");
+}
