@@ -41,12 +41,34 @@ fn main() {
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION=unknown");
         }
     }
+    cpu_features_for_tests();
     println!("cargo:rerun-if-env-changed=TCHSEQ_LINK_CUDA");
     let link_cuda = std::env::var("TCHSEQ_LINK_CUDA").is_ok_and(|v| v == "1");
     if target_os == "linux" && link_cuda {
         for arg in ["-Wl,--no-as-needed", "-ltorch"] {
             println!("cargo:rustc-link-arg-bin=tchseq-core={arg}");
             println!("cargo:rustc-link-arg-tests={arg}");
+        }
+    }
+}
+
+/// `cfg(tchseq_cpu = "...")` for each instruction set of this machine that a kernel test needs,
+/// less those `TCHSEQ_CPU_FEATURES_OFF` hides: a kernel test for a missing one is compiled as
+/// ignored, so `cargo test` counts it as not run rather than passed. (The suite runs where it is
+/// built; a test that is not ignored and still lacks its instructions fails.)
+fn cpu_features_for_tests() {
+    println!("cargo:rerun-if-env-changed=TCHSEQ_CPU_FEATURES_OFF");
+    const NEEDED: [(&str, &str); 5] =
+        [("avx2", "avx2"), ("fma", "fma"), ("avx512f", "avx512f"), ("avx512_vnni", "avx512vnni"), ("avx512_bf16", "avx512bf16")];
+    let values: Vec<String> = NEEDED.iter().map(|(_, name)| format!("\"{name}\"")).collect();
+    println!("cargo::rustc-check-cfg=cfg(tchseq_cpu, values({}))", values.join(", "));
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = flags.lines().find(|l| l.starts_with("flags")).map_or(Vec::new(), |l| l.split_whitespace().collect());
+    let hidden = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
+    let hidden: Vec<&str> = hidden.split(|c: char| c == ',' || c.is_whitespace()).collect();
+    for (flag, name) in NEEDED {
+        if flags.contains(&flag) && !hidden.contains(&name) {
+            println!("cargo:rustc-cfg=tchseq_cpu=\"{name}\"");
         }
     }
 }

@@ -521,6 +521,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn equals_f_linear_within_rounding_for_every_shape_row_count_and_isa() {
         let mut seed = 0x9e37_79b9_u32;
         let mut rand = |shape: &[i64]| {
@@ -555,6 +556,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn a_range_of_columns_computes_what_that_slice_of_the_weight_does() {
         let opts = (Kind::Float, Device::Cpu);
         let (w, b) = (Tensor::randn([3 * 64 + 5, 40], opts), Tensor::randn([3 * 64 + 5], opts));
@@ -574,6 +576,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn a_layer_without_bias_a_strided_input_and_the_rows_of_the_weight() {
         let opts = (Kind::Float, Device::Cpu);
         let w = Tensor::randn([20, 10], opts);
@@ -593,6 +596,7 @@ mod tests {
     /// Every output is the bias followed by one fused multiply-add per input, in input order,
     /// also across the blocks of a panel longer than [`BLOCK_LINES`].
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn each_output_is_the_ordered_chain_of_fused_multiply_adds_bit_for_bit() {
         let opts = (Kind::Float, Device::Cpu);
         for isa in Isa::all_here() {

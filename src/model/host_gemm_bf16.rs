@@ -137,20 +137,26 @@ mod tests {
         assert!(f32::from_bits(u32::from(round(f32::NAN)) << 16).is_nan());
     }
 
+    /// Without AVX512_BF16 (or with it hidden) nothing is packed for the kernel.
+    #[test]
+    #[cfg_attr(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16"), ignore = "this CPU has AVX512_BF16")]
+    fn nothing_is_packed_for_bfloat16_without_avx512_bf16() {
+        use super::super::host_gemm::{PackedWeight, Precision};
+        use tch::{Device, Kind, Tensor};
+        assert!(!available());
+        let w = Tensor::randn([16, 8], (Kind::Float, Device::Cpu));
+        assert!(PackedWeight::pack_with(Precision::Bf16, &w, None).unwrap().is_none());
+    }
+
     /// Products of bfloat16 values are exact in fp32, so the kernel must give what `F.linear`
     /// gives on the rounded input and weight, up to the order of the sums.
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16")), ignore = "needs AVX512_BF16")]
     fn equals_f_linear_on_rounded_operands_for_every_shape_and_row_count() {
         use super::super::host_gemm::{PackedWeight, Precision};
         use tch::{Device, Kind, Tensor};
         let opts = (Kind::Float, Device::Cpu);
-        if !available() {
-            // without AVX512_BF16 (or with it hidden) nothing is packed for the kernel
-            let w = Tensor::randn([16, 8], opts);
-            assert!(PackedWeight::pack_with(Precision::Bf16, &w, None).unwrap().is_none());
-            eprintln!("this CPU runs no bfloat16 kernel: only the refusal to pack for it was checked");
-            return;
-        }
+        assert!(available(), "built where AVX512_BF16 was found, run where it is not");
         let rounded = |t: &Tensor| t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
         for &(out, inp) in &[(384i64, 128i64), (37, 21), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1001), (35, 2100)] {
             let w = Tensor::randn([out, inp], opts);
@@ -199,11 +205,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16")), ignore = "needs AVX512_BF16")]
     fn the_vector_rounding_of_inputs_equals_the_scalar_one() {
-        if !available() {
-            eprintln!("this CPU lacks AVX512_BF16: the vector rounding it would check never runs here");
-            return;
-        }
+        assert!(available(), "built where AVX512_BF16 was found, run where it is not");
         let k = 70;
         let x: Vec<f32> = (0..2 * k).map(|i| ((i as f32) * 0.37).sin() * 3.0 + 0.001 * i as f32).collect();
         let pairs = input_pairs(&x, 2, k);

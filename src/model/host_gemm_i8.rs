@@ -449,15 +449,20 @@ unsafe impl Sync for SendPtr {}
 mod tests {
     use super::*;
 
+    /// The kernels of a CPU without AVX2 or FMA: none, and int8 then runs through fbgemm (the
+    /// int8 end-to-end tests hold it).
+    #[test]
+    #[cfg_attr(all(tchseq_cpu = "avx2", tchseq_cpu = "fma"), ignore = "this CPU has AVX2 and FMA")]
+    fn no_kernel_without_avx2() {
+        assert!(Kernel::all_here().is_empty() && !PackedInt8::available());
+    }
+
     /// Each kernel against the same quantization in plain integer arithmetic.
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn equals_the_quantized_product_computed_plainly() {
         let kernels = Kernel::all_here();
-        assert_eq!(PackedInt8::available(), !kernels.is_empty());
-        if kernels.is_empty() {
-            eprintln!("skipped: this CPU has no AVX2 (int8 then runs through fbgemm, tested by the int8 BLEU test)");
-            return;
-        }
+        assert!(PackedInt8::available() && !kernels.is_empty(), "built where AVX2 and FMA were found, run where they are not");
         tch::manual_seed(17);
         for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33), (7, 24, 9)] {
             let x = with_unsigned_rows(&Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu)));
@@ -510,6 +515,7 @@ mod tests {
 
     /// A column read back (a tied embedding's row) is the weight as the kernel quantized it.
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn row_into_reads_back_each_quantized_column() {
         tch::manual_seed(23);
         let (n, k) = (37usize, 70usize);
@@ -530,19 +536,15 @@ mod tests {
                 }
             }
         }
-        if kernels.is_empty() {
-            eprintln!("not checked: this CPU has no AVX2, so no int8 kernel quantizes on the host");
-        }
+        assert!(!kernels.is_empty(), "built where AVX2 and FMA were found, run where they are not");
     }
 
     /// Where a CPU has both kernels, they give the same bits.
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512vnni")), ignore = "needs AVX-512 VNNI")]
     fn vnni_and_avx2_give_the_same_bits() {
         let kernels = Kernel::all_here();
-        if kernels.len() < 2 {
-            eprintln!("not checked: this CPU has no AVX-512 VNNI, so only the AVX2 kernel runs here ({kernels:?})");
-            return;
-        }
+        assert_eq!(kernels, [Kernel::Vnni, Kernel::Avx2], "built where AVX-512 VNNI was found, run where it is not");
         tch::manual_seed(5);
         for &(m, k, n) in &[(1usize, 512usize, 70usize), (12, 100, 48), (31, 64, 130)] {
             let x = with_unsigned_rows(&Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu)));

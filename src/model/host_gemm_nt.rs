@@ -282,6 +282,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn equals_f_linear_within_rounding_for_every_shape_and_isa() {
         let opts = (Kind::Float, Device::Cpu);
         for isa in Isa::all_here() {
