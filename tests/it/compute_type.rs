@@ -79,29 +79,124 @@ fn fairseq_hypotheses() -> Vec<String> {
     golden.values().map(|e| e.hyps[0].h_str.replace("@@ ", "")).collect()
 }
 
-/// int8 against fairseq's golden hypotheses: BLEU against the references within two points of
-/// fairseq's, at least 36 of 40 hypotheses fairseq's own, and its arithmetic really ran (scores
-/// moved from exact's).
+/// What each fast compute type keeps of fairseq's hypotheses, as measured on an AMD EPYC Zen 4
+/// (2026-11-29) with libtorch's native kernels and again under `MKL_CBWR=AVX2
+/// ATEN_CPU_CAPABILITY=avx2` (an AVX2-only CPU's kernels): (model, compute type, hypotheses
+/// kept, lowest BLEU measured). The count is the lower of the two runs: the kernels around the
+/// products move one near-tie on the bundled int8 run (39 native, 38 AVX2) and on untied
+/// bfloat16 (70, 69), prenorm float16 (71, 70) and prenorm-fp16 float16 (72, 71); every other
+/// count was the same in both. int8 keeps the same bits with AVX-512 VNNI and with AVX2 (the
+/// features hidden). The bundled model is beam 5 on its 40 raw-text lines against fairseq's
+/// batch-16 golden; a fixture is beam 5 on its 72 inputs against `interactive/beam5.txt`. BLEU
+/// is against the references (bundled) and the true targets (fixtures); fairseq's own is 29.17
+/// on the bundled lines and 69.58, 68.41, 69.04, 69.58, 68.45, 48.35 on the fixtures.
+const MEASURED: [(&str, &str, usize, f64); 21] = [
+    ("bundled", "int8", 38, 28.72),
+    ("bundled", "bfloat16", 39, 29.03),
+    ("bundled", "float16", 39, 28.72),
+    ("postnorm", "int8", 69, 68.91),
+    ("postnorm", "bfloat16", 67, 69.64),
+    ("postnorm", "float16", 71, 69.18),
+    ("prenorm", "int8", 68, 68.26),
+    ("prenorm", "bfloat16", 71, 68.45),
+    ("prenorm", "float16", 70, 68.45),
+    ("untied", "int8", 67, 69.50),
+    ("untied", "bfloat16", 69, 68.98),
+    ("untied", "float16", 72, 69.04),
+    ("postnorm-legacy", "int8", 69, 68.91),
+    ("postnorm-legacy", "bfloat16", 67, 69.64),
+    ("postnorm-legacy", "float16", 71, 69.18),
+    ("prenorm-fp16", "int8", 69, 68.21),
+    ("prenorm-fp16", "bfloat16", 72, 68.45),
+    ("prenorm-fp16", "float16", 71, 68.45),
+    ("postnorm-untied-2018", "int8", 69, 47.92),
+    ("postnorm-untied-2018", "bfloat16", 68, 48.06),
+    ("postnorm-untied-2018", "float16", 72, 48.35),
+];
+
+/// How far BLEU may fall below its lowest measurement: one more changed sentence than measured,
+/// which moves the bundled set's BLEU by up to a point (40 sentences) and a fixture's by up to
+/// half a point (72 short ones); the two kernel settings above moved it by 0.08 at most.
+fn bleu_margin(model: &str) -> f64 {
+    if model == "bundled" { 1.0 } else { 0.5 }
+}
+
+/// The best hypothesis of each fixture input under `compute_type` (beam 5, batched).
+fn fixture_best(dir: &std::path::Path, input: &std::path::Path, compute_type: &str) -> Vec<String> {
+    let out = crate::util::run_ok(
+        tchseq()
+            .args(["translate", "--compute-type", compute_type, "--tokenizer", "none", "--bpe", "none", "--format", "fairseq"])
+            .args(["-s", "src", "-t", "tgt", "--batch-size", "16", "--buffer-size", "1024", "--beam", "5", "-m"])
+            .arg(dir)
+            .arg("--input")
+            .arg(input),
+    );
+    parse_fairseq(&out).values().map(|e| e.hyps[0].h_str.clone()).collect()
+}
+
+/// `compute_type` keeps at least its measured count of fairseq's hypotheses on the bundled
+/// model and every fixture, and its BLEU stays within [`bleu_margin`] of its lowest measurement;
+/// and its own arithmetic ran (the bundled scores moved from exact's).
+fn holds_to_its_measurement(compute_type: &str) {
+    let m = crate::util::json("tests/fixtures/models/manifest.json");
+    let input = repo(m["inputs"]["src"].as_str().unwrap());
+    let targets: Vec<String> = std::fs::read_to_string(repo(m["inputs"]["tgt"].as_str().unwrap())).unwrap().lines().map(str::to_string).collect();
+    let mut checked = 0;
+    for (model, ct, kept, measured_bleu) in MEASURED.iter().filter(|r| r.1 == compute_type) {
+        let (fairseq, ours, refs): (Vec<String>, Vec<String>, Vec<String>) = if *model == "bundled" {
+            let ours = hypotheses(ct);
+            let exact = hypotheses("exact");
+            let moved = exact.iter().zip(&ours).filter(|(e, o)| e.1 != o.1).count();
+            assert!(moved > 20, "{ct}: only {moved} of 40 scores differ from exact");
+            (fairseq_hypotheses(), ours.into_iter().map(|(t, _)| t).collect(), references())
+        } else {
+            let dir = repo(m["fixtures"].as_array().unwrap().iter().find(|f| f["name"] == *model).unwrap()["dir"].as_str().unwrap());
+            let golden = parse_fairseq(&std::fs::read_to_string(dir.join("interactive/beam5.txt")).unwrap());
+            (golden.values().map(|e| e.hyps[0].h_str.clone()).collect(), fixture_best(&dir, &input, ct), targets.clone())
+        };
+        assert_eq!(fairseq.len(), ours.len(), "{model} {ct}");
+        let same = fairseq.iter().zip(&ours).filter(|(f, o)| f == o).count();
+        let score = bleu(&ours, &refs);
+        eprintln!("{model} {ct}: {same} of {} hypotheses fairseq's (measured {kept}), BLEU {score:.2} (measured {measured_bleu:.2})", ours.len());
+        assert!(same >= *kept, "{model} {ct}: {same} of {} hypotheses fairseq's, measured {kept}", ours.len());
+        let floor = measured_bleu - bleu_margin(model);
+        assert!(score >= floor, "{model} {ct}: BLEU {score:.2} under {floor:.2} (measured {measured_bleu:.2})");
+        checked += 1;
+    }
+    assert_eq!(checked, 7, "{compute_type}: the bundled model and six fixtures");
+}
+
 #[test]
-fn int8_stays_within_two_bleu_points_of_fairseq_on_the_bundled_model() {
-    let refs = references();
-    let fairseq = fairseq_hypotheses();
-    let exact = hypotheses("exact");
-    let int8 = hypotheses("int8");
-    assert_eq!((fairseq.len(), exact.len(), int8.len()), (40, 40, 40));
-    let text = |h: &[(String, f64)]| h.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>();
-    let (bleu_fairseq, bleu_int8) = (bleu(&fairseq, &refs), bleu(&text(&int8), &refs));
-    let same = fairseq.iter().zip(&int8).filter(|(f, i)| **f == i.0).count();
-    let moved = exact.iter().zip(&int8).filter(|(e, i)| e.1 != i.1).count();
-    eprintln!("BLEU fairseq {bleu_fairseq:.2}, int8 {bleu_int8:.2}; {same} of 40 hypotheses fairseq's, {moved} scores moved from exact");
-    // 40 sentences: one changed hypothesis moves BLEU by up to a point (on all 1,000 of
-    // test_2016_flickr, int8 moves it by 0.1: docs/translate.md)
-    assert!(bleu_fairseq > 20.0, "fairseq's BLEU on the bundled input is {bleu_fairseq:.2}");
-    assert!(bleu_int8 >= bleu_fairseq - 2.0, "int8 BLEU {bleu_int8:.2} against fairseq's {bleu_fairseq:.2}");
-    // (on all 1,000 sentences of test_2016_flickr int8 changes 89 with the host's VNNI kernel,
-    // 91 through fbgemm: docs/translate.md)
-    assert!(same >= 36, "only {same} of 40 int8 hypotheses are fairseq's");
-    assert!(moved > 20, "only {moved} of 40 scores differ from exact");
+fn int8_keeps_its_measured_share_of_fairseq_s_hypotheses() {
+    holds_to_its_measurement("int8");
+}
+
+#[test]
+#[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16")), ignore = "needs AVX512_BF16")]
+fn bfloat16_keeps_its_measured_share_of_fairseq_s_hypotheses() {
+    assert!(bfloat16_runs_here(), "built where AVX512_BF16 was found, run where it is not");
+    holds_to_its_measurement("bfloat16");
+}
+
+#[test]
+fn float16_keeps_its_measured_share_of_fairseq_s_hypotheses() {
+    holds_to_its_measurement("float16");
+}
+
+/// The AVX2 int8 kernel runs on every CPU: on one with AVX-512 VNNI, hiding it gives the AVX2
+/// path, and the very same output.
+#[test]
+#[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
+fn int8_through_the_avx2_kernel_gives_the_same_bits_as_this_cpu_s_best() {
+    let run = |hidden: &str| {
+        let mut cmd = tchseq();
+        cmd.env("TCHSEQ_CPU_FEATURES_OFF", hidden).args(["translate", "--compute-type", "int8", "--format", "fairseq", "--batch-size", "16", "-m"]);
+        let out = crate::util::run_ok(cmd.arg(repo("weights/multi30k.en-de")).arg("--input").arg(fixture("bundled/input.en")));
+        crate::util::result_lines(&out)
+    };
+    let best = run("");
+    assert_eq!(best.len(), 40 * 4);
+    assert_eq!(run("avx512vnni,avx512f"), best);
 }
 
 #[test]
@@ -162,30 +257,6 @@ fn bfloat16_needs_avx512_bf16_on_the_cpu() {
         let mut cmd = tchseq();
         cmd.args(["translate", "--compute-type", "bfloat16", "-m"]).arg(&model).arg("A dog.");
         crate::util::one_line_error(&cmd.output().unwrap(), "needs AVX512_BF16");
-    }
-}
-
-/// float16 and bfloat16 halve the model (fairseq's --fp16/--bf16): on the CPU as on a GPU, the
-/// BLEU of fairseq's fp32 hypotheses within a point (one changed hypothesis of 40 moves it by up
-/// to a point), at least 38 of 40 hypotheses fairseq's, and every score moved (the halved weights
-/// really ran).
-#[test]
-fn float16_and_bfloat16_keep_fairseq_s_hypotheses_on_the_bundled_model() {
-    let refs = references();
-    let fairseq = fairseq_hypotheses();
-    let exact = hypotheses("exact");
-    let bleu_fairseq = bleu(&fairseq, &refs);
-    for compute_type in half_types() {
-        let half = hypotheses(compute_type);
-        assert_eq!(half.len(), 40, "{compute_type}");
-        let text: Vec<String> = half.iter().map(|(t, _)| t.clone()).collect();
-        let bleu_half = bleu(&text, &refs);
-        let same = fairseq.iter().zip(&text).filter(|(f, h)| f == h).count();
-        let moved = exact.iter().zip(&half).filter(|(e, h)| e.1 != h.1).count();
-        eprintln!("{compute_type}: BLEU {bleu_half:.2} (fairseq {bleu_fairseq:.2}); {same} of 40 hypotheses fairseq's, {moved} scores moved");
-        assert!((bleu_half - bleu_fairseq).abs() <= 1.0, "{compute_type} BLEU {bleu_half:.2} against fairseq's {bleu_fairseq:.2}");
-        assert!(same >= 38, "only {same} of 40 {compute_type} hypotheses are fairseq's");
-        assert!(moved >= 36, "only {moved} of 40 {compute_type} scores differ from exact");
     }
 }
 
