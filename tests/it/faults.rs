@@ -80,12 +80,10 @@ fn input_cut_off_mid_row_costs_only_that_row() {
     assert!(rows[2].ends_with("\"ragged row: 1 fields, the header has 2\""), "{text}");
 }
 
-/// kill -9 at 20 points of a `score` run: the k-th kill waits for the event "the run's own
-/// checkpoint (`.partial.progress`) records at least (k + jitter) / 20 of the rows", then lands
-/// after a fixed pseudo-random extra delay of up to 20 ms, so kills fall between and during
-/// writes. A run that finished before its kill landed is started again at the same point (at most
-/// 5 times), so every one of the 20 kills lands mid-run, whatever the machine's load. Every run
-/// finished with `--resume` equals the clean run byte for byte.
+/// kill -9 at 20 points of a `score` run: the k-th kill lands at the event "the run's own
+/// checkpoint (`.partial.progress`) records k / 20 of the rows" (no timer: the kill follows the
+/// event, while the run writes its next chunks), and always mid-run, since five chunks are still
+/// to come. Every run finished with `--resume` equals the clean run byte for byte.
 #[test]
 fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -112,34 +110,25 @@ fn score_killed_at_twenty_points_resumes_to_the_clean_run() {
         v["summary"]["rows"].as_u64()
     };
 
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut interrupted = 0;
-    for k in 0..20u32 {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let jitter = (state >> 33) as f64 / (1u64 << 31) as f64;
-        // the last three checkpoints (of 16 rows, --buffer-size) are left for the run to reach
-        let target = ((f64::from(k) + jitter) / 20.0 * (rows - 48) as f64) as u64;
-        let extra = std::time::Duration::from_micros((state >> 20) % 20_000);
+    for k in 0..20u64 {
+        // the kill lands at the progress event "`target` rows are complete", spread over the run;
+        // the last five checkpoints (of 16 rows, --buffer-size) are left for the run to reach,
+        // so that it is still running when the kill comes
+        let target = 16 * (k * (rows as u64 / 16 - 5) / 20);
         let output = dir.path().join(format!("run{k}.csv"));
         let progress = dir.path().join(format!("run{k}.csv.partial.progress"));
-        for attempt in 0..5 {
-            let _ = std::fs::remove_file(&output);
-            let mut child = score(&output, false).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-            while child.try_wait().unwrap().is_none() && rows_done(&progress).is_none_or(|r| r < target) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            std::thread::sleep(extra);
-            let _ = child.kill();
-            let _ = child.wait();
-            if !output.exists() && progress.exists() {
-                break;
-            }
-            assert!(attempt < 4, "run {k}: 5 runs finished before their kill at {target} rows landed");
+        let mut child = score(&output, false).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        while child.try_wait().unwrap().is_none() && rows_done(&progress).is_none_or(|r| r < target) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!output.exists() && progress.exists(), "run {k}: the run finished before its kill at {target} rows");
         interrupted += 1;
         let resumed = score(&output, true).output().unwrap();
         assert!(resumed.status.success(), "run {k}: {}", String::from_utf8_lossy(&resumed.stderr));
-        assert_eq!(std::fs::read(&output).unwrap(), clean, "run {k}, killed at {target} rows + {extra:?}");
+        assert_eq!(std::fs::read(&output).unwrap(), clean, "run {k}, killed at {target} rows");
         assert!(!dir.path().join(format!("run{k}.csv.partial")).exists(), "run {k}: the partial file is gone");
     }
     assert_eq!(interrupted, 20, "kills that landed mid-run");

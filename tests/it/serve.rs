@@ -505,7 +505,8 @@ fn a_full_queue_is_refused_with_retry_after_and_a_slow_request_times_out() {
     assert_eq!(first.join().unwrap().status, 200);
     drop(s);
 
-    let s = Server::start(&["--max-wait-ms", "3000", "--request-timeout", "0.5"]);
+    // a request that waits ten minutes for company cannot finish within its half second
+    let s = Server::start(&["--max-wait-ms", "600000", "--request-timeout", "0.5"]);
     s.post("/v1/translate", &json!({ "text": "A dog runs." })).assert_error(408, "took too long");
     let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
     assert!(metrics.contains("status=\"408\"} 1"), "{metrics}");
