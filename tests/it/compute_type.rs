@@ -9,6 +9,7 @@ use tchseq::generate::Hypothesis;
 use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, Translation, Translator, Weights};
 
 use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairseq, Rule};
+use crate::util::tolerance::FLOAT32_AGAINST_EXACT;
 use crate::util::{fixture, repo, set_test_threads, tchseq};
 
 /// The hypotheses (H- lines: tokenized; BPE removed here) and scores of the bundled input, in order.
@@ -482,13 +483,13 @@ fn float32_against_exact_moves_scores_by_less_than_1e_4_and_keeps_every_hypothes
         let float32 = hub_hypotheses(model, *lang, *text, &lines, "float32");
         assert_eq!(exact.len(), float32.len(), "{model}");
         for (e, f) in exact.iter().zip(&float32) {
-            assert!((e.score - f.score).abs() <= 1e-4, "{model}: score {} against {}", e.score, f.score);
+            FLOAT32_AGAINST_EXACT.assert(f64::from(f.score), f64::from(e.score), &format!("{model}: hypothesis score"));
             if e.tokens != f.tokens {
                 near_ties += 1;
                 continue;
             }
             for (pe, pf) in e.positional_scores.iter().zip(&f.positional_scores) {
-                assert!((pe - pf).abs() <= 1e-4, "{model}: positional score {pe} against {pf}");
+                FLOAT32_AGAINST_EXACT.assert(f64::from(*pf), f64::from(*pe), &format!("{model}: positional score"));
             }
             moved += usize::from(e.score.to_bits() != f.score.to_bits());
         }

@@ -115,7 +115,7 @@ fn tokens_match(want: &[Option<&str>], got: &[&str]) -> bool {
 fn same_token(want: &str, got: &str) -> bool {
     want == got
         || match (want.parse::<f64>(), got.parse::<f64>()) {
-            (Ok(w), Ok(g)) => (w - g).abs() <= 1e-4 * w.abs().max(1.0),
+            (Ok(w), Ok(g)) => crate::util::tolerance::TRANSCRIPT_NUMBER.holds((w - g).abs() / w.abs().max(1.0)),
             _ => false,
         }
 }

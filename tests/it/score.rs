@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use crate::util::tolerance::{POSITIONAL_SCORE, SCORED_SENTENCE};
+use crate::util::tolerance::{POSITIONAL_SCORE, SAME_RUN_F32, SCORED_SENTENCE};
 use crate::util::{fixture, repo, tchseq};
 
 const LN2: f64 = std::f64::consts::LN_2;
@@ -155,7 +155,7 @@ fn parity_with_fairseq_score_reference() {
                 // fairseq prints score / ln 2 in f32
                 max_score = max_score.max((avg - h2 * LN2).abs());
                 SCORED_SENTENCE.assert(avg, h2 * LN2, &format!("{name}/{run} row {i} (base e)"));
-                assert!((logprob / tokens as f64 - avg).abs() <= 1e-5);
+                SAME_RUN_F32.assert(logprob / tokens as f64, avg, &format!("{name}/{run} row {i}: logprob / tokens"));
                 // fairseq's printed score is the f32 `score / math.log(2)`: compare bits too
                 let avg32: f32 = row["avg_logprob"].parse().unwrap();
                 if f64::from(avg32 / LN2 as f32) == *h2 {
@@ -207,7 +207,7 @@ fn float32_scores_within_1e_4_of_fairseq_s_goldens() {
             assert_eq!(row["error"], "", "{name} row {i}");
             let avg: f64 = row["avg_logprob"].parse().unwrap();
             let diff = (avg - expected[&i].0 * LN2).abs();
-            assert!(diff <= 1e-4, "{name} row {i}: float32 {avg} against fairseq's {}", expected[&i].0 * LN2);
+            crate::util::tolerance::FLOAT32_SCORED_SENTENCE.assert(avg, expected[&i].0 * LN2, &format!("{name} row {i}: float32"));
             max_diff = max_diff.max(diff);
             compared += 1;
         }
@@ -252,7 +252,7 @@ fn order_is_kept_with_shuffled_lengths_and_small_batches() {
             assert_eq!(a["tokens"], b["tokens"]);
             let (x, y): (f64, f64) = (a["avg_logprob"].parse().unwrap(), b["avg_logprob"].parse().unwrap());
             // batch composition only moves low bits
-            assert!((x - y).abs() <= 1e-5, "row {k}: {x} vs {y} (batch {bs})");
+            crate::util::tolerance::BATCH_COMPOSITION.assert(y, x, &format!("row {k} (batch {bs})"));
         }
     }
     // --max-tokens batching too
@@ -260,7 +260,7 @@ fn order_is_kept_with_shuffled_lengths_and_small_batches() {
     for (a, b) in alone.iter().zip(&by_tokens) {
         assert_eq!(a["id"], b["id"]);
         let (x, y): (f64, f64) = (a["avg_logprob"].parse().unwrap(), b["avg_logprob"].parse().unwrap());
-        assert!((x - y).abs() <= 1e-5);
+        crate::util::tolerance::BATCH_COMPOSITION.assert(y, x, &format!("row {} (--max-tokens 20)", a["id"]));
     }
 }
 

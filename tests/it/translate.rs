@@ -187,7 +187,7 @@ fn text_jsonl_and_fairseq_formats_agree() {
             assert_eq!(toks.join(" "), fh.h_str);
             // natural log in jsonl, base 2 in the fairseq format
             let score = h["score"].as_f64().unwrap();
-            assert!((score / std::f64::consts::LN_2 - fh.h_score).abs() < 1e-5, "{score} vs {}", fh.h_score);
+            crate::util::tolerance::SAME_RUN_F32.assert(score / std::f64::consts::LN_2, fh.h_score, "jsonl score (base e) against the fairseq format's (base 2)");
             let pos: Vec<f64> =
                 h["positional_scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
             assert_eq!(pos.len(), fh.p.len());
