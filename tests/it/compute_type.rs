@@ -124,14 +124,8 @@ fn bleu_margin(model: &str) -> f64 {
 
 /// The best hypothesis of each fixture input under `compute_type` (beam 5, batched).
 fn fixture_best(dir: &std::path::Path, input: &std::path::Path, compute_type: &str) -> Vec<String> {
-    let out = crate::util::run_ok(
-        tchseq()
-            .args(["translate", "--compute-type", compute_type, "--tokenizer", "none", "--bpe", "none", "--format", "fairseq"])
-            .args(["-s", "src", "-t", "tgt", "--batch-size", "16", "--buffer-size", "1024", "--beam", "5", "-m"])
-            .arg(dir)
-            .arg("--input")
-            .arg(input),
-    );
+    let args = ["--compute-type", compute_type, "--batch-size", "16", "--buffer-size", "1024", "--beam", "5"];
+    let out = crate::util::stdout_ok(&crate::util::translate_fixture(dir, input, "fairseq", &args));
     parse_fairseq(&out).values().map(|e| e.hyps[0].h_str.clone()).collect()
 }
 

@@ -11,14 +11,7 @@ use crate::util::fairseq_out::{bundled_model_args, compare_settled, parse_fairse
 use crate::util::{fixture, repo, tchseq};
 
 fn translate(args: &[&str]) -> std::process::Output {
-    tchseq()
-        .args(["--device", "cpu", "translate", "-m"])
-        .arg(repo("weights/multi30k.en-de"))
-        .args(["--format", "fairseq", "--buffer-size", "1024", "--batch-size", "16", "--input"])
-        .arg(fixture("decoding/constraints.en"))
-        .args(args)
-        .output()
-        .unwrap()
+    crate::util::translate_bundled(&fixture("decoding/constraints.en"), args)
 }
 
 /// The `C-` lines of fairseq-format output, per sentence id.

@@ -16,14 +16,7 @@ fn check(want: &std::collections::BTreeMap<usize, Entry>, got: &std::collections
 }
 
 fn translate(args: &[&str]) -> std::process::Output {
-    tchseq()
-        .args(["--device", "cpu", "translate", "-m"])
-        .arg(repo("weights/multi30k.en-de"))
-        .args(["--format", "fairseq", "--buffer-size", "1024", "--batch-size", "16", "--input"])
-        .arg(fixture("bundled/input.en"))
-        .args(args)
-        .output()
-        .unwrap()
+    crate::util::translate_bundled(&fixture("bundled/input.en"), args)
 }
 
 /// The same hypotheses in the same order and scores within the cross-CPU tolerance. The scores

@@ -23,11 +23,7 @@ fn resolve(model: Option<&Path>, path: Option<&str>, data: Option<&Path>, src: O
 
 use crate::util::{repo, tchseq};
 
-fn manifest(rel: &str) -> Value {
-    let path = repo(rel);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (fixtures missing?)", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
+use crate::util::json as manifest;
 
 /// One checkpoint to check: where it is and what fairseq said about it.
 struct Case {

@@ -21,8 +21,7 @@ struct Fixture {
 }
 
 fn fixtures() -> Vec<Fixture> {
-    let text = std::fs::read_to_string(fixture("models/manifest.json")).expect("manifest");
-    let m: serde_json::Value = serde_json::from_str(&text).expect("manifest json");
+    let m = crate::util::json("tests/fixtures/models/manifest.json");
     let list = m["fixtures"].as_array().expect("fixtures list");
     assert!(!list.is_empty());
     list.iter()
@@ -39,10 +38,6 @@ fn model(dir: &Path) -> TransformerModel {
     TransformerModel::from_state_dict(&ckpt.config, &ckpt.state_dict, Device::Cpu, Kind::Float).expect("model").0
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.size(), b.size());
-    a.to_kind(Kind::Double).f_sub(&b.to_kind(Kind::Double)).unwrap().abs().max().double_value(&[])
-}
 
 #[test]
 fn head_mean_of_the_last_cross_attention_equals_fairseq_attn() {
@@ -54,7 +49,7 @@ fn head_mean_of_the_last_cross_attention_equals_fairseq_attn() {
             let golden = load_tensor_dict(&fx.dir.join(format!("verify_{side}.pt"))).expect("verify golden");
             let maps = capture_attention(&m, &golden["src_tokens"], &golden["prev_output_tokens"]).expect("capture");
             let ours = alignment_attention(&maps).expect("attn");
-            let d = max_abs_diff(&ours, &golden["attn"]);
+            let d = crate::util::max_abs(&ours, &golden["attn"]);
             assert!(ACTIVATION.holds(d), "{} {side}: max |attn - fairseq| = {d:e}", fx.name);
             worst = worst.max(d);
 
@@ -109,7 +104,7 @@ fn positions_plot_data_equals_the_positions_fairseq_added() {
         if learned {
             let weights = load_tensor_dict(&fx.dir.join("weights.pt")).expect("weights golden");
             let theirs = weights["encoder.embed_positions.weight"].narrow(0, 2, longest);
-            let d = max_abs_diff(&Tensor::from_slice2(&table), &theirs);
+            let d = crate::util::max_abs(&Tensor::from_slice2(&table), &theirs);
             assert!(ACTIVATION.holds(d), "{}: max |positions - fairseq| = {d:e}", fx.name);
             learned_checked += 1;
             continue;
@@ -119,7 +114,7 @@ fn positions_plot_data_equals_the_positions_fairseq_added() {
         for (b, &len) in lengths.iter().enumerate() {
             let ours = Tensor::from_slice2(&table[..len as usize]);
             let theirs = pos.get(b as i64).narrow(0, 0, len);
-            let d = max_abs_diff(&ours, &theirs);
+            let d = crate::util::max_abs(&ours, &theirs);
             assert!(ACTIVATION.holds(d), "{} row {b}: max |positions - fairseq| = {d:e}", fx.name);
         }
         sinusoidal += 1;

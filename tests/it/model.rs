@@ -7,12 +7,7 @@ use tchseq::model::{EncoderPath, IncrementalState, ModelError, TransformerModel}
 
 use crate::verify::{fixtures, Fixture};
 
-fn max_abs(a: &Tensor, b: &Tensor) -> f64 {
-    if a.numel() == 0 {
-        return 0.0;
-    }
-    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double)).abs().max().double_value(&[])
-}
+use crate::util::max_abs;
 
 /// How far `ours` is outside verify's documented tolerance, |ours - theirs| <= 1e-5 + 1e-5 * |theirs|
 /// (<= 0: inside).

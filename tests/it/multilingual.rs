@@ -17,7 +17,7 @@ const MODELS: [&str; 4] = ["m2m", "mbart50", "bart", "mbart-ft"];
 
 /// `(golden file, its entry)` of every golden in the manifest.
 fn goldens() -> Vec<(String, Value)> {
-    let m: Value = serde_json::from_str(&fs::read_to_string(fixture("multilingual/manifest.json")).unwrap()).unwrap();
+    let m = crate::util::json("tests/fixtures/multilingual/manifest.json");
     let goldens = &m["goldens"];
     let mut out: Vec<(String, Value)> = match goldens {
         Value::Object(map) => map.iter().map(|(k, v)| (v["golden"].as_str().unwrap_or(k).to_string(), v.clone())).collect(),

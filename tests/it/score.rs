@@ -11,8 +11,7 @@ use crate::util::{fixture, repo, tchseq};
 const LN2: f64 = std::f64::consts::LN_2;
 
 fn manifest() -> serde_json::Value {
-    let text = fs::read_to_string(fixture("models/manifest.json")).expect("tests/fixtures/models/manifest.json");
-    serde_json::from_str(&text).unwrap()
+    crate::util::json("tests/fixtures/models/manifest.json")
 }
 
 fn lines(path: &Path) -> Vec<String> {
@@ -28,12 +27,7 @@ fn fixture_pairs(m: &serde_json::Value) -> Vec<(String, String)> {
 }
 
 fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) {
-    let mut w = csv::Writer::from_path(path).unwrap();
-    w.write_record(header).unwrap();
-    for r in rows {
-        w.write_record(r).unwrap();
-    }
-    w.flush().unwrap();
+    crate::util::write_csv(path, header, rows);
 }
 
 /// The fixture pairs as `DIR/pairs.csv` with an `id` column (the row number).

@@ -17,9 +17,7 @@ fn golden(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array().expect("a JSON array").iter().map(|s| s.as_str().expect("a string").to_string()).collect()
-}
+use crate::util::strings;
 
 /// Compares line by line; fails listing the first differences and the count.
 fn assert_same(what: &str, inputs: &[String], expected: &[String], actual: &[String]) {

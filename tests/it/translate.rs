@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::util::fairseq_out::{compare_settled, fixture_model_args, parse_fairseq, Entry, Rule, Tally};
 use crate::util::tolerance::SENTENCE_SCORE;
-use crate::util::{fixture, json, repo, stdout_ok, strings, tchseq};
+use crate::util::{json, repo, stdout_ok, strings, tchseq};
 
 struct Fixture {
     name: String,
@@ -31,13 +31,7 @@ fn inputs(m: &serde_json::Value) -> PathBuf {
 
 /// `tchseq translate` with fairseq-interactive's flags on a fixture, pre-tokenized input.
 fn translate(dir: &Path, input: &Path, format: &str, extra: &[&str]) -> std::process::Output {
-    let mut cmd = tchseq();
-    cmd.args(["--device", "cpu", "translate", "-m"])
-        .arg(dir)
-        .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", format, "--input"])
-        .arg(input)
-        .args(extra);
-    cmd.output().unwrap()
+    crate::util::translate_fixture(dir, input, format, extra)
 }
 
 #[test]
@@ -329,8 +323,7 @@ fn golden_batched(fx: &Fixture, set: &str) -> BTreeMap<usize, Entry> {
 /// sentence at a time, against fairseq-interactive's output on them.
 #[test]
 fn wild_checkpoints_match_fairseq_interactive() {
-    let text = std::fs::read_to_string(fixture("wild/manifest.json")).unwrap();
-    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let m = json("tests/fixtures/wild/manifest.json");
     let mut failures = Vec::new();
     let (mut runs, mut tally) = (0, Tally::default());
     for e in m["models"].as_array().unwrap() {

@@ -67,7 +67,7 @@ fn verify_json(model: &Path, reference: &Path, threads: Option<usize>) -> (Optio
     (out.status.code(), report, stderr)
 }
 
-fn max_abs(report: &Value) -> f64 {
+fn worst_abs_diff(report: &Value) -> f64 {
     report["tensors"].as_array().unwrap().iter().filter_map(|t| t["max_abs_diff"].as_f64()).fold(0.0, f64::max)
 }
 
@@ -104,7 +104,7 @@ fn every_fixture_golden_passes_verify() {
                 let note = row["note"].as_str().unwrap_or_default();
                 assert!(note.starts_with("computed from the reference's decoder_inner_states."), "{name} {side}: {row}");
             }
-            let diff = max_abs(&report);
+            let diff = worst_abs_diff(&report);
             // the layer implementation fairseq recorded for this batch is the one we ran
             // (recorded for the fixtures fairseq trained here, not for the wild checkpoints)
             match entry["encoder_attention_path"][side].as_str() {
@@ -129,7 +129,7 @@ fn goldens_pass_with_the_default_thread_count() {
     let name = &f.name;
     let (code, report, stderr) = verify_json(&f.checkpoint, &f.golden("right"), None);
     assert_eq!(code, Some(0), "{name}: {stderr}\n{report}");
-    eprintln!("{name} right, {} threads: max abs diff {:e}", report["threads"], max_abs(&report));
+    eprintln!("{name} right, {} threads: max abs diff {:e}", report["threads"], worst_abs_diff(&report));
 }
 
 #[test]
@@ -267,7 +267,7 @@ fn goldens_saved_straight_from_fairseqs_fast_path_pass_and_name_their_layout() {
         }
         // fairseq's own fast path returns layer outputs batch-first
         assert_eq!(fairseq_layouts[1], if batch == "right" { "nested" } else { "batch_first" }, "{batch}");
-        eprintln!("{batch}: B={b} S={s} {}, max abs diff {:e}", report["encoder_path"], max_abs(&report));
+        eprintln!("{batch}: B={b} S={s} {}, max abs diff {:e}", report["encoder_path"], worst_abs_diff(&report));
     }
 }
 

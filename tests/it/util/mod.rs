@@ -68,9 +68,50 @@ pub fn manifest_torch_release() -> &'static str {
 
 /// A JSON file (a golden manifest) under the repository.
 pub fn json(rel: &str) -> serde_json::Value {
-    let path = repo(rel);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    json_at(&repo(rel))
+}
+
+/// A JSON file (a golden manifest) at `path`.
+pub fn json_at(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e} (fixtures missing?)", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The largest |a - b| of two tensors of one shape, in f64 (0 for empty ones).
+pub fn max_abs(a: &tch::Tensor, b: &tch::Tensor) -> f64 {
+    if a.numel() == 0 {
+        return 0.0;
+    }
+    (a.to_kind(tch::Kind::Double) - b.to_kind(tch::Kind::Double)).abs().max().double_value(&[])
+}
+
+/// `tchseq translate -m MODEL` (with [`tchseq`]'s `--threads`), on the CPU.
+pub fn translate_cmd(model: &Path) -> assert_cmd::Command {
+    let mut cmd = tchseq();
+    cmd.args(["--device", "cpu", "translate", "-m"]).arg(model);
+    cmd
+}
+
+/// The bundled model on `input` (raw text), fairseq's output format, fairseq-interactive's
+/// batching of 16 over a buffer of 1,024, then `args`.
+pub fn translate_bundled(input: &Path, args: &[&str]) -> std::process::Output {
+    translate_cmd(&repo("weights/multi30k.en-de"))
+        .args(["--format", "fairseq", "--buffer-size", "1024", "--batch-size", "16", "--input"])
+        .arg(input)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A fixture model (`dir`) on pre-tokenized `input` (`-s src -t tgt`, no tokenizer or BPE) in
+/// `format`, then `args`.
+pub fn translate_fixture(dir: &Path, input: &Path, format: &str, args: &[&str]) -> std::process::Output {
+    translate_cmd(dir)
+        .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", format, "--input"])
+        .arg(input)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// A JSON array of strings (an argv or option list of a manifest).
@@ -96,14 +137,19 @@ pub fn result_lines(text: &str) -> Vec<String> {
     text.lines().filter(|l| !l.starts_with("W-")).map(str::to_string).collect()
 }
 
-/// Writes a `source,target` CSV of pairs.
-pub fn write_pairs_csv<'a>(path: &Path, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+/// Writes a CSV file: `header`, then `rows`.
+pub fn write_csv<R: IntoIterator<Item = S>, S: AsRef<[u8]>>(path: &Path, header: &[&str], rows: impl IntoIterator<Item = R>) {
     let mut w = csv::Writer::from_path(path).unwrap();
-    w.write_record(["source", "target"]).unwrap();
-    for (s, t) in pairs {
-        w.write_record([s, t]).unwrap();
+    w.write_record(header).unwrap();
+    for r in rows {
+        w.write_record(r).unwrap();
     }
     w.flush().unwrap();
+}
+
+/// Writes a `source,target` CSV of pairs.
+pub fn write_pairs_csv<'a>(path: &Path, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    write_csv(path, &["source", "target"], pairs.into_iter().map(|(s, t)| [s, t]));
 }
 
 /// Exit 2 and exactly one `error: ` line on stderr (warnings aside) that contains `contains`;
