@@ -286,6 +286,8 @@ mod tests {
         assert_eq!(bpe.encode("low lower newer"), "low lo@@ w@@ er new@@ er");
         assert_eq!(bpe.encode("  low \n"), "  low \n");
         assert_eq!(remove_bpe("lo@@ w@@ er new@@ er"), "lower newer");
+        // a hypothesis that ends inside a word: fairseq's trailing space removes that marker too
+        assert_eq!(remove_bpe("a new@@"), "a new");
     }
 
     #[test]
