@@ -111,6 +111,10 @@ pub struct AppState {
     metrics: Arc<Metrics>,
 }
 
+/// How long a server whose model worker stopped keeps answering (`/health` with 503) before it
+/// shuts down.
+const LOST_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves `models` until SIGTERM or Ctrl-C, then lets the requests in flight finish and
 /// returns. `on_listen` is told the bound address (the port may have been 0).
 pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
@@ -139,11 +143,15 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
         // the handlers are registered before anyone is told where we listen: a SIGTERM from then
         // on is a graceful shutdown, never the default action (death, replies lost)
         let signal = shutdown_signal()?;
-        // a worker that stopped by a panic ends the server too, for a supervisor to restart it
+        // a worker that stopped by a panic ends the server too, for a supervisor to restart it;
+        // for a few seconds before, `/health` tells probes so
         let shutdown = async move {
             tokio::select! {
                 () = signal => {},
-                () = lost.notified() => eprintln!("tchseq serve: a model worker stopped; shutting down after the requests in flight"),
+                () = lost.notified() => {
+                    eprintln!("tchseq serve: a model worker stopped; /health answers 503, and the server shuts down in {} s", LOST_GRACE.as_secs());
+                    tokio::time::sleep(LOST_GRACE).await;
+                }
             }
         };
         on_listen(listener.local_addr()?);
