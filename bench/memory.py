@@ -1,5 +1,5 @@
 """Peak RSS and throughput of `tchseq score` and `tchseq translate` as the input grows (rows of
-Multi30k train, repeated): the bounded-memory check of issue 21. Writes bench/memory-results.md.
+Multi30k train, repeated): the bounded-memory check. Writes bench/memory-results.md.
 
     python bench/memory.py [--score-rows 10000,100000,1000000] [--translate-lines 10000,100000] [--threads 2]
                            [--beam 5] [--trace] [--out bench/memory-results.md]

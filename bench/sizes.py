@@ -238,7 +238,7 @@ def pick(rows, who, ct, how=None):
 
 
 def goals(results):
-    """Issue 36's goals, one row per size: tchseq's time over CTranslate2's (above 1: faster)."""
+    """The speed goals, one row per size: tchseq's time over CTranslate2's (above 1: faster)."""
     def ratio(rows, ct, peer_ct, how, key="seconds"):
         a, b = pick(rows, "tchseq", ct, how), pick(rows, "CTranslate2", peer_ct, how)
         return f"{b[key] / a[key]:.2f}×" if a and b else "—"
@@ -259,7 +259,7 @@ def goals(results):
         a, b = pick(rows, "tchseq", "float32"), pick(rows, "CTranslate2", "float32")
         return f"{a['seconds']:.2f} s vs {b['seconds']:.2f} s" if a and b else "—"
 
-    out = ["## Against the goals of issue 36", "",
+    out = ["## Against the speed goals", "",
            "tchseq's time over CTranslate2's at the same precision and threading (above 1.00×: tchseq is faster); "
            "peak RSS as a multiple of CTranslate2's (float32 against fp32, intra-op threads).", "",
            "| size | float32, batch 32, intra | float32, batch 32, inter | float32, batch 1 | best of bfloat16/int8 vs CTranslate2 fp32, batch 32 | int8 vs CTranslate2 int8, batch 32 intra / inter | int8, batch 1 | peak RSS, float32 | load + one sentence, float32 |",

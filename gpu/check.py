@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The prepared GPU check (issue 40, docs/gpu.md): one command, one Markdown report.
+"""The prepared GPU check (docs/gpu.md): one command, one Markdown report.
 
     python gpu/check.py OUT [--device cuda|cpu] [--tchseq BIN] [--libtorch DIR] [--python PY]
 

@@ -47,7 +47,7 @@ pub const TOKEN_LOGPROB: Tolerance = Tolerance { name: "token log-probability (b
 /// An end-to-end logit (encoder and decoder from the golden's tokens alone) against fairseq's,
 /// beyond the activation tolerance's relative part (|ours - theirs| - 1e-5 * |theirs|): fp32
 /// rounding compounds over the layers, largest drift 2.4e-5 (one near-zero logit of the `untied`
-/// fixture on an Intel Xeon, session 6; 2.3e-5 under ATen's default kernels on a Zen 4). `verify` also compares logits computed from fairseq's
+/// fixture on an Intel Xeon, 2026-11-24; 2.3e-5 under ATen's default kernels on a Zen 4). `verify` also compares logits computed from fairseq's
 /// own last decoder state, which carry only the output layer's rounding, within 1e-5.
 pub const END_TO_END_LOGIT: Tolerance = Tolerance { name: "end-to-end logit (beyond 1e-5 relative)", limit: 5e-5 };
 
