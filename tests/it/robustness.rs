@@ -192,8 +192,9 @@ fn a_server_whose_worker_is_gone_says_so_and_exits_non_zero() {
 /// crash would, and leaves `<output>.partial` with its progress file.
 fn interrupted_score(dir: &Path, model: &Path) -> (std::path::PathBuf, Vec<String>) {
     let csv = dir.join("pairs.csv");
-    let pairs: Vec<(String, String)> = (0..200).map(|i| (format!("A man rides a bike {i}."), "Ein Mann fährt Fahrrad.".to_string())).collect();
-    write_pairs_csv(&csv, pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())));
+    let rows: Vec<[String; 4]> =
+        (0..200).map(|i| [format!("A man rides a bike {i}."), "Ein Mann fährt Fahrrad.".to_string(), "en".to_string(), "de".to_string()]).collect();
+    crate::util::write_csv(&csv, &["source", "target", "sl", "tl"], &rows);
     let out = dir.join("scored.csv");
     let base: Vec<String> = ["score", "-q", "-m", &model.to_string_lossy(), "--input", &csv.to_string_lossy(), "--output", &out.to_string_lossy()]
         .iter()
@@ -224,6 +225,8 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
     let copy = copy.to_string_lossy().to_string();
     let other_threads = (test_threads() + 1).to_string();
     let model_dir = repo(MODEL).to_string_lossy().to_string();
+    let bpe_codes = repo(MODEL).join("bpecodes").to_string_lossy().to_string();
+    let dict = repo(MODEL).join("dict.en.txt").to_string_lossy().to_string();
     let changes: &[(&[&str], &str)] = &[
         (&["--compute-type", "int8"], "--compute-type"),
         (&["--per-token"], "--per-token"),
@@ -233,6 +236,22 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
         (&["--source-column", "target"], "--source-column"),
         (&["--target-column", "source"], "--target-column"),
         (&["--format", "jsonl"], "--format"),
+        (&["--delimiter", ";"], "--delimiter"),
+        (&["--source-lang-column", "sl"], "--source-lang-column"),
+        (&["--target-lang-column", "tl"], "--target-lang-column"),
+        (&["--target-lang", "de"], "--target-lang"),
+        (&["--tokenizer", "space"], "--tokenizer"),
+        (&["--bpe-codes", &bpe_codes], "--bpe-codes"),
+        (&["--sentencepiece-model", &bpe_codes], "--sentencepiece-model"),
+        (&["--moses-no-dash-splits"], "--moses-no-dash-splits"),
+        (&["--task", "translation"], "--task"),
+        (&["--lang-pairs", "en-de"], "--lang-pairs"),
+        (&["--langs", "en,de"], "--langs"),
+        (&["--lang-dict", &dict], "--lang-dict"),
+        (&["--lang-tok-style", "multilingual"], "--lang-tok-style"),
+        (&["--encoder-langtok", "src"], "--encoder-langtok"),
+        (&["--decoder-langtok"], "--decoder-langtok"),
+        (&["--fixed-dictionary", &dict], "--fixed-dictionary"),
         (&["--tokenized"], "--tokenized"),
         (&["--reproducible"], "--reproducible"),
         (&["--threads", &other_threads], "--threads"),
