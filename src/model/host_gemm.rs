@@ -14,13 +14,12 @@ use tch::{Device, Kind, Tensor};
 #[cfg(target_arch = "x86_64")]
 use super::host_gemm_f32::{avx2, avx512};
 use super::host_isa::Isa;
+use super::host_panel::{Job, Line, PANEL};
 use super::host_pack::pack_f32;
 use super::{host_gemm_bf16, ModelError};
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
-/// Output columns per panel: one AVX-512 register, two AVX ones.
-pub(super) const PANEL: usize = 16;
 /// Lines of a panel that one kernel call runs through at most. A longer panel (transformer-big's
 /// fc2: 4,096) runs block by block, so that a chunk of rows (sized to this block, not to the
 /// whole row) covers a batch's rows and the weight streams from memory once a call, not once a
@@ -58,10 +57,6 @@ const INTERLEAVE_ROW_BYTES: usize = 4096;
 /// Work below this many flops is not worth waking another thread for.
 const GRAIN_FLOPS: usize = 1 << 19;
 
-/// One cache line of a panel; a `Vec` of them is 64-byte aligned.
-#[derive(Clone, Copy, Debug)]
-#[repr(C, align(64))]
-pub(super) struct Line(pub(super) [f32; PANEL]);
 
 /// What a panel's weights are stored in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -461,50 +456,7 @@ struct SendPtr(*mut f32);
 // SAFETY: the ranges of `parallel_for` write disjoint columns or rows through it.
 unsafe impl Sync for SendPtr {}
 
-/// One kernel call: `m` rows of `x` through `k` lines of one unit of panels into `cols` columns
-/// of `y` (`ldy` apart), starting from `bias`, or with `accumulate` from what `y` holds. A whole
-/// panel is `lines` long. In bfloat16 `x` holds input pairs and lines count pairs.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-#[derive(Clone, Copy)]
-pub(super) struct Job<X> {
-    pub(super) k: usize,
-    pub(super) lines: usize,
-    /// The `m` rows' inputs from the first line on: `[k][m]` when `interleaved`, otherwise
-    /// rows `lines` apart.
-    pub(super) x: *const X,
-    pub(super) interleaved: bool,
-    /// The lines of the next unit's panels that match this call's, for the kernel to pull into
-    /// the cache (AVX2), if any.
-    pub(super) prefetch: Option<*const f32>,
-    pub(super) panel: *const f32,
-    pub(super) bias: *const f32,
-    pub(super) accumulate: bool,
-    pub(super) y: *mut f32,
-    pub(super) ldy: usize,
-    pub(super) cols: usize,
-    pub(super) relu: bool,
-}
 
-/// `$rows::<m>($job)` for `m` rows, 1 to 12 (more: 12), as the AVX-512 kernels take them.
-macro_rules! by_row_count {
-    ($m:expr, $rows:ident, $job:expr) => {
-        match $m {
-            1 => $rows::<1>($job),
-            2 => $rows::<2>($job),
-            3 => $rows::<3>($job),
-            4 => $rows::<4>($job),
-            5 => $rows::<5>($job),
-            6 => $rows::<6>($job),
-            7 => $rows::<7>($job),
-            8 => $rows::<8>($job),
-            9 => $rows::<9>($job),
-            10 => $rows::<10>($job),
-            11 => $rows::<11>($job),
-            _ => $rows::<12>($job),
-        }
-    };
-}
-pub(super) use by_row_count;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 //! half. Each call rounds its input rows to bfloat16 once (round to nearest even, as oneDNN
 //! does); the products accumulate in fp32 and the output stays fp32.
 
-use super::host_gemm::{Line, PANEL};
+use super::host_panel::{Line, PANEL};
 use super::host_isa::{feature_hidden, Isa};
 use super::host_pack::{pack_panels, panel_rows};
 
@@ -75,7 +75,7 @@ pub fn input_pairs(x: &[f32], rows: usize, k: usize) -> Vec<u32> {
 pub mod avx512bf16 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_gemm::{by_row_count, Job, PANEL};
+    use crate::model::host_panel::{by_row_count, Job, PANEL};
     use crate::model::host_gemm_f32::avx512;
 
     /// Rounds the whole 32-input blocks of `row` into `lanes` with `vcvtne2ps2bf16` (the same

@@ -5,7 +5,7 @@
 pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_gemm::{by_row_count, Job, PANEL};
+    use crate::model::host_panel::{by_row_count, Job, PANEL};
 
     pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
         by_row_count!(m, rows, j)
@@ -76,7 +76,7 @@ pub(super) mod avx512 {
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_gemm::{Job, PANEL};
+    use crate::model::host_panel::{Job, PANEL};
 
     pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
         match (j.interleaved, j.prefetch.is_some()) {

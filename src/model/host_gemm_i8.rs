@@ -15,7 +15,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_gemm::by_row_count;
+use super::host_panel::by_row_count;
 use super::host_isa::{feature_hidden, Isa};
 use super::host_quantize_i8::{input_scale, max_abs, quantize_row, quantize_row_u8, Range};
 use super::ModelError;

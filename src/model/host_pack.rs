@@ -1,7 +1,7 @@
 //! Weights into the panels the host kernels read: each panel holds [`PANEL`] output columns, one
 //! [`Line`] per input (or input pair), packed once at load on the intra-op threads.
 
-use super::host_gemm::{Line, PANEL};
+use super::host_panel::{Line, PANEL};
 use crate::libtorch::parallel::parallel_for;
 
 /// Packing below this many bytes of panels stays on one thread.

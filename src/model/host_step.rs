@@ -15,30 +15,12 @@ use tch::{Device, Kind, Tensor};
 use super::decoder::TransformerDecoder;
 use super::fused::FusedProjections;
 use super::host_norm::HostLayerNorm;
-use super::incremental::{AttentionState, IncrementalState, LayerState};
+use super::incremental::{AttentionState, HostStepBuffers, IncrementalState, LayerState};
 use super::layer::TransformerDecoderLayer;
 use super::nn::{ActivationFn, HostKernel, LayerNorm, Linear};
 use super::one_query;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut, i64_column_into};
-
-/// The step's activations, kept in the incremental state and reused from step to step.
-#[derive(Debug, Default)]
-pub struct HostStepBuffers {
-    tokens: Vec<i64>,
-    /// The layers' input and output `[rows, C]`.
-    x: Vec<f32>,
-    /// A norm's output, the input of the next product.
-    h: Vec<f32>,
-    /// A product's output before the residual.
-    out: Vec<f32>,
-    /// The self-attention's `[q·scaling; k; v]` `[rows, 3C]`, or the encoder attention's query.
-    projected: Vec<f32>,
-    /// The attention's output `[rows, C]`.
-    attn: Vec<f32>,
-    /// fc1's output `[rows, F]`.
-    ffn: Vec<f32>,
-}
 
 /// What one decoder layer computes with, every part on the host.
 struct HostLayer<'a> {

@@ -3,7 +3,6 @@
 
 use tch::Tensor;
 
-use super::host_step::HostStepBuffers;
 use super::kv_cache::HostKvCache;
 use super::ModelError;
 
@@ -114,6 +113,24 @@ impl IncrementalState {
         }
         Ok(())
     }
+}
+
+/// The step's activations, kept in the incremental state and reused from step to step.
+#[derive(Debug, Default)]
+pub struct HostStepBuffers {
+    pub(super) tokens: Vec<i64>,
+    /// The layers' input and output `[rows, C]`.
+    pub(super) x: Vec<f32>,
+    /// A norm's output, the input of the next product.
+    pub(super) h: Vec<f32>,
+    /// A product's output before the residual.
+    pub(super) out: Vec<f32>,
+    /// The self-attention's `[q·scaling; k; v]` `[rows, 3C]`, or the encoder attention's query.
+    pub(super) projected: Vec<f32>,
+    /// The attention's output `[rows, C]`.
+    pub(super) attn: Vec<f32>,
+    /// fc1's output `[rows, F]`.
+    pub(super) ffn: Vec<f32>,
 }
 
 #[cfg(test)]

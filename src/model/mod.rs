@@ -24,6 +24,7 @@ mod host_gemm_nt;
 mod host_isa;
 mod host_norm;
 mod host_pack;
+mod host_panel;
 mod host_quantize_i8;
 mod host_softmax;
 mod host_step;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use tchseq::hub::TranslateOptions;
 
-use super::engine::Hypothesis;
+use super::engine::{Hypothesis, SentenceResult};
 
 /// A failed request: its status and a one-line message, sent as `{"error": message}`.
 #[derive(Debug)]
@@ -317,4 +317,19 @@ pub struct OnmtReply {
     pub pred_score: f32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// A request whose computation failed (an internal error, caught): only it is lost.
+pub const DROPPED: &str = "an internal error stopped this request (the server goes on; please report it)";
+
+/// Each sentence's reply: its hypotheses, or why it has none.
+pub fn sentence_replies(sentences: Vec<String>, results: Vec<SentenceResult>) -> Vec<SentenceReply> {
+    sentences
+        .into_iter()
+        .zip(results)
+        .map(|(source, r)| match r {
+            Ok(h) => SentenceReply { source, hypotheses: Some(h), error: None },
+            Err(e) => SentenceReply { source, hypotheses: None, error: Some(e) },
+        })
+        .collect()
 }

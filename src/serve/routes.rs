@@ -108,8 +108,6 @@ fn dropped(m: &Served) -> ApiError {
     }
 }
 
-/// A request whose computation failed (an internal error, caught): only it is lost.
-pub const DROPPED: &str = "an internal error stopped this request (the server goes on; please report it)";
 
 /// Checks the request against the limits and queues it; the receiver gets its results.
 fn submit(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, mut options: TranslateOptions) -> Result<oneshot::Receiver<Vec<SentenceResult>>, ApiError> {
@@ -176,16 +174,6 @@ fn requested_pair(m: &Served, source_lang: Option<String>, target_lang: Option<S
     Ok(m.pair(&source_lang, &target_lang))
 }
 
-pub fn sentence_replies(sentences: Vec<String>, results: Vec<SentenceResult>) -> Vec<SentenceReply> {
-    sentences
-        .into_iter()
-        .zip(results)
-        .map(|(source, r)| match r {
-            Ok(h) => SentenceReply { source, hypotheses: Some(h), error: None },
-            Err(e) => SentenceReply { source, hypotheses: None, error: Some(e) },
-        })
-        .collect()
-}
 
 pub async fn v1_score(State(app): State<Arc<AppState>>, JsonBody(req): JsonBody<ScoreRequest>) -> Result<Json<ScoreReply>, ApiError> {
     let m = model(&app, req.model.as_deref())?;

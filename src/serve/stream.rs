@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::api::SentenceReply;
 use super::engine::SentenceResult;
-use super::routes::sentence_replies;
+use super::api::{sentence_replies, DROPPED};
 
 enum State {
     /// Tokens until the worker drops their sender (after it replied).
@@ -54,7 +54,7 @@ struct Indexed<'a> {
 /// Each sentence's event in order, then `done`; or `error` when the worker dropped the request.
 fn finished(results: Option<Vec<SentenceResult>>, sentences: Vec<String>, model: &str) -> std::vec::IntoIter<Event> {
     let Some(results) = results else {
-        let error = serde_json::json!({ "error": super::routes::DROPPED });
+        let error = serde_json::json!({ "error": DROPPED });
         return vec![Event::default().event("error").data(error.to_string())].into_iter();
     };
     let mut events: Vec<Event> = sentence_replies(sentences, results)
