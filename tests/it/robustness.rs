@@ -63,47 +63,40 @@ fn any_line_lengths_against_any_batching_limits_give_one_record_per_line() {
         }
         over_budget += lens.iter().filter(|&&l| l + 1 > max_tokens).count();
         let what = format!("case {case}: lengths {lens:?} {args:?}");
-        if case < 40 {
-            let beam = [1, 2, 5][draw.below(3)];
+        // translate: every line one JSONL record with its id; score: every row one record
+        let (command, input, failed): (Vec<String>, _, fn(&Value) -> bool) = if case < 40 {
+            let beam = [1, 2, 5][draw.below(3)].to_string();
             let input = dir.path().join("in.txt");
             std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-            let out = tchseq()
-                .args(["translate", "--format", "jsonl", "--beam", &beam.to_string(), "--max-len-b", "20", "--buffer-size", &buffer.to_string()])
-                .args(&args)
-                .arg("-m")
-                .arg(repo(MODEL))
-                .arg("--input")
-                .arg(&input)
-                .output()
-                .unwrap();
-            let records = jsonl(&String::from_utf8_lossy(&out.stdout));
-            let ids: Vec<u64> = records.iter().map(|r| r["id"].as_u64().unwrap()).collect();
-            assert_eq!(ids, (0..n as u64).collect::<Vec<_>>(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
-            for (r, &l) in records.iter().zip(&lens) {
-                assert_eq!(r.get("error").is_some(), l == 1300, "{what}: {r}");
-            }
-            assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+            let command = ["translate", "--format", "jsonl", "--beam", &beam, "--max-len-b", "20"];
+            (command.map(str::to_string).to_vec(), input, |r| r.get("error").is_some())
         } else {
             let csv = dir.path().join("pairs.csv");
             let targets: Vec<String> = lens.iter().map(|&l| draw.sentence(l.min(30))).collect();
             write_pairs_csv(&csv, lines.iter().map(String::as_str).zip(targets.iter().map(String::as_str)));
-            let out = tchseq()
-                .args(["score", "-q", "--format", "jsonl", "--buffer-size", &buffer.to_string()])
-                .args(&args)
-                .arg("-m")
-                .arg(repo(MODEL))
-                .arg("--input")
-                .arg(&csv)
-                .output()
-                .unwrap();
-            let records = jsonl(&String::from_utf8_lossy(&out.stdout));
-            assert_eq!(records.len(), n, "{what}: {}", String::from_utf8_lossy(&out.stderr));
-            for (r, &l) in records.iter().zip(&lens) {
-                let error = r["error"].as_str().unwrap_or("");
-                assert_eq!(!error.is_empty(), l == 1300, "{what}: {r}");
+            let command = ["score", "-q", "--format", "jsonl"];
+            (command.map(str::to_string).to_vec(), csv, |r| !r["error"].as_str().unwrap_or("").is_empty())
+        };
+        let out = tchseq()
+            .args(&command)
+            .args(["--buffer-size", &buffer.to_string()])
+            .args(&args)
+            .arg("-m")
+            .arg(repo(MODEL))
+            .arg("--input")
+            .arg(&input)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let records = jsonl(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(records.len(), n, "{what}: {err}");
+        for (k, (r, &l)) in records.iter().zip(&lens).enumerate() {
+            if case < 40 {
+                assert_eq!(r["id"], k, "{what}: {r}");
             }
-            assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(failed(r), l == 1300, "{what}: {r}");
         }
+        assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what}: {err}");
     }
     assert!(over_budget > 60, "the cases put too few lines over --max-tokens: {over_budget}");
 }
