@@ -46,10 +46,10 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
         return lm::run(global, a);
     }
     let opts = Options::new(global, a)?;
-    // a resume with other settings is refused before the input or the model is opened
+    // a resume with other settings or another input is refused before either is opened
     if opts.resume {
         if let Some(crate::cli::partial::OutputPath::Atomic(path)) = opts.output.as_deref().map(crate::cli::partial::OutputPath::resolve).transpose()? {
-            resume::check(&FileSink::progress(&path)?.settings, &opts.settings, &FileSink::paths(&path).0)?;
+            resumable(&opts, &path)?;
         }
     }
     let input = Input::open(&opts)?;

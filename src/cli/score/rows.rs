@@ -57,17 +57,7 @@ pub fn score_input(
             s
         }
         Some(OutputPath::Atomic(path)) if opts.resume => {
-            // every check before the partial output is touched
-            let prev = FileSink::progress(&path)?;
-            let partial = FileSink::paths(&path).0;
-            super::resume::check(&prev.settings, &opts.settings, &partial)?;
-            if (prev.input_len, prev.input_modified_ns) != (input_len, input_modified_ns) {
-                bail!(
-                    "--resume: {} changed since the interrupted run; run without --resume to start over ({} is left as it was)",
-                    opts.input.display(),
-                    partial.display()
-                );
-            }
+            let prev = resumable(opts, &path)?;
             let sink = FileSink::reopen(&path, &prev)?;
             let mut pos = Position::new();
             pos.set_byte(prev.input_byte).set_line(prev.input_line.max(1)).set_record(prev.input_record);
@@ -142,6 +132,22 @@ pub fn score_input(
     Ok(summary)
 }
 
+
+/// The interrupted run's progress, when `--resume` may continue it into `path`: the same settings
+/// and the same input file. Otherwise a one-line error, and the partial output is not touched.
+pub(super) fn resumable(opts: &Options, path: &std::path::Path) -> Result<Progress> {
+    let prev = FileSink::progress(path)?;
+    let partial = FileSink::paths(path).0;
+    super::resume::check(&prev.settings, &opts.settings, &partial)?;
+    if (prev.input_len, prev.input_modified_ns) != input_stamp(&opts.input)? {
+        bail!(
+            "--resume: {} changed since the interrupted run; run without --resume to start over ({} is left as it was)",
+            opts.input.display(),
+            partial.display()
+        );
+    }
+    Ok(prev)
+}
 
 /// A scored row: its scores and its target token ids (EOS included).
 #[derive(Debug, Clone)]
