@@ -123,7 +123,7 @@ MUTANTS = [
      "src/serve/routes.rs",
      "    if options.beam > MAX_BEAM || options.max_len_b > MAX_LEN_B",
      "    if options.beam > MAX_BEAM + 1 || options.max_len_b > MAX_LEN_B",
-     ["--test", "it", "--", "serve::the_beam_and_length_limits"]),
+     ["--test", "it", "--", "robustness::the_beam_and_length_limits"]),
     ("server-internal-error-code", "a request that met an internal error gets 503 instead of 500",
      "src/serve/routes.rs",
      "        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, DROPPED)",
