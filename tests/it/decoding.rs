@@ -200,17 +200,18 @@ fn prefix_size_takes_the_reference_targets_first_tokens_as_fairseq_generate_does
 }
 
 /// Top-p sampling (`--sampling-topp`) draws what fairseq-interactive draws: the same tokens in
-/// the same order and scores within the cross-CPU tolerance, at two values of p, with and without
+/// the same order and scores within the cross-CPU tolerance, at p = 0.3 and 0.6, with and without
 /// `--sampling-topk` (which fairseq then ignores), at beam 1 and above, batched and one sentence
-/// at a time (tests/fixtures/sampling, made by reference/sampling_goldens.sh).
+/// at a time (tests/fixtures/sampling, made by reference/sampling_goldens.sh, which says why not
+/// a p nearer 1: a token at the cut is drawn or not by the kernels' last bits).
 #[test]
 fn top_p_sampling_draws_what_fairseq_draws() {
     for (golden, args, hyps) in [
         ("topp0.3_beam1.txt", vec!["--sampling-topp", "0.3", "--beam", "1"], 40),
-        ("topp0.8_beam1.txt", vec!["--sampling-topp", "0.8", "--beam", "1"], 40),
-        ("topp0.8_beam3_nbest3.txt", vec!["--sampling-topp", "0.8", "--beam", "3", "--nbest", "3"], 120),
+        ("topp0.6_beam1.txt", vec!["--sampling-topp", "0.6", "--beam", "1"], 40),
+        ("topp0.6_beam3_nbest3.txt", vec!["--sampling-topp", "0.6", "--beam", "3", "--nbest", "3"], 120),
         ("topp0.3_topk10_beam2_nbest2.txt", vec!["--sampling-topp", "0.3", "--sampling-topk", "10", "--beam", "2", "--nbest", "2"], 80),
-        ("topp0.8_beam2_nbest2.bs1.txt", vec!["--sampling-topp", "0.8", "--beam", "2", "--nbest", "2", "--batch-size", "1", "--buffer-size", "1"], 80),
+        ("topp0.6_beam2_nbest2.bs1.txt", vec!["--sampling-topp", "0.6", "--beam", "2", "--nbest", "2", "--batch-size", "1", "--buffer-size", "1"], 80),
     ] {
         let mut all = vec!["--sampling", "--seed", "1"];
         all.extend(&args);
@@ -224,12 +225,12 @@ fn top_p_sampling_draws_what_fairseq_draws() {
     }
 }
 
-/// The cut matters: p = 0.3 and p = 0.8 draw other sentences, and top-p other than top-k.
+/// The cut matters: p = 0.3 and p = 0.6 draw other sentences.
 #[test]
 fn top_p_changes_what_is_drawn() {
     let read = |name: &str| parse_fairseq(&fs::read_to_string(fixture(&format!("sampling/{name}"))).unwrap());
     let best = |e: &Entry| e.hyps.first().map(|h| h.h_str.clone());
-    let (narrow, wide) = (read("topp0.3_beam1.txt"), read("topp0.8_beam1.txt"));
+    let (narrow, wide) = (read("topp0.3_beam1.txt"), read("topp0.6_beam1.txt"));
     let changed = narrow.iter().filter(|(id, e)| best(e) != best(&wide[*id])).count();
-    assert!(changed >= 5, "only {changed} sentences differ between p = 0.3 and p = 0.8");
+    assert!(changed >= 5, "only {changed} sentences differ between p = 0.3 and p = 0.6");
 }
