@@ -19,6 +19,18 @@ fn translate(args: &[&str]) -> std::process::Output {
     crate::util::translate_bundled(&fixture("bundled/input.en"), args)
 }
 
+/// The bundled model under `args` against fairseq's golden `tests/fixtures/{golden}` of `hyps`
+/// hypotheses, under the near-tie rule of `args`.
+fn matches_golden(golden: &str, args: &[&str], hyps: usize) {
+    let out = translate(args);
+    assert!(out.status.success(), "{golden}: {}", String::from_utf8_lossy(&out.stderr));
+    let want = parse_fairseq(&fs::read_to_string(fixture(golden)).unwrap());
+    assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{golden}");
+    let c = check(&want, &parse_fairseq(&String::from_utf8(out.stdout).unwrap()), args);
+    c.assert_ok(golden);
+    eprintln!("{golden}: {} hypotheses, {} of {} lines bit-identical", c.hyps, c.identical_lines, c.total_lines);
+}
+
 /// The same hypotheses in the same order and scores within the cross-CPU tolerance. The scores
 /// carry the searches' penalties, so a differing hypothesis cannot be proven a near-tie by
 /// force-decoding: it fails.
@@ -33,13 +45,7 @@ fn diverse_searches_match_fairseq_interactive() {
         ),
         ("diversity_rate0.3_nbest2.txt", vec!["--beam", "5", "--diversity-rate", "0.3", "--nbest", "2"], 80),
     ] {
-        let out = translate(&args);
-        assert!(out.status.success(), "{golden}: {}", String::from_utf8_lossy(&out.stderr));
-        let want = parse_fairseq(&fs::read_to_string(fixture(&format!("decoding/{golden}"))).unwrap());
-        assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{golden}");
-        let c = check(&want, &parse_fairseq(&String::from_utf8(out.stdout).unwrap()), &args);
-        c.assert_ok(golden);
-        eprintln!("{golden}: {} hypotheses, {} of {} lines bit-identical", c.hyps, c.identical_lines, c.total_lines);
+        matches_golden(&format!("decoding/{golden}"), &args, hyps);
     }
 }
 
@@ -215,13 +221,7 @@ fn top_p_sampling_draws_what_fairseq_draws() {
     ] {
         let mut all = vec!["--sampling", "--seed", "1"];
         all.extend(&args);
-        let out = translate(&all);
-        assert!(out.status.success(), "{golden}: {}", String::from_utf8_lossy(&out.stderr));
-        let want = parse_fairseq(&fs::read_to_string(fixture(&format!("sampling/{golden}"))).unwrap());
-        assert_eq!(want.values().map(|e| e.hyps.len()).sum::<usize>(), hyps, "{golden}");
-        let c = check(&want, &parse_fairseq(&String::from_utf8(out.stdout).unwrap()), &all);
-        c.assert_ok(golden);
-        eprintln!("{golden}: {} hypotheses, {} of {} lines bit-identical", c.hyps, c.identical_lines, c.total_lines);
+        matches_golden(&format!("sampling/{golden}"), &all, hyps);
     }
 }
 
