@@ -11,9 +11,8 @@ import shlex
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-import bench
+import processes
 
 SIZES = {
     # name: (make_size_model.py --size, d, ffn, encoder layers, decoder layers, vocabulary, title)
@@ -59,7 +58,7 @@ def measured_peaks(threads, cpu_bf16):
     """GFLOP/s of large matrix products at `threads` threads: fp32 (oneDNN, weights reordered),
     bf16 (oneDNN; None on a CPU without bf16 instructions, where tchseq has no bfloat16) and int8
     (the faster of `torch._int_mm` and fbgemm's dynamic linear), over about two seconds each."""
-    python = str(bench.ROOT / ".venv" / "bin" / "python")
+    python = str(processes.ROOT / ".venv" / "bin" / "python")
     out = subprocess.run([python, "-c", PEAK_SCRIPT % (threads, cpu_bf16)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -80,9 +79,9 @@ def bench_size(name, work, threads, reps, lines, length, cpu_bf16, peaks):
     model_dir = work / f"{name}-model"
     if not (model_dir / "model.pt").exists():
         # fairseq builds it, with reference/'s fixes on its path
-        subprocess.run([sys.executable, bench.ROOT / "reference" / "make_size_model.py", model_dir, "--size", make],
-                       check=True, env=bench.peer_env(["fairseq"], None))
-    env = bench.thread_env(threads)
+        subprocess.run([sys.executable, processes.ROOT / "reference" / "make_size_model.py", model_dir, "--size", make],
+                       check=True, env=processes.peer_env(["fairseq"], None))
+    env = processes.thread_env(threads)
     src = model_dir / f"input.{lines}.src"
     src.write_text("".join((model_dir / "input.src").read_text().splitlines(True)[:lines]))
     src_tokens = sum(len(l.split()) + 1 for l in src.read_text().splitlines())
@@ -90,11 +89,11 @@ def bench_size(name, work, threads, reps, lines, length, cpu_bf16, peaks):
     fixed = ["--min-len", length, "--max-len-b", length]
     fairseq = ["fairseq-interactive", model_dir, "--path", model_dir / "model.pt", "-s", "src", "-t", "tgt", "--cpu",
                "--beam", "5"] + fixed
-    tch = [bench.TCHSEQ, "--device", "cpu"]
+    tch = [processes.TCHSEQ, "--device", "cpu"]
     tch_tr = ["translate", "-m", model_dir, "-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none",
               "--format", "fairseq", "--beam", "5"] + fixed
     batch = ["--buffer-size", "1024", "--batch-size", "32"]
-    ct2_cmd = [sys.executable, bench.ROOT / "bench" / "ct2_translate.py", ct2, "--max-len", length, "--min-len", length]
+    ct2_cmd = [sys.executable, processes.ROOT / "bench" / "ct2_translate.py", ct2, "--max-len", length, "--min-len", length]
     types = ["float32", "int8"] + (["bfloat16"] if cpu_bf16 else [])
     r = {"name": name, "title": title, "sentences": lines, "threads": threads, "length": length,
          "flops": matmul_flops(d, ffn, enc, dec, vocab, src_tokens, lines, length), "peaks": peaks,
@@ -111,8 +110,8 @@ def bench_size(name, work, threads, reps, lines, length, cpu_bf16, peaks):
                         + ["--compute-type", ct] + batch + ["--input", src], reps))
     reference = None
     for label, ct, argv, n in systems:
-        wall, rss, text = bench.timed(argv, env=env, reps=n, stdout=work / "out.txt")
-        h = bench.hyps(text)
+        wall, rss, text = processes.timed(argv, env=env, reps=n, stdout=work / "out.txt")
+        h = processes.hyps(text)
         reference = h if reference is None else reference
         same = sum(reference.get(i) == x for i, x in h.items())
         r["translate"].append({"system": label, "compute_type": ct, "argv": shlex.join(map(str, argv)), "seconds": wall,
@@ -130,8 +129,8 @@ def bench_size(name, work, threads, reps, lines, length, cpu_bf16, peaks):
     lat += [(f"tchseq {ct} --threads {threads}", lambda f, ct=ct: tch + ["--threads", threads] + tch_tr + ["--compute-type", ct, "--batch-size", "1", "--input", f])
             for ct in ["exact"] + types]
     for label, argv in lat:
-        many = [bench.run(argv(first), env=env)[0] for _ in range(reps)]
-        single = [bench.run(argv(one), env=env)[0] for _ in range(reps)]
+        many = [processes.run(argv(first), env=env)[0] for _ in range(reps)]
+        single = [processes.run(argv(one), env=env)[0] for _ in range(reps)]
         ms = (statistics.median(many) - statistics.median(single)) / (n_lat - 1) * 1000
         r["latency"].append({"system": label, "argv": shlex.join(map(str, argv(first))), "ms": ms})
         print(f"[{name}] latency {label}: {ms:.0f} ms", flush=True)
@@ -143,7 +142,7 @@ def bench_size(name, work, threads, reps, lines, length, cpu_bf16, peaks):
         w.writerows((l, l) for l in src.read_text().splitlines())
     argv = tch + ["--threads", threads, "score", "-m", model_dir, "-s", "src", "-t", "tgt", "--tokenized", "--input", pairs,
                   "--output", work / "scores.csv", "--batch-size", "64", "-q"]
-    wall, rss, _ = bench.timed(argv, env=env, reps=reps)
+    wall, rss, _ = processes.timed(argv, env=env, reps=reps)
     r["score"].append({"system": f"tchseq score --threads {threads}", "argv": shlex.join(map(str, argv)),
                        "seconds": wall, "rows_s": lines / wall, "rss_mb": rss})
     print(f"[{name}] score: {lines / wall:.1f} rows/s", flush=True)
@@ -152,7 +151,7 @@ def bench_size(name, work, threads, reps, lines, length, cpu_bf16, peaks):
     loads += [(f"CTranslate2 {ct}", ct2_cmd + [one, "--compute-type", ct, "--intra-threads", threads]) for ct in ("float32", "int8")]
     loads += [(f"tchseq {ct}", tch + ["--threads", threads] + tch_tr + ["--compute-type", ct, "--input", one]) for ct in ["exact"] + types]
     for label, argv in loads:
-        wall, rss, _ = bench.timed(argv, env=env, reps=1 if label.startswith("fairseq") else reps)
+        wall, rss, _ = processes.timed(argv, env=env, reps=1 if label.startswith("fairseq") else reps)
         r["load"].append({"system": label, "argv": shlex.join(map(str, argv)), "seconds": wall, "rss_mb": rss})
         print(f"[{name}] load {label}: {wall:.2f}s {rss:.0f} MB", flush=True)
     return r
@@ -163,7 +162,7 @@ def ct2_model(model_dir):
     if not (out / "model.bin").exists() or (out / "model.bin").stat().st_mtime < (model_dir / "model.pt").stat().st_mtime:
         # fairseq-train's cfg checkpoints need the converter's unsafe loading (tchseq reads them
         # with its own pickle reader, which runs no code)
-        bench.run(["ct2-fairseq-converter", "--model_path", model_dir / "model.pt", "--data_dir", model_dir, "--source_lang",
+        processes.run(["ct2-fairseq-converter", "--model_path", model_dir / "model.pt", "--data_dir", model_dir, "--source_lang",
                    "src", "--target_lang", "tgt", "--output_dir", out, "--force", "--unsafe_deserialization"])
     return out
 
@@ -217,7 +216,7 @@ def markdown_size(r):
     for section in ("translate", "latency", "score", "load"):
         for x in r[section]:
             out.append(f"# {section}: {x['system']}")
-            out.append(x["argv"].replace(str(bench.ROOT) + "/", ""))
+            out.append(x["argv"].replace(str(processes.ROOT) + "/", ""))
     out += ["```", "", "</details>", ""]
     return out
 

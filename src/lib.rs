@@ -4,6 +4,8 @@
 //! Layout (one module per concern, named as fairseq names things):
 //! - [`checkpoint`]: the safe pickle reader, torch zip/legacy containers, fairseq's upgrades;
 //! - [`config`]: the typed `TransformerConfig` resolved from `args`/`cfg`;
+//! - [`kernels`]: the host kernels beneath the model (packed GEMMs, norms, softmax, attention of
+//!   one query, int8 quantization) and the compute types;
 //! - [`model`]: `TransformerModel` piece by piece;
 //! - [`generate`]: beam search, sampling and the sequence scorer;
 //! - [`hub`]: the one place that assembles a model, its dictionaries and text pipelines;
@@ -14,6 +16,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod generate;
 pub mod hub;
+pub mod kernels;
 pub mod libtorch;
 pub mod model;
 pub mod plot;

@@ -9,8 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use tchseq::generate::Hypothesis;
+use tchseq::kernels::ComputeType;
 use tchseq::hub::{
-    Batching, HypothesisText, LanguageTokens, LoadOptions, ModelBundle, ModelSpec, TargetGuide, TextMode, TranslateOptions, Translation, Translator as HubTranslator,
+    Batching, HypothesisText, LanguageTokens, LoadOptions, ModelBundle, ModelSpec, TargetGuide, TextMode, TranslateOptions, TranslateRequest, Translation, Translator as HubTranslator,
 };
 use tchseq::text::pipeline::PipelineError;
 
@@ -217,7 +218,7 @@ fn translate_all(t: &HubTranslator, input: Input, g: &Guidance, options: &Transl
         .collect::<Result<_, _>>()?;
     let (generator, batching) = t.search(options, *batching).map_err(|e| e.to_string())?;
     let translations = t
-        .translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment)
+        .translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: options.alignment, on_token: None })
         .map_err(|e| e.to_string())?;
     to_results(translations, options, |i, h| t.hypothesis_text_in(h, language(i)))
 }
@@ -322,13 +323,14 @@ impl Translator {
             return Err(value_error("threads must be at least 0 (0: libtorch's default) and inter_threads at least 1"));
         }
         let device = parse_device(device)?;
+        let compute_type: ComputeType = compute_type.parse().map_err(value_error)?;
         tchseq::libtorch::mute_nested_tensor_warning();
         let open = source_lang.is_none() && target_lang.is_none();
         let spec = ModelSpec { model: Some(model_dir), source_lang, target_lang, any_pair: open, ..Default::default() };
         let text = if tokenized { TextMode::Tokenized } else { TextMode::Raw };
         let translator = py
             .detach(|| {
-                HubTranslator::with_compute_type(ModelBundle::load(&spec, &LoadOptions::fp32(device))?, device, text, compute_type)
+                HubTranslator::new(ModelBundle::load(&spec, &LoadOptions::computing(device, compute_type))?, device, text)
             })
             .map_err(value_error)?;
         let open = open && translator.languages.is_multilingual() && translator.language_pairs().len() > 1;

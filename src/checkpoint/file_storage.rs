@@ -158,7 +158,7 @@ impl FileStorages {
 
     /// A 1-D tensor of `kind` over `part` of `file`'s mapping, where `part` is a whole storage
     /// that can be used in place (large enough, aligned); `None` where it cannot.
-    pub(super) fn tensor_over(&mut self, file: &Arc<FileBytes>, part: &[u8], kind: Kind) -> Result<Option<Tensor>, String> {
+    pub(super) fn tensor_over(&mut self, file: &Arc<FileBytes>, part: &[u8], kind: Kind) -> Result<Option<Tensor>, StorageError> {
         let map: &[u8] = &file.map;
         let start = (part.as_ptr() as usize).wrapping_sub(map.as_ptr() as usize);
         let size = kind.elt_size_in_bytes();
@@ -202,7 +202,7 @@ impl FileStorages {
 /// Moves `tensor`'s storage into memory of its own if it is over a checkpoint's file (views of
 /// it included), before the caller writes it in place: a write to the private mapping would copy
 /// each page on its own fault, and every such copy flushes the page from the other cores' TLBs.
-pub fn own_storage(tensor: &Tensor) -> Result<(), String> {
+pub fn own_storage(tensor: &Tensor) -> Result<(), StorageError> {
     let mut error: *mut c_char = std::ptr::null_mut();
     // SAFETY: a valid tensor; its storage is not being read or written while it moves.
     if unsafe { ffi::tchseq_storage_own(tensor.as_ptr(), &mut error) } {
@@ -212,15 +212,20 @@ pub fn own_storage(tensor: &Tensor) -> Result<(), String> {
     }
 }
 
+/// What libtorch answered when a storage over the file could not be made or moved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a storage over the checkpoint's file: {0}")]
+pub struct StorageError(pub String);
+
 /// The shim's malloc'ed message, freed.
-fn take_error(error: *mut c_char) -> String {
+fn take_error(error: *mut c_char) -> StorageError {
     if error.is_null() {
-        return "failed without a message".into();
+        return StorageError("failed without a message".into());
     }
     // SAFETY: a NUL-terminated string the shim malloc'ed, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(error) }.to_string_lossy().into_owned();
     unsafe { libc::free(error as *mut c_void) };
-    text
+    StorageError(text)
 }
 
 impl Drop for FileStorages {

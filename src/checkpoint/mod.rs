@@ -37,7 +37,7 @@ pub use container::ContainerFormat;
 use crate::config::{ConfigError, TransformerConfig};
 use container::{ContainerError, RawFile};
 use file_storage::{open, release_pages, FileBytes};
-pub use file_storage::{own_storage, FileStorages};
+pub use file_storage::{own_storage, FileStorages, StorageError};
 use pickle::{Node, NodeId, Pickle, StorageDtype, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -148,7 +148,7 @@ impl<'a> Materializer<'a> {
         let Some(Node::Storage(s)) = p.nodes.get(t.storage) else {
             return Err(err("refers to no storage".into()));
         };
-        check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(err)?;
+        check_view(&t.size, &t.stride, t.storage_offset, s.numel).map_err(|e| err(e.to_string()))?;
         Ok((t.clone(), s))
     }
 
@@ -184,7 +184,7 @@ impl<'a> Materializer<'a> {
             let numel = i64::try_from(s.numel).map_err(|_| err("storage too large".into()))?;
             // in place where the zip stores it as is, else a copy (whose file pages go back)
             let in_place = match &data {
-                Cow::Borrowed(part) if !self.raw.big_endian => self.file_storages.tensor_over(self.file, part, kind).map_err(err)?,
+                Cow::Borrowed(part) if !self.raw.big_endian => self.file_storages.tensor_over(self.file, part, kind).map_err(|e| err(e.to_string()))?,
                 _ => None,
             };
             let st = match in_place {
@@ -275,20 +275,32 @@ impl<'a> Materializer<'a> {
     }
 }
 
+/// Why a tensor's strided view does not fit its storage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ViewError {
+    #[error("size {size:?} and stride {stride:?} differ in rank")]
+    Rank { size: Vec<i64>, stride: Vec<i64> },
+    #[error("negative size/stride/offset (size {size:?}, stride {stride:?}, offset {offset})")]
+    Negative { size: Vec<i64>, stride: Vec<i64>, offset: i64 },
+    #[error("view (size {size:?}, stride {stride:?}, offset {offset}) exceeds its storage of {numel} elements")]
+    OutOfStorage { size: Vec<i64>, stride: Vec<i64>, offset: i64, numel: u64 },
+}
+
 /// A strided view must stay inside its storage of `numel` elements.
-fn check_view(size: &[i64], stride: &[i64], offset: i64, numel: u64) -> Result<(), String> {
+fn check_view(size: &[i64], stride: &[i64], offset: i64, numel: u64) -> Result<(), ViewError> {
+    let (size_v, stride_v) = (size.to_vec(), stride.to_vec());
     if size.len() != stride.len() {
-        return Err(format!("size {size:?} and stride {stride:?} differ in rank"));
+        return Err(ViewError::Rank { size: size_v, stride: stride_v });
     }
     if offset < 0 || size.iter().chain(stride).any(|&d| d < 0) {
-        return Err(format!("negative size/stride/offset (size {size:?}, stride {stride:?}, offset {offset})"));
+        return Err(ViewError::Negative { size: size_v, stride: stride_v, offset });
     }
     if size.contains(&0) {
         return Ok(());
     }
     let last = size.iter().zip(stride).try_fold(i128::from(offset), |acc, (&d, &st)| acc.checked_add(i128::from(d - 1) * i128::from(st)));
     if last.is_none_or(|l| l >= i128::from(numel)) {
-        return Err(format!("view (size {size:?}, stride {stride:?}, offset {offset}) exceeds its storage of {numel} elements"));
+        return Err(ViewError::OutOfStorage { size: size_v, stride: stride_v, offset, numel });
     }
     Ok(())
 }

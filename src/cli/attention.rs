@@ -128,7 +128,7 @@ fn best_translation(translator: &Translator, src: &[i64], a: &AttentionArgs) -> 
     common::refuse_unsupported(&a.search)?;
     let options = common::translate_options(&a.search);
     let (generator, batching) = translator.search(&options, common::batching(None, Some(1), 1)?)?;
-    let done = translator.translate_tokens(&generator, vec![src.to_vec()], &batching, false)?;
+    let done = translator.translate_tokens(&generator, vec![src.to_vec()], &batching, &Default::default())?;
     match done.into_iter().next() {
         Some(Translation::Done { hypos, .. }) if hypos.first().is_some_and(|h| !h.tokens.is_empty()) => Ok(hypos[0].tokens.clone()),
         Some(t @ (Translation::TooLong { .. } | Translation::Failed { .. })) => bail!("{}", t.error().unwrap_or_default()),

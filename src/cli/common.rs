@@ -4,9 +4,10 @@ use anyhow::{bail, Result};
 use tch::{Device, Kind};
 
 use tchseq::text::pipeline::PipelineError;
-use tchseq::hub::{HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, PipelineOverrides, Weights};
+use tchseq::hub::{dtype_name, ComputeTypeError, HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, OptionError, OptionName, PipelineOverrides, Weights};
+use tchseq::kernels::ComputeType;
 
-use super::args::{BpeArg, ComputeTypeArg, DeviceArg, DtypeArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
+use super::args::{BpeArg, DeviceArg, DtypeArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
 use tchseq::generate::GeneratorConfig;
 use tchseq::hub::{Batching, TranslateOptions};
 
@@ -33,22 +34,6 @@ pub fn dtype_kind(dtype: DtypeArg) -> Kind {
         DtypeArg::Fp32 => Kind::Float,
         DtypeArg::Fp16 => Kind::Half,
         DtypeArg::Bf16 => Kind::BFloat16,
-    }
-}
-
-/// The dtype the weights are loaded in on `device`: `--compute-type`'s where it has one
-/// (`float16` loads the model halved, as `--dtype fp16` does), else `--dtype`'s.
-pub fn weight_kind(compute_type: ComputeTypeArg, dtype: DtypeArg, device: Device) -> Result<Kind> {
-    let from_dtype = dtype_kind(dtype);
-    match compute_type.compute_type().weight_kind() {
-        None => Ok(from_dtype),
-        Some(_) if dtype == DtypeArg::Fp32 => Ok(compute_type.compute_type().load_kind(device).unwrap_or(from_dtype)),
-        Some(kind) if kind == from_dtype => Ok(kind),
-        Some(_) => bail!(
-            "--dtype {} and --compute-type {} disagree: --compute-type float16 and bfloat16 halve the model themselves, and the others compute in fp32",
-            format!("{dtype:?}").to_lowercase(),
-            compute_type.name()
-        ),
     }
 }
 
@@ -165,15 +150,11 @@ pub fn pipeline_overrides(p: &PipelineArgs) -> PipelineOverrides {
     }
 }
 
-/// The model of `--model/--path/--data/-s/-t` through the library's one loading path.
-pub fn load_bundle(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights) -> Result<ModelBundle> {
-    load_bundle_naming(m, pipeline, weights, "pass -s SRC -t TGT")
-}
-
-/// [`load_bundle`], a missing language pair given as `pair_hint` says.
-pub fn load_bundle_naming(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights, pair_hint: &str) -> Result<ModelBundle> {
-    let options = LoadOptions { weights, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default() };
-    ModelBundle::load(&model_spec(m), &options).map_err(|e| hub_error_naming(e, pair_hint))
+/// The model of `--model/--path/--data/-s/-t` through the library's one loading path, to run
+/// in `compute_type` (`--compute-type`).
+pub fn load_bundle(m: &ModelArgs, pipeline: Option<&PipelineArgs>, weights: Weights, compute_type: ComputeType) -> Result<ModelBundle> {
+    let options = LoadOptions { weights, pipeline: pipeline.map(pipeline_overrides).unwrap_or_default(), compute_type };
+    ModelBundle::load(&model_spec(m), &options).map_err(hub_error)
 }
 
 /// A text pipeline error with the flag that gives what is missing.
@@ -204,6 +185,12 @@ pub fn hub_error_naming(e: HubError, pair_hint: &str) -> anyhow::Error {
         HubError::LanguagesNeeded(_) => pair_hint,
         HubError::DictionariesNotFound { .. } => "pass --data DIR",
         HubError::NoModel => "use --model DIR|FILE or --path A.pt[:B.pt]",
+        HubError::ComputeType(ComputeTypeError::DtypeDisagrees { dtype, compute_type }) => {
+            return anyhow::anyhow!(
+                "--dtype {} and --compute-type {compute_type} disagree: --compute-type float16 and bfloat16 halve the model themselves, and the others compute in fp32",
+                dtype_name(*dtype)
+            );
+        }
         _ => return e.into(),
     };
     anyhow::anyhow!("{e} ({hint})")
@@ -219,7 +206,7 @@ pub fn load_single(global: &GlobalArgs, m: &ModelArgs, pipeline: Option<&Pipelin
             bail!("one checkpoint is needed here, not an ensemble of {n}");
         }
     }
-    load_bundle(m, pipeline, Weights::Load { device, kind, replay_init: false })
+    load_bundle(m, pipeline, Weights::Load { device, kind, replay_init: false }, ComputeType::Exact)
 }
 
 /// The load report's warnings, one `warning:` line each on stderr.
@@ -249,10 +236,9 @@ pub fn translate_options(s: &SearchArgs) -> TranslateOptions {
     }
 }
 
-/// fairseq's `GenerationConfig` from checked options; the library's complaint, with the flags'
-/// names in place of the option names.
+/// fairseq's `GenerationConfig` from checked options; the library's complaint, naming the flags.
 pub fn generator_config(options: &TranslateOptions) -> Result<GeneratorConfig> {
-    options.check().map_err(|e| anyhow::anyhow!("{}", flag_names(&e)))?;
+    options.check().map_err(option_error)?;
     Ok(options.generator_config())
 }
 
@@ -266,21 +252,10 @@ pub fn refuse_unsupported(s: &SearchArgs) -> Result<()> {
 
 /// `--max-tokens/--batch-size/--inter-threads` as the library's batching, checked there.
 pub fn batching(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Batching> {
-    Batching::new(max_tokens, batch_size, inter_threads).map_err(|e| anyhow::anyhow!("{}", flag_names(&e)))
+    Batching::new(max_tokens, batch_size, inter_threads).map_err(option_error)
 }
 
-/// `sampling_topk` → `--sampling-topk`, for every option that is a flag.
-fn flag_names(message: &str) -> String {
-    const FLAGS: [&str; 21] = [
-        "beam", "nbest", "lenpen", "unkpen", "max_len_a", "max_len_b", "min_len", "sampling", "sampling_topk",
-        "sampling_topp", "temperature", "seed", "compute_type", "max_tokens", "batch_size", "inter_threads",
-        "diverse_beam_groups", "diverse_beam_strength", "diversity_rate", "match_source_len", "constraints",
-    ];
-    let words = regex::Regex::new(r"\b[a-z_]+\b").expect("a valid pattern");
-    words
-        .replace_all(message, |c: &regex::Captures| {
-            let w = &c[0];
-            if FLAGS.contains(&w) { format!("--{}", w.replace('_', "-")) } else { w.to_string() }
-        })
-        .into_owned()
+/// The library's complaint about its options, naming the flags that set them.
+pub fn option_error(e: OptionError) -> anyhow::Error {
+    anyhow::anyhow!("{}", e.describe(OptionName::flag))
 }

@@ -15,7 +15,7 @@ use super::Outcome;
 
 pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
     let m = &a.model;
-    let bundle = common::load_bundle(m, None, Weights::Load { device: Device::Cpu, kind: Kind::Float, replay_init: false })?;
+    let bundle = common::load_bundle(m, None, Weights::Load { device: Device::Cpu, kind: Kind::Float, replay_init: false }, tchseq::kernels::ComputeType::Exact)?;
     let ModelBundle { files, src_dict, tgt_dict, checkpoints, report, .. } = &bundle;
     let mut out = std::io::stdout().lock();
     let mut objects = Vec::new();

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::args::{DtypeArg, GlobalArgs, ModelArgs, ServeArgs};
+use super::args::{GlobalArgs, ModelArgs, ServeArgs};
 use super::common;
 use super::Outcome;
 use crate::serve::{self, BatchPolicy, Limits, Model, ModelToServe, Settings};
+use tchseq::kernels::ComputeType;
 use tchseq::hub::{language_model_checkpoint, LanguageModel, LoadOptions, ModelBundle, ModelSpec, TextMode, Translator, Weights};
 
 pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
@@ -54,12 +55,12 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         }
         let (source_lang, target_lang) = pair.clone().unzip();
         let model_args = ModelArgs { model: Some(dir), path: None, data: None, source_lang, target_lang, task: Default::default() };
-        let weights = Weights::Load { device, kind: common::weight_kind(a.compute_type, DtypeArg::Fp32, device)?, replay_init: false };
+        let weights = Weights::Load { device, kind: tch::Kind::Float, replay_init: false };
         let hint = format!("name the pair as --model {name}={}@SRC-TGT", model_args.model.as_deref().unwrap_or(Path::new("")).display());
         // without @SRC-TGT a multilingual model serves every pair it knows, on one copy of its weights
         let spec = ModelSpec { any_pair: pair.is_none(), ..common::model_spec(&model_args) };
         if pair.is_none() && language_model_checkpoint(&spec).is_some() {
-            if a.compute_type.name() != "exact" {
+            if a.compute_type != ComputeType::Exact {
                 bail!("--model {name}: a language model is served with --compute-type exact only");
             }
             let lm = LanguageModel::load(&spec, &Default::default(), device, tch::Kind::Float, false).map_err(common::hub_error)?;
@@ -70,9 +71,9 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
             models.push(ModelToServe { name, model: Model::Language(Box::new(lm)), pairs: Vec::new() });
             continue;
         }
-        let options = LoadOptions { weights, pipeline: Default::default() };
+        let options = LoadOptions { weights, pipeline: Default::default(), compute_type: a.compute_type };
         let bundle = ModelBundle::load(&spec, &options).map_err(|e| common::hub_error_naming(e, &hint))?;
-        let translator = Translator::with_compute_type(bundle, device, TextMode::Raw, a.compute_type.name()).map_err(common::hub_error)?;
+        let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
         common::print_warnings(&translator.report);
         max_positions = max_positions.min(translator.max_source_positions);
         let more = match pair {

@@ -17,7 +17,7 @@ use super::interrupt::Piece;
 use super::Outcome;
 use std::io::IsTerminal;
 use tchseq::generate::SequenceGenerator;
-use tchseq::hub::{Batching, TargetGuide, TextMode, Translator, Weights};
+use tchseq::hub::{Batching, TargetGuide, TextMode, TranslateRequest, Translator, Weights};
 
 struct Session {
     translator: Translator,
@@ -43,7 +43,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         }
     }
     let device = common::resolve_device(global.device)?;
-    let kind = common::weight_kind(a.compute_type, a.dtype, device)?;
+    let kind = common::dtype_kind(a.dtype);
     // fairseq-interactive: utils.set_torch_seed(cfg.common.seed) before the models are built
     let seed = i64::try_from(a.seed).context("--seed is too large")?;
     tch::manual_seed(seed);
@@ -52,8 +52,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     }
 
     let weights = Weights::Load { device, kind, replay_init: a.sampling };
-    let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
-    let translator = Translator::with_compute_type(bundle, device, TextMode::Raw, a.compute_type.name()).map_err(common::hub_error)?;
+    let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights, a.compute_type)?;
+    let translator = Translator::new(bundle, device, TextMode::Raw).map_err(common::hub_error)?;
     common::print_warnings(&translator.report);
     let max_source_positions = translator.max_source_positions;
 
@@ -115,7 +115,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         let tokens: Vec<Vec<i64>> = buffer.iter().filter_map(|l| l.as_ref().ok()).map(|s| ctx.translator.encode(&s.src)).collect();
         // (an empty buffer must not reach translate_buffer: it draws from the generator)
         let t = &ctx.translator;
-        let translated = t.translate_tokens_guided(&ctx.generator, tokens, &guides, &ctx.batching, ctx.print_alignment)?;
+        let request = TranslateRequest { guides: &guides, alignment: ctx.print_alignment, on_token: None };
+        let translated = t.translate_tokens(&ctx.generator, tokens, &ctx.batching, &request)?;
         let n = write_buffer(&ctx.output(), &mut out, &mut failures, &too_long, next_id, buffer, translated)?;
         next_id += n;
         bar.inc(n as u64);
@@ -177,7 +178,7 @@ fn validate(a: &TranslateArgs) -> Result<()> {
     // the search options are checked by the library (once, for every door)
     common::refuse_unsupported(&a.search)?;
     common::generator_config(&options(a))?;
-    common::batching(a.max_tokens, a.batch_size, 1)?;
+    common::batching(a.batching.max_tokens, a.batching.batch_size, 1)?;
     if !a.sentences.is_empty() && a.input.is_some() {
         bail!("give sentences as arguments or --input, not both");
     }

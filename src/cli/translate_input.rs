@@ -22,7 +22,7 @@ pub fn options(a: &TranslateArgs) -> TranslateOptions {
         temperature: a.temperature,
         seed: a.seed,
         alignment: a.print_alignment,
-        compute_type: Some(a.compute_type.name().to_string()),
+        compute_type: Some(a.compute_type),
         constraints: a.constraints.map(|c| match c {
             ConstraintsArg::Ordered => "ordered".to_string(),
             ConstraintsArg::Unordered => "unordered".to_string(),
@@ -98,9 +98,9 @@ pub fn reads_a_terminal(a: &TranslateArgs) -> bool {
 /// `(max_tokens, batch_size, buffer_size)`: fairseq's flags as given; with none of them,
 /// fairseq-interactive's one line at a time at a terminal, else the file default above.
 pub fn batching_flags(a: &TranslateArgs, terminal: bool) -> (Option<usize>, Option<usize>, usize) {
-    let given = a.max_tokens.is_some() || a.batch_size.is_some() || a.buffer_size != 0;
+    let given = a.batching.max_tokens.is_some() || a.batching.batch_size.is_some() || a.buffer_size != 0;
     if given || terminal {
-        (a.max_tokens, a.batch_size, a.buffer_size)
+        (a.batching.max_tokens, a.batching.batch_size, a.buffer_size)
     } else {
         (Some(FILE_MAX_TOKENS), None, FILE_BUFFER_SIZE)
     }

@@ -6,7 +6,7 @@
 use anyhow::{bail, Context, Result};
 use tch::Device;
 
-use super::args::{ComputeTypeArg, DtypeArg, GlobalArgs, InputFormat, TranslateArgs};
+use super::args::{DtypeArg, GlobalArgs, InputFormat, TranslateArgs};
 use super::common;
 use super::lines::Failures;
 use super::partial::OutputSink;
@@ -15,6 +15,7 @@ use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output
 use super::Outcome;
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel};
+use tchseq::kernels::ComputeType;
 use tchseq::text::pipeline::PipelineError;
 
 impl Strings for LanguageModel {
@@ -42,7 +43,7 @@ fn refuse(a: &TranslateArgs) -> Result<()> {
         (a.print_alignment, "--print-alignment (a language model has no source to align to)"),
         (a.shard.num_shards.is_some(), "--num-shards"),
         (a.input_format != InputFormat::Text, "--input-format jsonl"),
-        (a.compute_type != ComputeTypeArg::Exact, "--compute-type other than exact"),
+        (a.compute_type != ComputeType::Exact, "--compute-type other than exact"),
         (a.dtype != DtypeArg::Fp32, "--dtype other than fp32"),
     ];
     match refused.iter().find(|(on, _)| *on) {

@@ -121,7 +121,7 @@ pub fn batch_by_size(
         if pos < n && !over_budget(num_tokens[pos]) {
             continue;
         }
-        batches.extend(batch_by_size_vec(&indices[run_start..pos], &num_tokens[run_start..pos], max_tokens, max_sentences, bsz_mult));
+        batches.extend(batch_by_size_vec(&indices[run_start..pos], &num_tokens[run_start..pos], Limits { max_tokens, max_sentences, bsz_mult }));
         if pos < n {
             batches.push(vec![indices[pos]]);
         }
@@ -132,14 +132,17 @@ pub fn batch_by_size(
     batches
 }
 
-/// fairseq's `batch_by_size_vec` itself, for `num_tokens` that are all within `max_tokens`.
-fn batch_by_size_vec(
-    indices: &[usize],
-    num_tokens: &[usize],
+/// `batch_by_size_vec`'s limits, as `batch_by_size` passes them on.
+#[derive(Clone, Copy)]
+struct Limits {
     max_tokens: Option<usize>,
     max_sentences: Option<usize>,
     bsz_mult: usize,
-) -> Vec<Vec<usize>> {
+}
+
+/// fairseq's `batch_by_size_vec` itself, for `num_tokens` that are all within `max_tokens`.
+fn batch_by_size_vec(indices: &[usize], num_tokens: &[usize], limits: Limits) -> Vec<Vec<usize>> {
+    let Limits { max_tokens, max_sentences, bsz_mult } = limits;
     let n = indices.len();
     if n == 0 {
         return Vec::new();

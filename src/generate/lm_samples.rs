@@ -65,13 +65,24 @@ pub struct LmSamples {
     context: Vec<i64>,
 }
 
+/// fairseq-eval-lm's blocks would be empty: the context window takes the whole sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("tokens_per_sample ({tokens_per_sample}) must be larger than context_window ({context_window})")]
+pub struct BlockError {
+    /// `--tokens-per-sample`.
+    pub tokens_per_sample: usize,
+    /// `--context-window`.
+    pub context_window: usize,
+}
+
 impl LmSamples {
     /// `tokens_per_sample` as given; with a context window fairseq-eval-lm cuts blocks of
     /// `tokens_per_sample - context_window` tokens.
-    pub fn new(mode: BreakMode, tokens_per_sample: usize, context_window: usize, add_bos: bool, specials: LmSpecials) -> Result<Self, String> {
-        let block = tokens_per_sample.checked_sub(context_window).filter(|&b| b > 0).ok_or_else(|| {
-            format!("tokens_per_sample ({tokens_per_sample}) must be larger than context_window ({context_window})")
-        })?;
+    pub fn new(mode: BreakMode, tokens_per_sample: usize, context_window: usize, add_bos: bool, specials: LmSpecials) -> Result<Self, BlockError> {
+        let block = tokens_per_sample
+            .checked_sub(context_window)
+            .filter(|&b| b > 0)
+            .ok_or(BlockError { tokens_per_sample, context_window })?;
         Ok(LmSamples {
             mode,
             block,

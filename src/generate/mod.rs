@@ -27,7 +27,7 @@ pub use constraints::ConstraintOrder;
 pub use ensemble::EnsembleModel;
 pub use ngram::NgramMode;
 pub use search::SearchStrategy;
-pub use sequence_generator::{GeneratorConfig, SequenceGenerator};
+pub use sequence_generator::{GenerateRequest, GeneratorConfig, SequenceGenerator};
 
 use tch::Tensor;
 

@@ -81,6 +81,25 @@ fn bad(msg: impl Into<String>) -> GenerateError {
     GenerateError::Invariant(msg.into())
 }
 
+/// What one call of [`SequenceGenerator::generate_with`] asks besides the batch, as fairseq's
+/// `_generate` takes it; every field is optional (CTranslate2's `TranslationOptions` plays
+/// this part there).
+#[derive(Default)]
+pub struct GenerateRequest<'a> {
+    /// fairseq's `prefix_tokens`: `[bsz, P]`, right-padded with pad; each row's hypotheses
+    /// begin with its prefix (which may not hold EOS).
+    pub prefix_tokens: Option<&'a Tensor>,
+    /// fairseq's `constraints`: per row, the token sequences its hypotheses must contain (the
+    /// search must be `LexicallyConstrained`; without them, every row has none).
+    pub constraints: Option<&'a [Vec<Vec<i64>>]>,
+    /// fairseq's `bos_token`, which starts every hypothesis (default EOS).
+    pub bos_token: Option<i64>,
+    /// Told `(row, token)` for each token a row's hypothesis grows by, as it is decoded, when
+    /// the beam is 1 (greedy or sampling: the one hypothesis never changes its past;
+    /// CTranslate2's `generate_tokens`). The final EOS is not told.
+    pub on_token: Option<&'a mut dyn FnMut(usize, i64)>,
+}
+
 impl SequenceGenerator {
     pub fn new(cfg: GeneratorConfig, vocab_size: usize, specials: Specials) -> Result<Self, GenerateError> {
         if cfg.beam_size == 0 {
@@ -118,48 +137,18 @@ impl SequenceGenerator {
         model: &mut M,
         src_tokens: &Tensor,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
-        self.generate_with_prefix(model, src_tokens, None)
+        self.generate_with(model, src_tokens, GenerateRequest::default())
     }
 
-    /// [`Self::generate`] with fairseq's `prefix_tokens`: `[bsz, P]`, right-padded with pad; each
-    /// row's hypotheses begin with its prefix (which may not hold EOS).
-    pub fn generate_with_prefix<M: StepModel>(
+    /// [`Self::generate`] with what fairseq's `_generate` takes besides the sample
+    /// ([`GenerateRequest`]).
+    pub fn generate_with<M: StepModel>(
         &self,
         model: &mut M,
         src_tokens: &Tensor,
-        prefix_tokens: Option<&Tensor>,
+        request: GenerateRequest<'_>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
-        self.generate_guided(model, src_tokens, prefix_tokens, None, None)
-    }
-
-    /// [`Self::generate_with_prefix`] with fairseq's `constraints`: per row, the token sequences
-    /// its hypotheses must contain (the search must be `LexicallyConstrained`; without
-    /// constraints, every row has none). `bos_token` starts every hypothesis (fairseq's
-    /// `bos_token`; default EOS).
-    pub fn generate_guided<M: StepModel>(
-        &self,
-        model: &mut M,
-        src_tokens: &Tensor,
-        prefix_tokens: Option<&Tensor>,
-        constraints: Option<&[Vec<Vec<i64>>]>,
-        bos_token: Option<i64>,
-    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
-        self.generate_observed(model, src_tokens, prefix_tokens, constraints, bos_token, None)
-    }
-
-    /// [`Self::generate_guided`] that tells `on_token(row, token)` each token a row's
-    /// hypothesis grows by, as it is decoded, when the beam is 1 (greedy or sampling: the one
-    /// hypothesis never changes its past; CTranslate2's `generate_tokens`). The final EOS is
-    /// not told.
-    pub fn generate_observed<M: StepModel>(
-        &self,
-        model: &mut M,
-        src_tokens: &Tensor,
-        prefix_tokens: Option<&Tensor>,
-        constraints: Option<&[Vec<Vec<i64>>]>,
-        bos_token: Option<i64>,
-        mut on_token: Option<&mut dyn FnMut(usize, i64)>,
-    ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
+        let GenerateRequest { prefix_tokens, constraints, bos_token, mut on_token } = request;
         let _guard = tch::no_grad_guard();
         let _inference = crate::libtorch::InferenceMode::enter();
         if model.bookkeeping() != Bookkeeping::Tensors

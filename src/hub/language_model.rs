@@ -17,7 +17,7 @@ use crate::generate::lm_step::LanguageModelStep;
 use crate::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
 use crate::generate::workers::catch_panic;
 use crate::generate::sequence_generator::Specials;
-use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
+use crate::generate::{GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::text::pipeline::PipelineError;
 use crate::model::{get_normalized_probs, TransformerLanguageModel, PADDING_IDX};
 use crate::text::dictionary::Dictionary;
@@ -134,7 +134,7 @@ impl LanguageModel {
         if replay_init {
             replay_model_init(&ckpt.state_dict, false, ckpt.config.share_decoder_input_output_embed).map_err(HubError::Replay)?;
         }
-        let (model, report) = TransformerLanguageModel::from_state_dict(&ckpt.config, &ckpt.state_dict, device, kind)
+        let (model, report) = TransformerLanguageModel::from_checkpoint(&ckpt, device, kind)
             .map_err(|source| HubError::Model { path: checkpoint.clone(), source })?;
         let mut options = PipelineOptions::from_config(&ckpt.config);
         for d in &dirs {
@@ -272,7 +272,11 @@ impl LanguageModel {
             }
         };
         let observer = on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64));
-        generator.generate_observed(&mut step, &src_tokens, Some(&prefix), None, Some(start), observer)
+        generator.generate_with(
+            &mut step,
+            &src_tokens,
+            GenerateRequest { prefix_tokens: Some(&prefix), bos_token: Some(start), on_token: observer, ..Default::default() },
+        )
     }
 
     /// The prompt as fairseq prints it on its `S-` line (without the start symbol).
@@ -299,20 +303,17 @@ impl LanguageModel {
     /// fairseq-eval-lm) scores a file of those lines with `--batch-size batch_size`: the
     /// model's own `add_bos_token` and `tokens_per_sample`. A text longer than the model's
     /// positions is its own error.
-    pub fn score_texts(&self, texts: &[&str], batch_size: usize) -> Result<Vec<Result<LmScored, String>>, GenerateError> {
+    pub fn score_texts(&self, texts: &[&str], batch_size: usize) -> Result<Vec<Result<LmScored, TooLongText>>, GenerateError> {
         if batch_size == 0 {
             return Err(GenerateError::InvalidOption("batch_size must be at least 1".into()));
         }
         let add_bos = self.config.add_bos_token;
         let tokens_per_sample = self.config.tokens_per_sample.and_then(|t| usize::try_from(t).ok()).unwrap_or(1024);
         let mut samples =
-            LmSamples::new(BreakMode::Eos, tokens_per_sample, 0, add_bos, self.specials()).map_err(GenerateError::InvalidOption)?;
+            LmSamples::new(BreakMode::Eos, tokens_per_sample, 0, add_bos, self.specials()).map_err(|e| GenerateError::InvalidOption(e.to_string()))?;
         let rows: Vec<LmRow> = texts.iter().flat_map(|t| samples.push(&self.encode(t))).collect();
         let max = self.max_positions();
-        let mut out: Vec<Result<LmScored, String>> = rows
-            .iter()
-            .map(|r| Err(format!("{} tokens, longer than the model's {max} positions", r.size)))
-            .collect();
+        let mut out: Vec<Result<LmScored, TooLongText>> = rows.iter().map(|r| Err(TooLongText { tokens: r.size, max })).collect();
         let fit: Vec<&LmRow> = rows.iter().filter(|r| r.size <= max).collect();
         for chunk in fit.chunks(batch_size) {
             for scored in self.score(chunk, add_bos)? {
@@ -362,4 +363,14 @@ impl LanguageModel {
         }
         Ok(out)
     }
+}
+
+/// A text longer than the language model's positions; it costs only itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{tokens} tokens, longer than the model's {max} positions")]
+pub struct TooLongText {
+    /// Its tokens, EOS (and BOS) included.
+    pub tokens: usize,
+    /// The model's positions.
+    pub max: usize,
 }

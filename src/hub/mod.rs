@@ -4,6 +4,7 @@
 //! Every door (CLI commands, and later the server and the Python API) loads through
 //! [`ModelBundle::load`].
 
+mod compute_type;
 pub mod fault;
 mod guide;
 mod language_model;
@@ -23,18 +24,20 @@ use crate::checkpoint::{load_checkpoint, read_summary, Checkpoint, CheckpointErr
 use crate::config::{TaskOverrides, TransformerConfig};
 use crate::generate::rng_replay::replay_model_init;
 use crate::generate::GenerateError;
+use crate::kernels::ComputeType;
 use crate::model::{ModelError, TransformerModel};
 use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
+pub use compute_type::{dtype_name, load_kind, resolve_compute_type, ComputeTypeError};
 pub use guide::{GuideError, TargetGuide};
-pub use language_model::{language_model_checkpoint, LanguageModel, LmScored};
+pub use language_model::{language_model_checkpoint, LanguageModel, LmScored, TooLongText};
 pub use languages::{LanguageTokens, Languages};
 pub use model_dir::ModelFiles;
-pub use options::TranslateOptions;
+pub use options::{OptionError, OptionName, TranslateOptions};
 pub use pipeline::{build as build_pipeline, PipelineOverrides};
-pub use scorer::{Encoded, Scored, Scorer};
-pub use translator::{AttentionMatrix, Batching, HypothesisText, TextMode, Translation, Translator};
+pub use scorer::{Encoded, PairError, Scored, Scorer};
+pub use translator::{AttentionMatrix, Batching, HypothesisText, TextMode, TranslateRequest, Translation, Translator};
 
 /// fairseq's task default `--max-source-positions` (a model's own limit may be lower).
 pub const TASK_MAX_SOURCE_POSITIONS: usize = 1024;
@@ -65,9 +68,9 @@ pub enum HubError {
         /// The directories searched.
         searched: String,
     },
-    /// The loaded model cannot switch to the compute type asked for; the message says why.
-    #[error("{0}")]
-    ComputeType(String),
+    /// The compute type asked for cannot run as asked.
+    #[error(transparent)]
+    ComputeType(#[from] ComputeTypeError),
     /// A dictionary file could not be read.
     #[error("{}: {source}", path.display())]
     Dictionary {
@@ -161,12 +164,20 @@ pub struct LoadOptions {
     pub weights: Weights,
     /// The caller's tokenizer/BPE settings, over the checkpoint's and the model directory's.
     pub pipeline: PipelineOverrides,
+    /// How the model computes once built ([`Translator::new`] switches it); it decides the
+    /// weights' dtype where it has one ([`load_kind`]).
+    pub compute_type: ComputeType,
 }
 
 impl LoadOptions {
     /// fp32 weights on `device`, no initialisation replay, the model's own text pipeline.
     pub fn fp32(device: Device) -> Self {
-        Self { weights: Weights::Load { device, kind: Kind::Float, replay_init: false }, pipeline: PipelineOverrides::default() }
+        Self { weights: Weights::Load { device, kind: Kind::Float, replay_init: false }, pipeline: PipelineOverrides::default(), compute_type: ComputeType::Exact }
+    }
+
+    /// [`LoadOptions::fp32`], to run in `compute_type`.
+    pub fn computing(device: Device, compute_type: ComputeType) -> Self {
+        Self { compute_type, ..Self::fp32(device) }
     }
 }
 
@@ -258,7 +269,7 @@ pub struct ModelBundle {
     pub models: Vec<TransformerModel>,
     /// The loaded checkpoints, in `files.checkpoints` order (kept for `inspect` and `verify`).
     /// While they are here, the models' weights may still read the checkpoint files where they
-    /// are mapped; [`Translator::with_compute_type`] (and dropping them) ends that.
+    /// are mapped; [`Translator::new`] (and dropping them) ends that.
     pub checkpoints: Vec<Checkpoint>,
     /// The source dictionary, language tokens appended.
     pub src_dict: Dictionary,
@@ -270,6 +281,8 @@ pub struct ModelBundle {
     pub pipeline_options: PipelineOptions,
     /// What loading found and did; building pipelines adds their warnings.
     pub report: LoadReport,
+    /// The compute type resolved for the device, which [`Translator::new`] switches the models to.
+    pub compute_type: ComputeType,
 }
 
 fn load_dictionary(path: &Path) -> Result<Dictionary, HubError> {
@@ -306,6 +319,10 @@ impl ModelBundle {
     /// every checkpoint's embeddings and builds the models.
     pub fn load(spec: &ModelSpec, options: &LoadOptions) -> Result<Self, HubError> {
         let load_weights = matches!(options.weights, Weights::Load { .. });
+        let compute_type = match options.weights {
+            Weights::Load { device, .. } => resolve_compute_type(options.compute_type, device)?,
+            Weights::ConfigOnly => options.compute_type,
+        };
         let mut first: Option<Checkpoint> = None;
         let mut first_summary = None;
         let files = ModelFiles::resolve(spec, |path| {
@@ -356,6 +373,7 @@ impl ModelBundle {
                 summary.config
             }
             Weights::Load { device, kind, replay_init } => {
+                let kind = load_kind(compute_type, kind, device)?;
                 for (i, path) in files.checkpoints.iter().enumerate() {
                     let ckpt = match (i, first.take()) {
                         (0, Some(ckpt)) => ckpt,
@@ -404,7 +422,7 @@ impl ModelBundle {
             languages: language_report,
             warnings,
         };
-        Ok(Self { files, config, models, checkpoints, src_dict, tgt_dict, languages, pipeline_options, report })
+        Ok(Self { files, config, models, checkpoints, src_dict, tgt_dict, languages, pipeline_options, report, compute_type })
     }
 
     /// fairseq-interactive's limit on source length: the smallest of the models' and the task's.

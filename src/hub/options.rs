@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use crate::generate::{ConstraintOrder, GeneratorConfig, NgramMode, SearchStrategy};
-use crate::model::ComputeType;
+use crate::kernels::ComputeType;
 
 /// One request's generation settings, named as fairseq's flags (`--beam` → `beam`); missing
 /// fields take fairseq's defaults.
@@ -60,9 +60,10 @@ pub struct TranslateOptions {
     pub alignment: bool,
     /// The soft alignment matrix in the reply.
     pub attention: bool,
-    /// CTranslate2's `compute_type`: `exact` (fairseq's fp32 arithmetic), `float32` or `int8`. When given,
-    /// it must be the one the model was loaded with; by default it is.
-    pub compute_type: Option<String>,
+    /// CTranslate2's `compute_type`: `exact` (fairseq's fp32 arithmetic), `float32`, `int8`,
+    /// `float16` or `bfloat16`. When given, it must be the one the model was loaded with; by
+    /// default it is.
+    pub compute_type: Option<ComputeType>,
 }
 
 impl Default for TranslateOptions {
@@ -98,65 +99,60 @@ impl Default for TranslateOptions {
 }
 
 impl TranslateOptions {
-    /// Why these options cannot be used, in their own field names.
-    pub fn check(&self) -> Result<(), String> {
+    /// Why these options cannot be used.
+    pub fn check(&self) -> Result<(), OptionError> {
+        use OptionName::*;
         let beam = self.beam;
         if beam == 0 {
-            return Err("beam must be at least 1".into());
+            return Err(OptionError::AtLeastOne(Beam));
         }
         if self.nbest == 0 || self.nbest > beam {
-            return Err(format!("nbest must be between 1 and beam ({beam})"));
+            return Err(OptionError::NbestOverBeam { beam });
         }
         if self.sampling && self.nbest != beam {
-            return Err("sampling requires nbest to be equal to beam".into());
+            return Err(OptionError::SamplingNbest);
         }
         if !self.sampling && (self.sampling_topk > 0 || self.sampling_topp > 0.0) {
-            return Err("sampling_topk/sampling_topp require sampling".into());
+            return Err(OptionError::NeedsSampling);
         }
         let searches = [self.sampling, self.diverse_beam_groups > 0, self.match_source_len, self.diversity_rate > 0.0];
         if searches.iter().filter(|&&on| on).count() > 1 {
-            return Err("sampling, diverse_beam_groups, match_source_len and diversity_rate are mutually exclusive".into());
+            return Err(OptionError::ExclusiveSearches);
         }
         if let Some(name) = &self.constraints {
-            ConstraintOrder::from_name(name)
-                .ok_or_else(|| format!("constraints must be \"ordered\" or \"unordered\", not {name:?}"))?;
+            ConstraintOrder::from_name(name).ok_or_else(|| OptionError::ConstraintOrder(name.clone()))?;
             if self.sampling || self.diverse_beam_groups > 0 || self.match_source_len || self.diversity_rate > -1.0 {
-                return Err("constraints cannot be combined with sampling, diverse_beam_groups, match_source_len or diversity_rate (their searches do not support them)".into());
+                return Err(OptionError::ConstraintsWithSearch);
             }
         }
         if self.diverse_beam_groups > 0 && beam as i64 % self.diverse_beam_groups != 0 {
-            return Err(format!("beam ({beam}) must be divisible by diverse_beam_groups ({})", self.diverse_beam_groups));
+            return Err(OptionError::BeamNotDivisible { beam, groups: self.diverse_beam_groups });
         }
         if !self.diverse_beam_strength.is_finite() || !self.diversity_rate.is_finite() {
-            return Err("diverse_beam_strength and diversity_rate must be finite numbers".into());
+            return Err(OptionError::NotFinite(&[DiverseBeamStrength, DiversityRate]));
         }
         if !self.temperature.is_finite() || self.temperature <= 0.0 {
-            return Err("temperature must be a finite number greater than 0".into());
+            return Err(OptionError::Temperature);
         }
         if self.sampling_topp > 1.0 {
-            return Err("sampling_topp must be at most 1".into());
+            return Err(OptionError::ToppOverOne);
         }
         if !self.lenpen.is_finite() || !self.unkpen.is_finite() || !self.max_len_a.is_finite() {
-            return Err("lenpen, unkpen and max_len_a must be finite numbers".into());
+            return Err(OptionError::NotFinite(&[Lenpen, Unkpen, MaxLenA]));
         }
         if i64::try_from(self.max_len_b).is_err() || i64::try_from(self.min_len).is_err() {
-            return Err("max_len_b and min_len are too large".into());
+            return Err(OptionError::TooLarge(&[MaxLenB, MinLen]));
         }
         if i64::try_from(self.seed).is_err() {
-            return Err("seed is too large".into());
-        }
-        if let Some(name) = &self.compute_type {
-            ComputeType::from_name(name).map_err(|e| e.to_string().replace("compute type", "compute_type"))?;
+            return Err(OptionError::TooLarge(&[Seed]));
         }
         Ok(())
     }
 
     /// Whether a model that runs in `runs` serves these options' `compute_type`.
-    pub fn check_compute_type(&self, runs: ComputeType) -> Result<(), String> {
-        match self.compute_type.as_deref() {
-            Some(name) if ComputeType::from_name(name).ok() != Some(runs) => {
-                Err(format!("compute_type {name:?}: this model runs in {:?}", runs.name()))
-            }
+    pub fn check_compute_type(&self, runs: ComputeType) -> Result<(), OptionError> {
+        match self.compute_type {
+            Some(asked) if asked != runs => Err(OptionError::ComputeTypeNotLoaded { asked, runs }),
             _ => Ok(()),
         }
     }
@@ -203,16 +199,231 @@ impl TranslateOptions {
     }
 }
 
+/// A generation or batching option, by fairseq's name for it: `sampling_topk` is the server's and
+/// Python's key, `--sampling-topk` the CLI's flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionName {
+    /// `beam` (fairseq's `--beam`)
+    Beam,
+    /// `nbest` (fairseq's `--nbest`)
+    Nbest,
+    /// `lenpen` (fairseq's `--lenpen`)
+    Lenpen,
+    /// `unkpen` (fairseq's `--unkpen`)
+    Unkpen,
+    /// `max_len_a` (fairseq's `--max-len-a`)
+    MaxLenA,
+    /// `max_len_b` (fairseq's `--max-len-b`)
+    MaxLenB,
+    /// `min_len` (fairseq's `--min-len`)
+    MinLen,
+    /// `sampling` (fairseq's `--sampling`)
+    Sampling,
+    /// `sampling_topk` (fairseq's `--sampling-topk`)
+    SamplingTopk,
+    /// `sampling_topp` (fairseq's `--sampling-topp`)
+    SamplingTopp,
+    /// `temperature` (fairseq's `--temperature`)
+    Temperature,
+    /// `seed` (fairseq's `--seed`)
+    Seed,
+    /// `diverse_beam_groups` (fairseq's `--diverse-beam-groups`)
+    DiverseBeamGroups,
+    /// `diverse_beam_strength` (fairseq's `--diverse-beam-strength`)
+    DiverseBeamStrength,
+    /// `diversity_rate` (fairseq's `--diversity-rate`)
+    DiversityRate,
+    /// `match_source_len` (fairseq's `--match-source-len`)
+    MatchSourceLen,
+    /// `constraints` (fairseq's `--constraints`)
+    Constraints,
+    /// `compute_type` (fairseq's `--compute-type`)
+    ComputeType,
+    /// `max_tokens` (fairseq's `--max-tokens`)
+    MaxTokens,
+    /// `batch_size` (fairseq's `--batch-size`)
+    BatchSize,
+    /// `inter_threads` (fairseq's `--inter-threads`)
+    InterThreads,
+}
+
+impl OptionName {
+    /// The name as a request's field and a Python keyword spell it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Beam => "beam",
+            Self::Nbest => "nbest",
+            Self::Lenpen => "lenpen",
+            Self::Unkpen => "unkpen",
+            Self::MaxLenA => "max_len_a",
+            Self::MaxLenB => "max_len_b",
+            Self::MinLen => "min_len",
+            Self::Sampling => "sampling",
+            Self::SamplingTopk => "sampling_topk",
+            Self::SamplingTopp => "sampling_topp",
+            Self::Temperature => "temperature",
+            Self::Seed => "seed",
+            Self::DiverseBeamGroups => "diverse_beam_groups",
+            Self::DiverseBeamStrength => "diverse_beam_strength",
+            Self::DiversityRate => "diversity_rate",
+            Self::MatchSourceLen => "match_source_len",
+            Self::Constraints => "constraints",
+            Self::ComputeType => "compute_type",
+            Self::MaxTokens => "max_tokens",
+            Self::BatchSize => "batch_size",
+            Self::InterThreads => "inter_threads",
+        }
+    }
+
+    /// The name as fairseq's command line spells it (`--sampling-topk`).
+    pub fn flag(self) -> String {
+        format!("--{}", self.key().replace('_', "-"))
+    }
+}
+
+/// Why generation or batching options cannot be used. [`OptionError::describe`] words it with
+/// the caller's names for the options; `Display` uses [`OptionName::key`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionError {
+    /// The option must be at least 1.
+    AtLeastOne(OptionName),
+    /// `nbest` is 0 or over `beam`.
+    NbestOverBeam {
+        /// The beam size.
+        beam: usize,
+    },
+    /// `sampling` with `nbest` other than `beam`.
+    SamplingNbest,
+    /// `sampling_topk`/`sampling_topp` without `sampling`.
+    NeedsSampling,
+    /// More than one of the searches that exclude each other.
+    ExclusiveSearches,
+    /// `constraints` neither `ordered` nor `unordered`.
+    ConstraintOrder(String),
+    /// `constraints` with a search that does not support them.
+    ConstraintsWithSearch,
+    /// `beam` not divisible by `diverse_beam_groups`.
+    BeamNotDivisible {
+        /// The beam size.
+        beam: usize,
+        /// The groups asked for.
+        groups: i64,
+    },
+    /// The options must be finite numbers.
+    NotFinite(&'static [OptionName]),
+    /// `temperature` not a finite number over 0.
+    Temperature,
+    /// `sampling_topp` over 1.
+    ToppOverOne,
+    /// The options are too large for libtorch's integers.
+    TooLarge(&'static [OptionName]),
+    /// `compute_type` other than the one the model was loaded in.
+    ComputeTypeNotLoaded {
+        /// The compute type asked for.
+        asked: ComputeType,
+        /// The one the model runs in.
+        runs: ComputeType,
+    },
+}
+
+impl OptionError {
+    /// The message, with each option called `name(option)`.
+    pub fn describe(&self, name: impl Fn(OptionName) -> String) -> String {
+        use OptionName::*;
+        let list = |names: &[OptionName], last: &str| {
+            let named: Vec<String> = names.iter().map(|&n| name(n)).collect();
+            match named.split_last() {
+                Some((tail, [])) => tail.clone(),
+                Some((tail, head)) => format!("{} {last} {tail}", head.join(", ")),
+                None => String::new(),
+            }
+        };
+        match self {
+            Self::AtLeastOne(n) => format!("{} must be at least 1", name(*n)),
+            Self::NbestOverBeam { beam } => format!("{} must be between 1 and {} ({beam})", name(Nbest), name(Beam)),
+            Self::SamplingNbest => format!("{} requires {} to be equal to {}", name(Sampling), name(Nbest), name(Beam)),
+            Self::NeedsSampling => format!("{}/{} require {}", name(SamplingTopk), name(SamplingTopp), name(Sampling)),
+            Self::ExclusiveSearches => {
+                format!("{} are mutually exclusive", list(&[Sampling, DiverseBeamGroups, MatchSourceLen, DiversityRate], "and"))
+            }
+            Self::ConstraintOrder(value) => format!("{} must be \"ordered\" or \"unordered\", not {value:?}", name(Constraints)),
+            Self::ConstraintsWithSearch => format!(
+                "{} cannot be combined with {} (their searches do not support them)",
+                name(Constraints),
+                list(&[Sampling, DiverseBeamGroups, MatchSourceLen, DiversityRate], "or")
+            ),
+            Self::BeamNotDivisible { beam, groups } => {
+                format!("{} ({beam}) must be divisible by {} ({groups})", name(Beam), name(DiverseBeamGroups))
+            }
+            Self::NotFinite(names) => {
+                format!("{} must be finite numbers", list(names, "and"))
+            }
+            Self::Temperature => format!("{} must be a finite number greater than 0", name(Temperature)),
+            Self::ToppOverOne => format!("{} must be at most 1", name(SamplingTopp)),
+            Self::TooLarge(names) if names.len() == 1 => format!("{} is too large", list(names, "and")),
+            Self::TooLarge(names) => format!("{} are too large", list(names, "and")),
+            Self::ComputeTypeNotLoaded { asked, runs } => {
+                format!("{} {:?}: this model runs in {:?}", name(OptionName::ComputeType), asked.name(), runs.name())
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for OptionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe(|n| n.key().to_string()))
+    }
+}
+
+impl std::error::Error for OptionError {}
+
 #[cfg(test)]
 mod tests {
-    use super::TranslateOptions;
+    use super::{ComputeType, OptionError, OptionName, TranslateOptions};
 
     #[test]
     fn a_temperature_must_be_a_finite_number_above_zero() {
         for temperature in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let o = TranslateOptions { temperature, ..TranslateOptions::default() };
-            assert_eq!(o.check(), Err("temperature must be a finite number greater than 0".to_string()), "{temperature}");
+            assert_eq!(o.check(), Err(OptionError::Temperature), "{temperature}");
         }
         assert_eq!(TranslateOptions { temperature: 0.5, ..TranslateOptions::default() }.check(), Ok(()));
+    }
+
+    /// A request names the options by their keys, the CLI by its flags: the same message.
+    #[test]
+    fn an_option_error_names_the_options_as_the_caller_does() {
+        let cases = [
+            (OptionError::NbestOverBeam { beam: 2 }, "nbest must be between 1 and beam (2)", "--nbest must be between 1 and --beam (2)"),
+            (OptionError::NeedsSampling, "sampling_topk/sampling_topp require sampling", "--sampling-topk/--sampling-topp require --sampling"),
+            (
+                OptionError::ExclusiveSearches,
+                "sampling, diverse_beam_groups, match_source_len and diversity_rate are mutually exclusive",
+                "--sampling, --diverse-beam-groups, --match-source-len and --diversity-rate are mutually exclusive",
+            ),
+            (OptionError::TooLarge(&[OptionName::Seed]), "seed is too large", "--seed is too large"),
+            (OptionError::AtLeastOne(OptionName::MaxTokens), "max_tokens must be at least 1", "--max-tokens must be at least 1"),
+            (
+                OptionError::ComputeTypeNotLoaded { asked: ComputeType::Exact, runs: ComputeType::Int8 },
+                "compute_type \"exact\": this model runs in \"int8\"",
+                "--compute-type \"exact\": this model runs in \"int8\"",
+            ),
+        ];
+        for (e, key, flag) in cases {
+            assert_eq!(e.to_string(), key);
+            assert_eq!(e.describe(OptionName::flag), flag);
+        }
+    }
+
+    /// The server's and Python's strings become the enum at the boundary, aliases included.
+    #[test]
+    fn a_compute_type_is_parsed_once_from_its_name_or_an_alias() {
+        let parsed: TranslateOptions = serde_json::from_str(r#"{"compute_type": "int8_float32"}"#).unwrap();
+        assert_eq!(parsed.compute_type, Some(ComputeType::Int8));
+        for name in ComputeType::NAMES {
+            assert_eq!(name.parse::<ComputeType>().unwrap().name(), name);
+        }
+        let err = serde_json::from_str::<TranslateOptions>(r#"{"compute_type": "int4"}"#).unwrap_err().to_string();
+        assert!(err.starts_with("unknown compute type \"int4\" (available: \"exact\""), "{err}");
     }
 }

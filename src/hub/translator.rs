@@ -1,14 +1,15 @@
 //! Text in, hypotheses out: fairseq's `GeneratorHubInterface` with fairseq-interactive's buffer
 //! loop (encode, order, filter, batch, generate). The CLI, the server and the Python API all
-//! translate through [`Translator::translate_tokens_guided`]; [`Translator::translate`] is its
+//! translate through [`Translator::translate_tokens`]; [`Translator::translate`] is its
 //! text-in form for library users.
 
 use std::time::Instant;
 
 use tch::Device;
 
+use super::compute_type::{resolve_compute_type, slow_here, ComputeTypeError};
 use super::guide::{batch_prefixes, TargetGuide};
-use super::options::TranslateOptions;
+use super::options::{OptionError, OptionName, TranslateOptions};
 use super::scorer::PairScoring;
 use super::{HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
 use crate::checkpoint::FileStorages;
@@ -17,8 +18,9 @@ use crate::generate::batching::{batch_by_size, collate, ordered_indices};
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::sequence_generator::Specials;
 use crate::generate::workers::run_each;
-use crate::generate::{EnsembleModel, GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
-use crate::model::{ComputeType, TransformerModel};
+use crate::generate::{EnsembleModel, GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, SequenceGenerator};
+use crate::kernels::ComputeType;
+use crate::model::TransformerModel;
 use crate::text::dictionary::Dictionary;
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
@@ -37,10 +39,10 @@ pub struct Batching {
 impl Batching {
     /// `max_tokens` and `batch_size` as fairseq takes them, checked; with neither, one sentence
     /// per batch (fairseq-interactive).
-    pub fn new(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Self, String> {
-        for (name, value) in [("max_tokens", max_tokens), ("batch_size", batch_size), ("inter_threads", Some(inter_threads))] {
+    pub fn new(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Self, OptionError> {
+        for (name, value) in [(OptionName::MaxTokens, max_tokens), (OptionName::BatchSize, batch_size), (OptionName::InterThreads, Some(inter_threads))] {
             if value == Some(0) {
-                return Err(format!("{name} must be at least 1"));
+                return Err(OptionError::AtLeastOne(name));
             }
         }
         let batch_size = if max_tokens.is_none() && batch_size.is_none() { Some(1) } else { batch_size };
@@ -55,7 +57,7 @@ impl Batching {
 
     /// [`Batching::new`], except that with neither limit given a list is cut into batches of
     /// [`Batching::LIST_MAX_TOKENS`] tokens instead of one sentence each.
-    pub fn for_list(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Self, String> {
+    pub fn for_list(max_tokens: Option<usize>, batch_size: Option<usize>, inter_threads: usize) -> Result<Self, OptionError> {
         match (max_tokens, batch_size) {
             (None, None) => Self::new(Some(Self::LIST_MAX_TOKENS), None, inter_threads),
             _ => Self::new(max_tokens, batch_size, inter_threads),
@@ -68,6 +70,21 @@ impl Default for Batching {
     fn default() -> Self {
         Batching { max_tokens: None, batch_size: Some(1), inter_threads: 1 }
     }
+}
+
+/// What a call of [`Translator::translate_tokens`] asks besides the sentences and the search
+/// (CTranslate2's `TranslationOptions`); by default, nothing.
+#[derive(Clone, Copy, Default)]
+pub struct TranslateRequest<'a> {
+    /// Sentence `i`'s hypotheses follow `guides[i]` (a target prefix, constraints); empty, or
+    /// one per sentence.
+    pub guides: &'a [TargetGuide],
+    /// Hard alignments (`--print-alignment`) in each hypothesis.
+    pub alignment: bool,
+    /// Told `(sentence, token)` for each target token as it is decoded, when the generator's
+    /// beam is 1 (greedy or sampling; the language tokens and the final EOS are not told): what
+    /// a stream shows while the batch decodes.
+    pub on_token: Option<&'a (dyn Fn(usize, i64) + Sync)>,
 }
 
 /// What became of one sentence.
@@ -220,16 +237,12 @@ pub struct Translator {
 
 impl Translator {
     /// Takes a bundle loaded with weights on `device` and builds its translation pipeline, in
-    /// `exact` arithmetic.
-    pub fn new(bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
-        Self::with_compute_type(bundle, device, text, ComputeType::Exact.name())
-    }
-
-    /// [`Translator::new`], then [`Translator::set_compute_type`]. The weights that a compute type
-    /// packs are packed from the checkpoint's file as mapped (where the zip stores them as is),
-    /// and only what the model still holds as tensors is copied afterwards
+    /// the bundle's compute type ([`Translator::set_compute_type`]). The weights that a compute
+    /// type packs are packed from the checkpoint's file as mapped (where the zip stores them as
+    /// is), and only what the model still holds as tensors is copied afterwards
     /// (`checkpoint/file_storage.rs`).
-    pub fn with_compute_type(mut bundle: ModelBundle, device: Device, text: TextMode, compute_type: &str) -> Result<Self, HubError> {
+    pub fn new(mut bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
+        let compute_type = bundle.compute_type;
         // the state dicts go first, so that a weight packed and let go of frees its file pages
         let file_storages: Vec<FileStorages> = bundle.checkpoints.drain(..).map(|c| c.file_storages).collect();
         let mut translator = Self::build(bundle, device, text)?;
@@ -273,33 +286,21 @@ impl Translator {
         })
     }
 
-    /// Switches every model to `compute_type` (CTranslate2's name, e.g. `int8`); once `exact`
-    /// is left, the weights are fused or quantized and there is no way back.
-    pub fn set_compute_type(&mut self, compute_type: &str) -> Result<(), HubError> {
-        let model_error = |source| HubError::Model { path: "the loaded model".into(), source };
-        let wanted = ComputeType::from_name(compute_type).map_err(model_error)?;
-        if wanted == self.compute_type {
+    /// Switches every model to `compute_type`; once `exact` is left, the weights are fused or
+    /// quantized and there is no way back.
+    pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), HubError> {
+        if compute_type == self.compute_type {
             return Ok(());
         }
         if self.compute_type != ComputeType::Exact {
-            return Err(HubError::ComputeType(format!("the model already runs in {}", self.compute_type.name())));
+            return Err(ComputeTypeError::AlreadyRuns(self.compute_type).into());
         }
-        if self.device.is_cuda() && wanted.cpu_only() {
-            return Err(HubError::ComputeType(format!("compute type {} runs on the CPU only", wanted.name())));
-        }
-        if let (Device::Cpu, Some(needs)) = (self.device, wanted.missing_cpu_instructions()) {
-            return Err(HubError::ComputeType(format!(
-                "compute type {} on the CPU needs {needs}, which this CPU lacks (`tchseq doctor` lists its fast compute types); use float32 or int8",
-                wanted.name()
-            )));
-        }
+        let wanted = resolve_compute_type(compute_type, self.device)?;
         for model in &mut self.models {
-            model.set_compute_type(wanted).map_err(model_error)?;
+            model.set_compute_type(wanted).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;
         }
-        if self.device == Device::Cpu && wanted == ComputeType::Float16 && !ComputeType::fast_on_this_cpu().contains(&wanted) {
-            self.report.warnings.push(
-                "compute type float16 on this CPU (no AVX512_FP16) runs several times slower than float32: float16 is for GPUs; use float32 or int8 here".into(),
-            );
+        if let Some(warning) = slow_here(wanted, self.device) {
+            self.report.warnings.push(warning.into());
         }
         self.compute_type = wanted;
         Ok(())
@@ -324,7 +325,7 @@ impl Translator {
         options: &TranslateOptions,
         batching: Batching,
     ) -> Result<(SequenceGenerator, Batching), GenerateError> {
-        options.check_compute_type(self.compute_type).map_err(GenerateError::InvalidOption)?;
+        options.check_compute_type(self.compute_type).map_err(|e| GenerateError::InvalidOption(e.to_string()))?;
         let generator = self.generator(options.generator_config())?;
         if !options.sampling {
             return Ok((generator, batching));
@@ -351,7 +352,7 @@ impl Translator {
         alignment: bool,
     ) -> Result<Vec<Translation>, GenerateError> {
         let tokens: Vec<Vec<i64>> = lines.iter().map(|l| self.encode(l)).collect();
-        self.translate_tokens(generator, tokens, batching, alignment)
+        self.translate_tokens(generator, tokens, batching, &TranslateRequest { alignment, ..Default::default() })
     }
 
     /// Target text → token ids as a reference target (tokenizer, BPE, dictionary, EOS, and the
@@ -376,53 +377,16 @@ impl Translator {
         self.tgt_dict.string(tokens, None, false, &[])
     }
 
-    /// [`Translator::translate`] for sentences already encoded.
+    /// [`Translator::translate`] for sentences already encoded, with what the call asks besides
+    /// them ([`TranslateRequest`]).
     pub fn translate_tokens(
         &self,
         generator: &SequenceGenerator,
         tokens: Vec<Vec<i64>>,
         batching: &Batching,
-        alignment: bool,
+        request: &TranslateRequest<'_>,
     ) -> Result<Vec<Translation>, GenerateError> {
-        self.translate_tokens_guided(generator, tokens, &[], batching, alignment)
-    }
-
-    /// [`Translator::translate_tokens`] where sentence `i`'s hypotheses follow `guides[i]`
-    /// (`guides` is empty, or one per sentence).
-    pub fn translate_tokens_guided(
-        &self,
-        generator: &SequenceGenerator,
-        tokens: Vec<Vec<i64>>,
-        guides: &[TargetGuide],
-        batching: &Batching,
-        alignment: bool,
-    ) -> Result<Vec<Translation>, GenerateError> {
-        self.translate_guided_observed(generator, tokens, guides, batching, alignment, None)
-    }
-
-    /// [`Translator::translate_tokens_guided`] that tells `on_token(sentence, token)` each target
-    /// token as it is decoded, when the generator's beam is 1 (greedy or sampling; the language
-    /// tokens and the final EOS are not told): what a stream shows while the batch decodes.
-    pub fn translate_tokens_streamed(
-        &self,
-        generator: &SequenceGenerator,
-        tokens: Vec<Vec<i64>>,
-        guides: &[TargetGuide],
-        batching: &Batching,
-        on_token: &(dyn Fn(usize, i64) + Sync),
-    ) -> Result<Vec<Translation>, GenerateError> {
-        self.translate_guided_observed(generator, tokens, guides, batching, false, Some(on_token))
-    }
-
-    fn translate_guided_observed(
-        &self,
-        generator: &SequenceGenerator,
-        tokens: Vec<Vec<i64>>,
-        guides: &[TargetGuide],
-        batching: &Batching,
-        alignment: bool,
-        on_token: Option<&(dyn Fn(usize, i64) + Sync)>,
-    ) -> Result<Vec<Translation>, GenerateError> {
+        let TranslateRequest { guides, alignment, on_token } = *request;
         if !guides.is_empty() && guides.len() != tokens.len() {
             return Err(GenerateError::InvalidOption(format!(
                 "{} target prefixes or constraints for {} sentences",
@@ -488,14 +452,13 @@ impl Translator {
                     }
                 }
             };
-            let mut hypos = generator.generate_observed(
-                &mut EnsembleModel::new(models)?,
-                &src_tokens,
-                prefix_tokens.as_ref(),
-                constraints.as_deref(),
-                None,
-                on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64)),
-            )?;
+            let request = GenerateRequest {
+                prefix_tokens: prefix_tokens.as_ref(),
+                constraints: constraints.as_deref(),
+                bos_token: None,
+                on_token: on_token.map(|_| &mut tell as &mut dyn FnMut(usize, i64)),
+            };
+            let mut hypos = generator.generate_with(&mut EnsembleModel::new(models)?, &src_tokens, request)?;
             let seconds = start.elapsed().as_secs_f64() / hypos.len().max(1) as f64;
             if alignment {
                 for (row, hs) in hypos.iter_mut().enumerate() {

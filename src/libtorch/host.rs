@@ -1,5 +1,5 @@
 //! A contiguous float32 CPU tensor's elements as a Rust slice, for the kernels that run on the
-//! host (`model/one_query.rs`, `model/host_gemm.rs`, `generate/beam_topk.rs`).
+//! host (`kernels/one_query.rs`, `kernels/gemm.rs`, `generate/beam_topk.rs`).
 
 use tch::{Device, Kind, Tensor};
 

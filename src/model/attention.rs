@@ -7,7 +7,7 @@ use tch::{Kind, Tensor};
 
 use super::fused::{self, FusedProjections, Heads};
 use super::incremental::AttentionState;
-use super::host_gemm::Precision;
+use crate::kernels::gemm::Precision;
 use super::nn::Linear;
 use super::weights::Weights;
 use super::ModelError;

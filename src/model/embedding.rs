@@ -5,8 +5,8 @@ use tch::{Device, Kind, Tensor};
 
 use std::sync::Arc;
 
-use super::host_gemm::PackedWeight;
-use super::host_gemm_i8::PackedInt8;
+use crate::kernels::gemm::PackedWeight;
+use crate::kernels::gemm_i8::PackedInt8;
 use super::nn::{LayerNorm, Linear};
 use super::options::EncDecOptions;
 use super::weights::Weights;

@@ -9,9 +9,9 @@
 use tch::{Device, Kind, Tensor};
 
 use super::incremental::AttentionState;
-use super::kv_cache::HostKvCache;
+use crate::kernels::kv_cache::HostKvCache;
 use super::nn::Linear;
-use super::one_query;
+use crate::kernels::one_query;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, is_host_f32};
 

@@ -14,11 +14,12 @@ use tch::{Device, Kind, Tensor};
 
 use super::decoder::TransformerDecoder;
 use super::fused::FusedProjections;
-use super::host_norm::HostLayerNorm;
-use super::incremental::{AttentionState, HostStepBuffers, IncrementalState, LayerState};
+use crate::kernels::norm::HostLayerNorm;
+use super::incremental::{AttentionState, IncrementalState, LayerState};
+use crate::kernels::step_buffers::HostStepBuffers;
 use super::layer::TransformerDecoderLayer;
 use super::nn::{ActivationFn, HostKernel, LayerNorm, Linear};
-use super::one_query;
+use crate::kernels::one_query;
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut, i64_column_into};
 

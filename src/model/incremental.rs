@@ -3,7 +3,8 @@
 
 use tch::Tensor;
 
-use super::kv_cache::HostKvCache;
+use crate::kernels::kv_cache::HostKvCache;
+use crate::kernels::step_buffers::HostStepBuffers;
 use super::ModelError;
 
 /// `{prev_key, prev_value, prev_key_padding_mask}` of one `MultiheadAttention`; keys and
@@ -113,24 +114,6 @@ impl IncrementalState {
         }
         Ok(())
     }
-}
-
-/// The step's activations, kept in the incremental state and reused from step to step.
-#[derive(Debug, Default)]
-pub struct HostStepBuffers {
-    pub(super) tokens: Vec<i64>,
-    /// The layers' input and output `[rows, C]`.
-    pub(super) x: Vec<f32>,
-    /// A norm's output, the input of the next product.
-    pub(super) h: Vec<f32>,
-    /// A product's output before the residual.
-    pub(super) out: Vec<f32>,
-    /// The self-attention's `[q·scaling; k; v]` `[rows, 3C]`, or the encoder attention's query.
-    pub(super) projected: Vec<f32>,
-    /// The attention's output `[rows, C]`.
-    pub(super) attn: Vec<f32>,
-    /// fc1's output `[rows, F]`.
-    pub(super) ffn: Vec<f32>,
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::incremental::IncrementalState;
 use super::options::DecoderOptions;
 use super::weights::{LoadReport, StateDict};
 use super::ModelError;
+use crate::checkpoint::Checkpoint;
 use crate::config::TransformerConfig;
 
 #[derive(Debug)]
@@ -22,14 +23,10 @@ pub struct TransformerLanguageModel {
 }
 
 impl TransformerLanguageModel {
-    /// Builds the decoder from the state dict (a missing key is an error, unused keys are
-    /// reported); weights are cast to `kind` on `device`.
-    pub fn from_state_dict(
-        cfg: &TransformerConfig,
-        sd: &IndexMap<String, Tensor>,
-        device: Device,
-        kind: Kind,
-    ) -> Result<(Self, LoadReport), ModelError> {
+    /// Builds the decoder from a checkpoint's state dict (a missing key is an error, unused keys
+    /// are reported); weights are cast to `kind` on `device`.
+    pub fn from_checkpoint(checkpoint: &Checkpoint, device: Device, kind: Kind) -> Result<(Self, LoadReport), ModelError> {
+        let (cfg, sd) = (&checkpoint.config, &checkpoint.state_dict);
         let _guard = tch::no_grad_guard();
         if !cfg.is_language_model() {
             return Err(ModelError::Unsupported(format!("`{}` is not a transformer_lm architecture", cfg.arch)));

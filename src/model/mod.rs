@@ -11,30 +11,15 @@
 //! modules' `forward` must hold one.
 
 mod attention;
-mod compute_type;
 mod decoder;
 mod embedding;
 mod encoder;
 mod fused;
-mod host_gemm;
-mod host_gemm_bf16;
-mod host_gemm_f32;
-mod host_gemm_i8;
-mod host_gemm_nt;
-mod host_isa;
-mod host_norm;
-mod host_pack;
-mod host_panel;
-mod host_quantize_i8;
-mod host_softmax;
 mod host_step;
 mod incremental;
-mod kv_cache;
-mod int8;
 mod language_model;
 mod layer;
 mod nn;
-mod one_query;
 mod options;
 mod transformer;
 pub mod weights;
@@ -46,9 +31,9 @@ pub use embedding::{
     SinusoidalPositionalEmbedding,
 };
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
-pub use compute_type::ComputeType;
+pub use crate::kernels::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
-pub use host_softmax::log_softmax_in_place;
+pub use crate::kernels::log_softmax_in_place;
 pub use language_model::TransformerLanguageModel;
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
 pub use nn::{python_float, ActivationFn, LayerNorm, Linear};
@@ -68,8 +53,8 @@ pub enum ModelError {
     Shape { key: String, expected: Vec<i64>, actual: Vec<i64> },
     #[error("unsupported model: {0}")]
     Unsupported(String),
-    #[error("unknown compute type {0:?} (available: \"exact\", \"float32\", \"int8\", \"float16\", \"bfloat16\")")]
-    ComputeType(String),
+    #[error(transparent)]
+    Kernel(#[from] crate::kernels::KernelError),
     #[error("bad model input: {0}")]
     Input(String),
     #[error("libtorch: {0}")]

@@ -4,12 +4,12 @@ use tch::{Kind, Tensor};
 
 use std::sync::Arc;
 
-use super::host_gemm::{PackedWeight, Precision};
-use super::host_gemm_i8::PackedInt8;
-use super::host_norm::HostLayerNorm;
-use super::host_gemm_nt::TableProjection;
+use crate::kernels::gemm::{PackedWeight, Precision};
+use crate::kernels::gemm_i8::PackedInt8;
+use crate::kernels::norm::HostLayerNorm;
+use crate::kernels::gemm_nt::TableProjection;
 use crate::libtorch::reuse::BufferPool;
-use super::int8::Int8Weight;
+use crate::kernels::int8::Int8Weight;
 use super::weights::Weights;
 use super::ModelError;
 
@@ -48,7 +48,7 @@ impl Linear {
         match &self.int8 {
             // the bias was packed with the weight; the only other bias handed in is the
             // in_proj slice of the same layer's own bias
-            Some(q) => q.linear(x),
+            Some(q) => Ok(q.linear(x)?),
             None => Ok(x.f_linear(&self.weight, bias)?),
         }
     }
@@ -93,10 +93,10 @@ impl Linear {
     /// weight carries it.
     fn host_linear(&self, x: &Tensor, bias: Option<&Tensor>, relu: bool) -> Result<Option<Tensor>, ModelError> {
         if let Some(table) = self.table.as_ref().filter(|_| bias.is_none() && !relu) {
-            return table.forward(&x.f_contiguous()?, None);
+            return Ok(table.forward(&x.f_contiguous()?, None)?);
         }
         match &self.packed {
-            Some(w) if bias.is_some() == self.bias.is_some() => w.linear(&x.f_contiguous()?, relu),
+            Some(w) if bias.is_some() == self.bias.is_some() => Ok(w.linear(&x.f_contiguous()?, relu)?),
             _ => Ok(None),
         }
     }
@@ -117,7 +117,7 @@ impl Linear {
         }
     }
 
-    /// Computes on the host from panels packed in `precision` from now on (`host_gemm.rs`),
+    /// Computes on the host from panels packed in `precision` from now on (`kernels/gemm.rs`),
     /// where the CPU allows; returns whether it does.
     pub fn pack_for_host(&mut self, precision: Precision) -> Result<bool, ModelError> {
         if self.int8.is_some() || self.table.is_some() {
@@ -134,7 +134,7 @@ impl Linear {
         self.packed = Some(Arc::new(packed));
     }
 
-    /// Computes on the host from the weight as it is (`host_gemm_nt.rs`): for an output
+    /// Computes on the host from the weight as it is (`kernels/gemm_nt.rs`): for an output
     /// projection without bias whose weight is the embedding table, held once for both. Returns
     /// whether it does.
     pub fn compute_from_table(&mut self) -> bool {
@@ -277,7 +277,7 @@ impl LayerNorm {
         self.forward(&residual.f_add(x)?)
     }
 
-    /// Computes on the host from now on (`host_norm.rs`), for float32 CPU inputs.
+    /// Computes on the host from now on (`kernels/norm.rs`), for float32 CPU inputs.
     pub fn to_host(&mut self) -> Result<(), ModelError> {
         self.host = HostLayerNorm::new(&self.weight, &self.bias, self.eps)?;
         Ok(())
@@ -290,7 +290,7 @@ impl LayerNorm {
 
     fn host_forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Option<Tensor>, ModelError> {
         match &self.host {
-            Some(h) => h.forward(x, residual),
+            Some(h) => Ok(h.forward(x, residual)?),
             None => Ok(None),
         }
     }

@@ -6,8 +6,8 @@ use tch::{Device, Kind, Tensor};
 use super::decoder::TransformerDecoder;
 use super::embedding::SharedTable;
 use super::encoder::TransformerEncoder;
-use super::host_gemm::Precision;
-use super::compute_type::ComputeType;
+use crate::kernels::gemm::Precision;
+use crate::kernels::compute_type::ComputeType;
 use super::nn::{LayerNorm, Linear};
 use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
@@ -15,7 +15,7 @@ use super::ModelError;
 use crate::config::TransformerConfig;
 
 /// From this size on, a tied output projection computes from the embedding table as it is
-/// (`host_gemm_nt.rs`) rather than from packed panels.
+/// (`kernels/gemm_nt.rs`) rather than from packed panels.
 const TABLE_BYTES: usize = 64 << 20;
 
 #[derive(Debug)]
@@ -81,43 +81,64 @@ impl TransformerModel {
     /// Switches the model to `compute_type`. `float16` and `bfloat16` rebuild the model from its
     /// own tensors in that dtype (fairseq's `model.half()`). Every compute type but `exact` fuses
     /// the decoder's attention projections (`fused.rs`). On the CPU, `float32` computes the
-    /// decoder's linear layers on the host from packed weights (`host_gemm.rs`), and `bfloat16`
-    /// (with AVX512_BF16) does the same from bfloat16 panels (`host_gemm_bf16.rs`); `int8` quantizes
+    /// decoder's linear layers on the host from packed weights (`kernels/gemm.rs`), and `bfloat16`
+    /// (with AVX512_BF16) does the same from bfloat16 panels (`kernels/gemm_bf16.rs`); `int8` quantizes
     /// every linear layer (the output projection too on the host's int8 kernel, with AVX2 or
     /// AVX-512 VNNI; through fbgemm it stays fp32, on the host), keeps the embeddings, norms and attention
     /// in fp32, and turns the encoder's fast path off, as that kernel takes the fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
-        if compute_type == ComputeType::Exact {
-            return Ok(());
-        }
-        if compute_type.cpu_only() && self.device != Device::Cpu {
-            return Err(ModelError::Unsupported(format!("compute type {} on {:?} (it runs on the CPU only)", compute_type.name(), self.device)));
-        }
         let _guard = tch::no_grad_guard();
+        match (compute_type, compute_type.host_precision(self.device)) {
+            (ComputeType::Exact, _) => Ok(()),
+            (ComputeType::Int8, _) if self.device != Device::Cpu => {
+                Err(ModelError::Unsupported(format!("compute type int8 on {:?} (it runs on the CPU only)", self.device)))
+            }
+            (_, Some(precision)) => {
+                self.cast_for(compute_type)?;
+                if precision == Precision::Bf16 {
+                    self.round_weights_to_bfloat16()?;
+                }
+                self.pack_for_host(precision)
+            }
+            (ComputeType::Int8, None) => {
+                self.fuse_attention_projections()?;
+                self.quantize_to_int8()
+            }
+            // libtorch computes, with the weights in the compute type's dtype: float16 and
+            // bfloat16 anywhere else, float32 on a GPU or a CPU without AVX2
+            (ComputeType::Float32 | ComputeType::Float16 | ComputeType::BFloat16, None) => {
+                self.cast_for(compute_type)?;
+                self.fuse_attention_projections()
+            }
+        }
+    }
+
+    /// The model rebuilt from its own tensors in the dtype `compute_type` loads in here, where
+    /// that is not the one it has (fairseq's `model.half()`).
+    fn cast_for(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         if let Some(kind) = compute_type.load_kind(self.device).filter(|&k| k != self.kind) {
             let allow_fastpath = self.encoder.allow_fastpath;
             (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, kind)?;
             self.encoder.allow_fastpath = allow_fastpath;
         }
-        if let Some(precision) = compute_type.host_precision(self.device) {
-            if precision == Precision::Bf16 {
-                self.round_weights_to_bfloat16()?;
-            }
-            return self.pack_for_host(precision);
-        }
+        Ok(())
+    }
+
+    /// The decoder's attention projections fused (`fused.rs`): q, k and v in one product for the
+    /// self-attention, k and v in one for the encoder attention.
+    fn fuse_attention_projections(&mut self) -> Result<(), ModelError> {
         for l in &mut self.decoder.layers {
             l.self_attn.fuse_projections(true)?;
             if let Some(e) = l.encoder_attn.as_mut() {
                 e.fuse_projections(false)?;
             }
         }
-        if matches!(compute_type, ComputeType::Float16 | ComputeType::BFloat16) || self.device != Device::Cpu {
-            return Ok(());
-        }
-        if compute_type == ComputeType::Float32 {
-            // a CPU without AVX2: libtorch computes, with its own weights
-            return Ok(());
-        }
+        Ok(())
+    }
+
+    /// `int8` on the CPU: every linear layer quantized, the embeddings, norms and attention in
+    /// fp32.
+    fn quantize_to_int8(&mut self) -> Result<(), ModelError> {
         self.encoder.allow_fastpath = false;
         let mut linears: Vec<&mut Linear> = Vec::new();
         for l in &mut self.encoder.layers {
@@ -148,7 +169,7 @@ impl TransformerModel {
             l.in_proj_weight = Tensor::new();
         }
         self.host_layer_norms()?;
-        if super::host_gemm_i8::PackedInt8::available() {
+        if crate::kernels::gemm_i8::PackedInt8::available() {
             // on the host's int8 kernel, the output projection too, and the embedding tables
             // quantized per row, as CTranslate2's int8 quantizes embeddings: a table tied to the
             // projection looks its rows up in the projection's columns
@@ -165,7 +186,7 @@ impl TransformerModel {
         Ok(())
     }
 
-    /// Every layer norm on the host (`host_norm.rs`), for `float32` and `int8` on the CPU.
+    /// Every layer norm on the host (`kernels/norm.rs`), for `float32` and `int8` on the CPU.
     fn host_layer_norms(&mut self) -> Result<(), ModelError> {
         let (encoder, decoder) = (&mut self.encoder, &mut self.decoder);
         let mut norms: Vec<&mut LayerNorm> = Vec::new();
@@ -182,18 +203,18 @@ impl TransformerModel {
     }
 
     /// `float32` on the CPU: every linear layer computes on the host from packed panels
-    /// (`host_gemm.rs`), which are the one copy of its weight, and an output projection tied to
-    /// the embedding table from the table itself (`host_gemm_nt.rs`). The encoder leaves its fast path, whose kernel
+    /// (`kernels/gemm.rs`), which are the one copy of its weight, and an output projection tied to
+    /// the embedding table from the table itself (`kernels/gemm_nt.rs`). The encoder leaves its fast path, whose kernel
     /// takes libtorch's weights, and `named_tensors` lets go of them (`verify` runs `exact`, and
     /// no compute type follows another).
-    /// fairseq's `--bf16` model for the host's bfloat16 panels (`host_gemm_bf16.rs`): every fp32
+    /// fairseq's `--bf16` model for the host's bfloat16 panels (`kernels/gemm_bf16.rs`): every fp32
     /// weight rounded to bfloat16 in place, one at a time; the rest of the model then computes
     /// as `float32` does.
     fn round_weights_to_bfloat16(&mut self) -> Result<(), ModelError> {
         let _inference = crate::libtorch::InferenceMode::enter();
         for t in self.named_tensors.values_mut() {
             if t.kind() == Kind::Float {
-                crate::checkpoint::own_storage(t).map_err(|msg| ModelError::Torch(tch::TchError::Torch(msg)))?;
+                crate::checkpoint::own_storage(t).map_err(|e| ModelError::Torch(tch::TchError::Torch(e.0)))?;
                 let rounded = t.f_to_kind(Kind::BFloat16)?;
                 t.f_copy_(&rounded)?;
             }
@@ -273,7 +294,7 @@ impl TransformerModel {
             if embedding.weight.defined() {
                 let table = match (&quantized, shared) {
                     (Some(table), true) => SharedTable::clone(table),
-                    _ => SharedTable::Int8(std::sync::Arc::new(super::host_gemm_i8::PackedInt8::quantize(&embedding.weight, None)?)),
+                    _ => SharedTable::Int8(std::sync::Arc::new(crate::kernels::gemm_i8::PackedInt8::quantize(&embedding.weight, None)?)),
                 };
                 embedding.share_packed(table.clone())?;
                 quantized = Some(table);

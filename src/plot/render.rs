@@ -244,22 +244,31 @@ const FONT_CANDIDATES: &[&str] = &[
     "C:\\Windows\\Fonts\\arial.ttf",
 ];
 
+/// Why PNG labels have no font.
+#[derive(Debug, Clone, thiserror::Error)]
+enum FontError {
+    #[error("PNG labels need a TrueType font and none was found in the usual places; pass --font FILE.ttf or write .svg")]
+    NotFound,
+    #[error("reading font {}: {message}", path.display())]
+    Read { path: std::path::PathBuf, message: String },
+    #[error("{}: not a TrueType/OpenType font", .0.display())]
+    NotAFont(std::path::PathBuf),
+}
+
 /// plotters draws bitmap text from a font registered once per process.
 fn register_font(font: Option<&Path>) -> Result<(), PlotError> {
-    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    static REGISTERED: OnceLock<Result<(), FontError>> = OnceLock::new();
     let result = REGISTERED.get_or_init(|| {
         let path = match font {
             Some(p) => p.to_path_buf(),
-            None => FONT_CANDIDATES.iter().map(Path::new).find(|p| p.is_file()).map(Path::to_path_buf).ok_or_else(
-                || "PNG labels need a TrueType font and none was found in the usual places; pass --font FILE.ttf or write .svg".to_string(),
-            )?,
+            None => FONT_CANDIDATES.iter().map(Path::new).find(|p| p.is_file()).map(Path::to_path_buf).ok_or(FontError::NotFound)?,
         };
-        let bytes = std::fs::read(&path).map_err(|e| format!("reading font {}: {e}", path.display()))?;
+        let bytes = std::fs::read(&path).map_err(|e| FontError::Read { path: path.clone(), message: e.to_string() })?;
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
         plotters::style::register_font(FONT, FontStyle::Normal, bytes)
-            .map_err(|_| format!("{}: not a TrueType/OpenType font", path.display()))
+            .map_err(|_| FontError::NotAFont(path.clone()))
     });
-    result.clone().map_err(PlotError::Input)
+    result.clone().map_err(|e| PlotError::Input(e.to_string()))
 }
 
 fn color(v: f32, scale: &Scale) -> RGBColor {

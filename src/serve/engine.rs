@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use tchseq::hub::fault::{self, Fault};
-use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageModel, LanguageTokens, LmScored, Scored, TargetGuide, TranslateOptions, Translation, Translator};
+use tchseq::hub::{AttentionMatrix, Batching, Encoded, LanguageModel, LanguageTokens, LmScored, Scored, TargetGuide, TranslateOptions, TranslateRequest, Translation, Translator};
 
 use super::metrics::Metrics;
 
@@ -420,14 +420,15 @@ impl Worker {
                             let _ = tx.send((slots[i].index, dict.symbol(token).to_string()));
                         }
                     };
-                    t.translate_tokens_streamed(&generator, tokens, &guides, &batching, &tell)
+                    t.translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: false, on_token: Some(&tell) })
                 } else {
-                    t.translate_tokens_guided(&generator, tokens, &guides, &batching, options.alignment)
+                    t.translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: options.alignment, on_token: None })
                 };
                 // a failing batch fails only the sentences that fail alone
                 let alone = |s: &Slot| -> Failable {
                     let one_guide = std::slice::from_ref(&s.guide);
-                    let one = t.translate_tokens_guided(&generator, vec![s.tokens.clone()], one_guide, &batching, options.alignment);
+                    let request = TranslateRequest { guides: one_guide, alignment: options.alignment, on_token: None };
+                    let one = t.translate_tokens(&generator, vec![s.tokens.clone()], &batching, &request);
                     one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
                 };
                 match first {
@@ -504,7 +505,7 @@ impl Worker {
                         out.push(Err(String::new()));
                         encoded.push((j, index, e));
                     }
-                    Err(e) => out.push(Err(e)),
+                    Err(e) => out.push(Err(e.to_string())),
                 }
             }
             results.push(out);
@@ -513,7 +514,9 @@ impl Worker {
         let pairs: Vec<Encoded> = encoded.iter().map(|(_, _, e)| e.clone()).collect();
         let scored = translator.score_pairs(&pairs, self.policy.max_tokens, self.policy.inter_threads);
         for ((j, index, e), result) in encoded.iter().zip(scored) {
-            results[*j][*index] = result.map(|s| (s, e.target.iter().map(|&id| translator.tgt_dict.symbol(id).to_string()).collect()));
+            results[*j][*index] = result
+                .map(|s| (s, e.target.iter().map(|&id| translator.tgt_dict.symbol(id).to_string()).collect()))
+                .map_err(|e| e.to_string());
         }
         self.release(n);
         let mut pairs = 0;

@@ -93,7 +93,7 @@ impl Worker {
         let scored: Vec<TextResult> = match lm.score_texts(&refs, LanguageModel::SCORE_BATCH_SIZE) {
             Ok(all) => all
                 .into_iter()
-                .map(|r| r.map(|s| (s.tokens.iter().map(|&id| lm.dict.symbol(id).to_string()).collect(), s)))
+                .map(|r| r.map(|s| (s.tokens.iter().map(|&id| lm.dict.symbol(id).to_string()).collect(), s)).map_err(|e| e.to_string()))
                 .collect(),
             Err(e) => vec![Err(e.to_string()); texts.len()],
         };

@@ -121,8 +121,8 @@ fn submit(app: &AppState, m: &Served, sentences: Vec<String>, g: Guided, mut opt
     if constraints.iter().any(|c| !c.is_empty()) && options.constraints.is_none() {
         options.constraints = Some("ordered".into());
     }
-    options.check().map_err(ApiError::bad_request)?;
-    options.check_compute_type(m.compute_type).map_err(ApiError::bad_request)?;
+    options.check().map_err(|e| ApiError::bad_request(e.to_string()))?;
+    options.check_compute_type(m.compute_type).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if options.beam > MAX_BEAM || options.max_len_b > MAX_LEN_B || options.min_len > MAX_LEN_B {
         return Err(ApiError::bad_request(format!("this server allows beam up to {MAX_BEAM} and max_len_b, min_len up to {MAX_LEN_B}")));
     }

@@ -256,7 +256,7 @@ fn bfloat16_needs_avx512_bf16_on_the_cpu() {
 }
 
 /// `--compute-type float16` loads the weights halved; a Translator that loaded them in fp32
-/// halves them in `set_compute_type` (the server's and Python's way). Both must compute the same
+/// halves them in `set_compute_type`. Both must compute the same
 /// bits, on every fixture (tied and untied embeddings, a checkpoint stored in fp16, the 2018
 /// layout) and the bundled model.
 #[test]
@@ -282,7 +282,7 @@ fn a_model_halved_after_loading_computes_what_a_model_loaded_halved_does() {
             let options = LoadOptions { weights: Weights::Load { device: tch::Device::Cpu, kind, replay_init: false }, ..LoadOptions::fp32(tch::Device::Cpu) };
             let mut translator = Translator::new(ModelBundle::load(&spec, &options).unwrap(), tch::Device::Cpu, *text).unwrap();
             assert_eq!(translator.models[0].kind, kind);
-            translator.set_compute_type(compute_type).unwrap();
+            translator.set_compute_type(compute_type.parse().unwrap()).unwrap();
             let options = TranslateOptions { nbest: 5, ..Default::default() };
             let (generator, batching) = translator.search(&options, Batching::new(None, Some(8), 1).unwrap()).unwrap();
             let loaded: Vec<Hypothesis> = translator
@@ -380,7 +380,7 @@ fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&st
     };
     let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
     let mut translator = Translator::new(bundle, tch::Device::Cpu, text).unwrap();
-    translator.set_compute_type(compute_type).unwrap();
+    translator.set_compute_type(compute_type.parse().unwrap()).unwrap();
     translator.models[0].decoder.host_step = host_step;
     let options = TranslateOptions { nbest: 5, ..Default::default() };
     let batching = Batching::new(None, Some(8), 1).unwrap();
@@ -507,7 +507,7 @@ fn float32_int8_and_bfloat16_hold_each_weight_once() {
         let spec = ModelSpec { model: Some(repo("weights/multi30k.en-de")), ..Default::default() };
         let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
         let mut translator = Translator::new(bundle, tch::Device::Cpu, TextMode::Raw).unwrap();
-        translator.set_compute_type(compute_type).unwrap();
+        translator.set_compute_type(compute_type.parse().unwrap()).unwrap();
         let (generator, batching) = translator.search(&TranslateOptions::default(), Batching::new(None, Some(8), 1).unwrap()).unwrap();
         let done = translator.translate(&generator, &lines, &batching, false).unwrap();
         let texts: Vec<String> = done
@@ -574,8 +574,8 @@ fn int8_looks_untied_embeddings_up_in_int8_within_half_a_step() {
     assert!(std::arch::is_x86_feature_detected!("avx2"), "this CPU lacks AVX2, which int8's host kernel needs");
     let load = |compute_type: &str| {
         let spec = ModelSpec { model: Some(fixture("models/untied")), source_lang: Some("src".into()), target_lang: Some("tgt".into()), ..Default::default() };
-        let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
-        Translator::with_compute_type(bundle, tch::Device::Cpu, TextMode::Raw, compute_type).unwrap()
+        let bundle = ModelBundle::load(&spec, &LoadOptions::computing(tch::Device::Cpu, compute_type.parse().unwrap())).unwrap();
+        Translator::new(bundle, tch::Device::Cpu, TextMode::Raw).unwrap()
     };
     let (exact, int8) = (load("exact"), load("int8"));
     let (e, q) = (&exact.models[0], &int8.models[0]);

@@ -225,7 +225,7 @@ fn activations_match_fairseq_s_verify_goldens() {
     for model in ["lm-postnorm", "lm-gpt"] {
         let dir = fixture(&format!("lm/{model}"));
         let ckpt = tchseq::checkpoint::load_checkpoint(&dir.join("model.pt")).unwrap();
-        let (lm, _) = TransformerLanguageModel::from_state_dict(&ckpt.config, &ckpt.state_dict, Device::Cpu, Kind::Float).unwrap();
+        let (lm, _) = TransformerLanguageModel::from_checkpoint(&ckpt, Device::Cpu, Kind::Float).unwrap();
         let g = tchseq::checkpoint::load_tensor_dict(&dir.join("verify.pt")).unwrap();
         let keep = g["target"].ne(1).unsqueeze(-1);
         assert!(keep.sum(Kind::Int64).int64_value(&[]) >= 40, "{model}: too few real positions");

@@ -290,8 +290,8 @@ fn a_loaded_model_no_longer_reads_its_checkpoint_file() {
             std::fs::copy(repo("weights/multi30k.en-de").join(f), dir.path().join(f)).unwrap();
         }
         let spec = ModelSpec { model: Some(dir.path().to_path_buf()), ..Default::default() };
-        let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
-        let translator = Translator::with_compute_type(bundle, tch::Device::Cpu, TextMode::Raw, compute_type).unwrap();
+        let bundle = ModelBundle::load(&spec, &LoadOptions::computing(tch::Device::Cpu, compute_type.parse().unwrap())).unwrap();
+        let translator = Translator::new(bundle, tch::Device::Cpu, TextMode::Raw).unwrap();
         let translate = || -> Vec<(String, f32)> {
             let (generator, batching) = translator.search(&TranslateOptions::default(), Batching::new(None, Some(8), 1).unwrap()).unwrap();
             let done = translator.translate(&generator, &lines, &batching, false).unwrap();

@@ -4,6 +4,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+use tchseq::kernels::ComputeType;
+
 mod model;
 mod search;
 mod serve;
@@ -210,12 +212,8 @@ pub struct TranslateArgs {
     /// Seed of libtorch's generator (set once at startup, as fairseq does).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Sentences per batch.
-    #[arg(long = "batch-size", visible_alias = "max-sentences")]
-    pub batch_size: Option<usize>,
-    /// Source tokens per batch.
-    #[arg(long = "max-tokens")]
-    pub max_tokens: Option<usize>,
+    #[command(flatten)]
+    pub batching: BatchArgs,
     /// Lines read before translating (fairseq-interactive's --buffer-size; default: the batch
     /// size). With no --batch-size, --max-tokens or --buffer-size, a terminal is translated line
     /// by line as fairseq does, and a file, a pipe or sentence arguments with --max-tokens 512
@@ -233,14 +231,10 @@ pub struct TranslateArgs {
     /// No progress bar or summary (shown only with --output on a terminal).
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// CTranslate2's compute type: `exact` is fairseq's arithmetic, bit for bit; `float32`
-    /// fuses the decoder's attention ops (faster; scores move in the last digits); `int8` also
-    /// quantizes the linear layers (faster still; hypotheses may differ, see docs/translate.md);
-    /// `float16` and `bfloat16` halve the model as fairseq's --fp16/--bf16 do. On a CPU,
-    /// bfloat16 needs AVX512_BF16 and float16 runs several times slower than float32 without
-    /// AVX512_FP16 (a warning says so); `tchseq doctor` lists what this CPU runs fast.
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
-    pub compute_type: ComputeTypeArg,
+    /// CTranslate2's compute type: how the model computes (docs/translate.md measures each;
+    /// `tchseq doctor` lists what this CPU runs fast).
+    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    pub compute_type: ComputeType,
     /// Lexically constrained decoding (fairseq's LexicallyConstrainedBeamSearch): an input line
     /// is `source<TAB>constraint<TAB>...` (jsonl: a `constraints` list), and every hypothesis
     /// holds every constraint, in the order given (`ordered`, the default) or in any order.
@@ -248,37 +242,23 @@ pub struct TranslateArgs {
     pub constraints: Option<ConstraintsArg>,
 }
 
+/// fairseq's batching flags, as `translate` and `score` take them.
+#[derive(Debug, Clone, Args)]
+pub struct BatchArgs {
+    /// Sentences (for `score`, pairs) per batch (fairseq's --batch-size).
+    #[arg(long = "batch-size", visible_alias = "max-sentences")]
+    pub batch_size: Option<usize>,
+    /// Tokens per batch (fairseq's --max-tokens): the source's for `translate`, the longer
+    /// side of each pair for `score` (12000 there when neither this nor --batch-size is given).
+    /// A sentence or pair longer than this gets a batch of its own.
+    #[arg(long = "max-tokens")]
+    pub max_tokens: Option<usize>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ConstraintsArg {
     Ordered,
     Unordered,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ComputeTypeArg {
-    Exact,
-    Float32,
-    Int8,
-    Float16,
-    #[value(name = "bfloat16")]
-    BFloat16,
-}
-
-impl ComputeTypeArg {
-    pub fn compute_type(self) -> tchseq::model::ComputeType {
-        use tchseq::model::ComputeType;
-        match self {
-            Self::Exact => ComputeType::Exact,
-            Self::Float32 => ComputeType::Float32,
-            Self::Int8 => ComputeType::Int8,
-            Self::Float16 => ComputeType::Float16,
-            Self::BFloat16 => ComputeType::BFloat16,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        self.compute_type().name()
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -307,9 +287,9 @@ pub struct ScoreArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
-    pub shard: ShardArgs,
-    #[command(flatten)]
     pub pipeline: PipelineArgs,
+    #[command(flatten)]
+    pub shard: ShardArgs,
     /// CSV file with a header row.
     #[arg(long, value_name = "FILE")]
     pub input: PathBuf,
@@ -344,24 +324,16 @@ pub struct ScoreArgs {
     /// Text is already tokenized and BPE'd.
     #[arg(long)]
     pub tokenized: bool,
-    /// Pairs per batch (fairseq's --batch-size).
-    #[arg(long = "batch-size", visible_alias = "max-sentences")]
-    pub batch_size: Option<usize>,
-    /// Tokens per batch, the longer side of each pair counted (fairseq's --max-tokens; 12000
-    /// when neither this nor --batch-size is given). A pair longer than this gets a batch of
-    /// its own.
-    #[arg(long = "max-tokens")]
-    pub max_tokens: Option<usize>,
+    #[command(flatten)]
+    pub batching: BatchArgs,
     /// Rows read and scored at a time; memory stays bounded by this.
     #[arg(long = "buffer-size", default_value_t = 10000)]
     pub buffer_size: usize,
     /// As translate's: `exact` gives fairseq-generate --score-reference's scores bit for bit;
-    /// `float32` computes on the host's packed kernels (scores move in the last digits); `int8`
-    /// quantizes the linear layers; `float16`/`bfloat16` halve the model (on a CPU, bfloat16
-    /// needs AVX512_BF16, and float16 runs several times slower than float32 without
-    /// AVX512_FP16).
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
-    pub compute_type: ComputeTypeArg,
+    /// the others are faster (docs/translate.md measures each; `tchseq doctor` lists what this
+    /// CPU runs fast).
+    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    pub compute_type: ComputeType,
     /// Continue an interrupted run into the same --output, with the same settings (any changed
     /// setting is refused, by name).
     #[arg(long)]

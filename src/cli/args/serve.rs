@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::ComputeTypeArg;
+use tchseq::kernels::ComputeType;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -13,11 +13,10 @@ pub struct ServeArgs {
     /// (the first is the default). The name defaults to the directory's name.
     #[arg(short = 'm', long = "model", value_name = "[NAME=]DIR", required = true)]
     pub models: Vec<String>,
-    /// The compute type of every served model, as translate's: `exact` (fairseq's bits),
-    /// `float32`, `int8`, `float16` or `bfloat16` (on a CPU, bfloat16 needs AVX512_BF16, and
-    /// float16 runs several times slower than float32 without AVX512_FP16).
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeTypeArg::Exact)]
-    pub compute_type: ComputeTypeArg,
+    /// The compute type of every served model, as translate's (a request's `compute_type` must
+    /// be this one).
+    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    pub compute_type: ComputeType,
     /// Address to listen on (127.0.0.1 unless told otherwise).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,

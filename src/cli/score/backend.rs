@@ -4,7 +4,7 @@ use anyhow::Result;
 use tchseq::hub::{TextMode, Translator, Weights};
 
 use super::{Backend, Encoded, Scored};
-use crate::cli::args::{DtypeArg, GlobalArgs, ScoreArgs};
+use crate::cli::args::{GlobalArgs, ScoreArgs};
 use crate::cli::common;
 
 pub struct ModelBackend {
@@ -16,11 +16,10 @@ impl ModelBackend {
     pub fn load(global: &GlobalArgs, a: &ScoreArgs) -> Result<Self> {
         let device = common::resolve_device(global.device)?;
         // fairseq builds the model in fp32 and load_state_dict casts fp16/bf16 weights
-        let kind = common::weight_kind(a.compute_type, DtypeArg::Fp32, device)?;
-        let weights = Weights::Load { device, kind, replay_init: false };
-        let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights)?;
+        let weights = Weights::Load { device, kind: tch::Kind::Float, replay_init: false };
+        let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights, a.compute_type)?;
         let text = if a.tokenized { TextMode::Tokenized } else { TextMode::Raw };
-        let scorer = Translator::with_compute_type(bundle, device, text, a.compute_type.name()).map_err(common::hub_error)?;
+        let scorer = Translator::new(bundle, device, text).map_err(common::hub_error)?;
         common::print_warnings(&scorer.report);
         Ok(Self { scorer, inter_threads: global.inter_threads })
     }
@@ -28,7 +27,7 @@ impl ModelBackend {
 
 impl Backend for ModelBackend {
     fn encode(&self, source: &str, target: &str) -> std::result::Result<Encoded, String> {
-        self.scorer.encode_pair(source, target)
+        self.scorer.encode_pair(source, target).map_err(|e| e.to_string())
     }
 
     fn encode_in(&self, source: &str, target: &str, langs: (Option<&str>, Option<&str>)) -> std::result::Result<Encoded, String> {
@@ -37,6 +36,7 @@ impl Backend for ModelBackend {
             (None, None) => self.scorer.encode_pair(source, target),
             (s, t) => self.scorer.encode_pair_in(source, target, s.unwrap_or(&report.source_lang), t.unwrap_or(&report.target_lang)),
         }
+        .map_err(|e| e.to_string())
     }
 
     fn score(&mut self, batch: &[&Encoded]) -> Result<Vec<Scored>> {

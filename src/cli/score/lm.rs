@@ -9,13 +9,14 @@ use std::io::{BufReader, Write};
 use anyhow::{bail, Context, Result};
 
 use super::format::{f32_json, f32_text};
-use crate::cli::args::{ComputeTypeArg, GlobalArgs, LmBreakMode, ScoreArgs, ScoreFormat};
+use crate::cli::args::{GlobalArgs, LmBreakMode, ScoreArgs, ScoreFormat};
 use crate::cli::common;
 use crate::cli::lines::{lines, Newlines};
 use crate::cli::partial::OutputSink;
 use crate::cli::Outcome;
 use tchseq::generate::lm_samples::{BreakMode, LmRow, LmSamples};
 use tchseq::hub::{LanguageModel, LmScored};
+use tchseq::kernels::ComputeType;
 
 /// One output record: a scored sample, or a line or sample that could not be scored.
 enum Record {
@@ -34,7 +35,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     if a.resume || a.shard.num_shards.is_some() {
         bail!("--resume and --num-shards are not supported with --lm");
     }
-    if a.compute_type != ComputeTypeArg::Exact {
+    if a.compute_type != ComputeType::Exact {
         bail!("--compute-type other than exact is not supported with --lm");
     }
     // fairseq 0.12.2 takes the continuation marker as the value with trailing spaces removed;
@@ -61,8 +62,8 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     };
     let add_bos = a.add_bos_token || lm.config.add_bos_token;
     let mut samples = LmSamples::new(mode, tokens_per_sample, a.context_window, add_bos, lm.specials())
-        .map_err(|e| anyhow::anyhow!("{}", e.replace("tokens_per_sample", "--tokens-per-sample").replace("context_window", "--context-window")))?;
-    let batch_size = a.batch_size.unwrap_or(LanguageModel::SCORE_BATCH_SIZE);
+        .map_err(|e| anyhow::anyhow!("--tokens-per-sample ({}) must be larger than --context-window ({})", e.tokens_per_sample, e.context_window))?;
+    let batch_size = a.batching.batch_size.unwrap_or(LanguageModel::SCORE_BATCH_SIZE);
     if batch_size == 0 {
         bail!("--batch-size must be at least 1");
     }

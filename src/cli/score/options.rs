@@ -35,7 +35,7 @@ impl Options {
         if a.buffer_size == 0 {
             bail!("--buffer-size must be at least 1");
         }
-        crate::cli::common::batching(a.max_tokens, a.batch_size, 1)?;
+        crate::cli::common::batching(a.batching.max_tokens, a.batching.batch_size, 1)?;
         let shard = Shard::from_args(&a.shard)?;
         if shard.is_some() && a.resume {
             bail!("--resume cannot be combined with --num-shards (rerun the shard instead)");
@@ -43,7 +43,7 @@ impl Options {
         if a.resume && a.output.is_none() {
             bail!("--resume needs --output (a run to stdout cannot be resumed)");
         }
-        let (max_tokens, batch_size) = match (a.max_tokens, a.batch_size) {
+        let (max_tokens, batch_size) = match (a.batching.max_tokens, a.batching.batch_size) {
             (None, None) => (Some(DEFAULT_MAX_TOKENS), None),
             other => other,
         };

@@ -208,7 +208,8 @@ fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
         for (i, bookkeeping) in BOOKKEEPINGS.into_iter().enumerate() {
             model.bookkeeping = bookkeeping;
             let mut tell = |row: usize, token: i64| told[i].push((row, token));
-            out.push(gen.generate_observed(&mut model, &batch(&sources()), None, None, None, Some(&mut tell)).unwrap());
+            let request = GenerateRequest { on_token: Some(&mut tell), ..Default::default() };
+            out.push(gen.generate_with(&mut model, &batch(&sources()), request).unwrap());
         }
         assert!(out[1..].iter().all(|o| *o == out[0]), "{cfg:?}");
         assert!(told[1..].iter().all(|t| *t == told[0]), "{cfg:?}");

@@ -36,7 +36,7 @@ impl Isa {
     }
 
     /// [`Isa::detect`], once a process: for the kernels that choose at every call
-    /// (`one_query.rs`, `host_norm.rs`).
+    /// (`one_query.rs`, `norm.rs`).
     pub fn here() -> Option<Self> {
         static HERE: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
         *HERE.get_or_init(Self::detect)

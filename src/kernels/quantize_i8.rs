@@ -1,4 +1,4 @@
-//! Input rows quantized for the int8 kernels (`host_gemm_i8.rs`): a row's extremes, and each
+//! Input rows quantized for the int8 kernels (`gemm_i8.rs`): a row's extremes, and each
 //! value rounded to nearest (ties to even) into the signed range (`-127..=127`, `+ 128` for VNNI's
 //! unsigned bytes) or, for a row with no negative value, the unsigned range (`0..=255`). The
 //! vector loops and the one-value [`quantize`] give the same integers.

@@ -3,15 +3,15 @@
 //! long queries and costs some 180 µs a call at 1,280 heads of one query (the bundled model at
 //! batch 32, beam 5), where the arithmetic is a few dozen products per head.
 //!
-//! The softmax's exponential is `host_softmax::exp`; another summation order than libtorch's,
+//! The softmax's exponential is `softmax::exp`; another summation order than libtorch's,
 //! like the rest of `float32`.
 
 use tch::{Device, Kind, Tensor};
 
 use super::kv_cache::HostKvCache;
-use super::host_isa::Isa;
-use super::host_softmax::exp;
-use super::ModelError;
+use super::isa::Isa;
+use super::softmax::exp;
+use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 
 /// The shapes of one call: `rows` queries (`heads × head_dim` each, `q_stride` floats apart)
@@ -29,7 +29,7 @@ struct Shape {
 /// `softmax(q·kᵀ + bias)·v` for every row and head; `q` is `[1, rows, q_stride]` (the first
 /// `heads × head_dim` columns are the query; scaling already applied), `bias` `[kv_rows, len]`
 /// additive (−∞ for padding). Returns `[1, rows, heads × head_dim]`.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>, ModelError> {
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>, KernelError> {
     // SAFETY: nothing writes these tensors during the call.
     let (Some(q_data), Some(k_data), Some(v_data)) = (unsafe { (f32_view(q), f32_view(k), f32_view(v)) }) else {
         return Ok(None);
@@ -65,7 +65,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Resu
 
 /// [`attend`] over a host key/value cache (`kv_cache.rs`), each query row reading its own
 /// positions' slots; `q` as there, `[1, rows, q_stride]` with the query in its first `heads × head_dim` columns.
-pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, ModelError> {
+pub fn attend_cache(q: &Tensor, cache: &HostKvCache) -> Result<Option<Tensor>, KernelError> {
     // SAFETY: nothing writes `q` during the call.
     let Some(q_data) = (unsafe { f32_view(q) }) else { return Ok(None) };
     let (one, rows, q_stride) = q.size3()?;

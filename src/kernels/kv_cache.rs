@@ -13,7 +13,7 @@
 //! drops the finished rows).
 use tch::Tensor;
 
-use super::ModelError;
+use super::KernelError;
 
 #[derive(Debug)]
 pub struct HostKvCache {
@@ -82,10 +82,10 @@ impl HostKvCache {
 
     /// Appends one position to every row: row `r`'s key is `projected[r·stride + key_at ..]`,
     /// its value `projected[r·stride + value_at ..]`, `heads × head_dim` floats each.
-    pub fn append(&mut self, projected: &[f32], stride: usize, key_at: usize, value_at: usize) -> Result<(), ModelError> {
+    pub fn append(&mut self, projected: &[f32], stride: usize, key_at: usize, value_at: usize) -> Result<(), KernelError> {
         let width = self.heads * self.head_dim;
         if key_at.max(value_at) + width > stride || projected.len() != self.rows * stride {
-            return Err(ModelError::Input(format!(
+            return Err(KernelError::Input(format!(
                 "a step of {} floats for {} cached rows of {width}",
                 projected.len(),
                 self.rows
@@ -122,12 +122,12 @@ impl HostKvCache {
     }
 
     /// `index_select(0, new_order)`: row `i` becomes the old row `new_order[i]`.
-    pub fn reorder(&mut self, new_order: &[i64]) -> Result<(), ModelError> {
+    pub fn reorder(&mut self, new_order: &[i64]) -> Result<(), KernelError> {
         if let Some(bad) = new_order.iter().find(|&&o| o < 0 || o as usize >= self.rows) {
-            return Err(ModelError::Input(format!("reorder to row {bad} of a cache of {} rows", self.rows)));
+            return Err(KernelError::Input(format!("reorder to row {bad} of a cache of {} rows", self.rows)));
         }
         if new_order.len() > self.slots {
-            return Err(ModelError::Input(format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots)));
+            return Err(KernelError::Input(format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots)));
         }
         self.spare.resize(self.source.len(), 0);
         for (to, from) in self.spare.chunks_exact_mut(self.slots).zip(self.source.chunks_exact(self.slots)) {
@@ -141,7 +141,7 @@ impl HostKvCache {
     }
 
     /// Keys and values as fairseq's path keeps them, `[rows, heads, len, head_dim]` each.
-    pub fn to_tensors(&self) -> Result<(Tensor, Tensor), ModelError> {
+    pub fn to_tensors(&self) -> Result<(Tensor, Tensor), KernelError> {
         let (heads, d, len, stride) = (self.heads, self.head_dim, self.len, self.head_stride());
         let mut keys = Vec::with_capacity(self.rows * heads * len * d);
         let mut values = Vec::with_capacity(keys.capacity());

@@ -1,7 +1,7 @@
 //! Weights into the panels the host kernels read: each panel holds [`PANEL`] output columns, one
 //! [`Line`] per input (or input pair), packed once at load on the intra-op threads.
 
-use super::host_panel::{Line, PANEL};
+use super::panel::{Line, PANEL};
 use crate::libtorch::parallel::parallel_for;
 
 /// Packing below this many bytes of panels stays on one thread.
@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn a_weight_without_inputs_packs_into_no_lines() {
         assert!(pack_f32(&[], 40, 0, 4).is_empty());
-        assert!(super::super::host_gemm_bf16::pack(&[], 40, 0, 4).is_empty());
+        assert!(super::super::gemm_bf16::pack(&[], 40, 0, 4).is_empty());
     }
 
     /// Panels are filled in ranges on the intra-op threads; every panel gets its own index.

@@ -5,8 +5,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_isa::Isa;
-use super::ModelError;
+use super::isa::Isa;
+use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
@@ -22,8 +22,8 @@ pub struct HostLayerNorm {
 
 impl HostLayerNorm {
     /// From a layer norm's weight and bias `[C]`; None unless they are float32 on the CPU.
-    pub fn new(weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Option<Self>, ModelError> {
-        let copy = |t: &Tensor| -> Result<Option<Vec<f32>>, ModelError> {
+    pub fn new(weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Option<Self>, KernelError> {
+        let copy = |t: &Tensor| -> Result<Option<Vec<f32>>, KernelError> {
             if t.device() != Device::Cpu || t.kind() != Kind::Float || t.dim() != 1 {
                 return Ok(None);
             }
@@ -38,7 +38,7 @@ impl HostLayerNorm {
 
     /// `layer_norm(residual + x)` over the last dimension (`layer_norm(x)` without a residual);
     /// None when an input is not a contiguous float32 CPU tensor of this width.
-    pub fn forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Option<Tensor>, ModelError> {
+    pub fn forward(&self, x: &Tensor, residual: Option<&Tensor>) -> Result<Option<Tensor>, KernelError> {
         let dim = self.weight.len();
         if residual.is_some_and(|r| r.size() != x.size()) || x.size().last() != Some(&(dim as i64)) {
             return Ok(None);

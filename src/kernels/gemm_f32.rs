@@ -1,11 +1,11 @@
-//! The f32 kernels of [`super::host_gemm::PackedWeight`]: `R` input rows through one unit of
+//! The f32 kernels of [`super::gemm::PackedWeight`]: `R` input rows through one unit of
 //! panels, the accumulators in registers for the whole sweep of a block's lines.
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_panel::{by_row_count, Job, PANEL};
+    use crate::kernels::panel::{by_row_count, Job, PANEL};
 
     pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
         by_row_count!(m, rows, j)
@@ -76,7 +76,7 @@ pub(super) mod avx512 {
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_panel::{Job, PANEL};
+    use crate::kernels::panel::{Job, PANEL};
 
     pub unsafe fn dispatch(m: usize, j: &Job<f32>) {
         match (j.interleaved, j.prefetch.is_some()) {

@@ -2,42 +2,75 @@
 
 use tch::Kind;
 
-use super::host_gemm::Precision;
-use super::host_isa::feature_hidden;
-use super::ModelError;
+use super::gemm::Precision;
+use super::isa::feature_hidden;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the model computes, named as CTranslate2 names its compute types. The CLI's
+/// `--compute-type` takes it as it is; the server and Python parse their strings with
+/// [`str::parse`], and `hub` resolves it once against the device and this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
 pub enum ComputeType {
-    /// fairseq's own kernels and order: bit-identical to fairseq on the same machine.
+    // (a variant's doc line is its help in `--help`; how each computes: the comments)
+    /// fairseq's arithmetic, bit for bit
     #[default]
+    #[value(alias = "default")]
     Exact,
-    /// fp32 with fewer, larger ops in the incremental decoder (`fused.rs`): the same weights,
-    /// another summation order.
+    /// fp32, faster: scores move in the last digits
+    // the decoder's attention fused (`model/fused.rs`) and, on the CPU, every linear layer on
+    // weights packed once (`gemm.rs`): the same weights, another summation order
+    #[value(alias = "float")]
     Float32,
-    /// int8 linear layers (`int8.rs`), with the fused decoder attention of `Float32`.
+    /// int8 linear layers, faster still: hypotheses may differ
+    // `gemm_i8.rs` (AVX2 or VNNI) or libtorch's fbgemm (`int8.rs`), with float32's fused
+    // decoder attention
+    #[value(alias = "int8_float32")]
     Int8,
-    /// The model halved as fairseq's `--fp16` halves it (softmax and log-softmax in fp32, where
-    /// fairseq computes them so), with the fused decoder attention of `Float32`.
+    /// the model halved as fairseq's --fp16 halves it (for GPUs: slow on a CPU without AVX512_FP16)
+    // softmax and log-softmax in fp32 where fairseq computes them so, with float32's fused
+    // decoder attention
+    #[value(alias = "half")]
     Float16,
-    /// fairseq's `--bf16` model. On a GPU as `Float16`, in bfloat16; on a CPU with AVX512_BF16
-    /// as `Float32`, with every linear layer's products in bfloat16 on the host
-    /// (`host_gemm_bf16.rs`), accumulated in fp32.
+    /// the model in bfloat16 as fairseq's --bf16 (on a CPU, it needs AVX512_BF16)
+    // on a GPU as float16; on a CPU as float32, with the products in bfloat16 (`gemm_bf16.rs`),
+    // accumulated in fp32
+    #[value(name = "bfloat16")]
     BFloat16,
+}
+
+/// A compute type's name that is none of [`ComputeType::NAMES`] (nor an alias of one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown compute type {0:?} (available: \"exact\", \"float32\", \"int8\", \"float16\", \"bfloat16\")")]
+pub struct UnknownComputeType(pub String);
+
+impl std::str::FromStr for ComputeType {
+    type Err = UnknownComputeType;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        <Self as clap::ValueEnum>::from_str(name, false).map_err(|_| UnknownComputeType(name.to_string()))
+    }
+}
+
+impl std::fmt::Display for ComputeType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ComputeType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for ComputeType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 impl ComputeType {
     pub const NAMES: [&'static str; 5] = ["exact", "float32", "int8", "float16", "bfloat16"];
-
-    pub fn from_name(name: &str) -> Result<Self, ModelError> {
-        match name {
-            "exact" | "default" => Ok(Self::Exact),
-            "float32" | "float" => Ok(Self::Float32),
-            "int8" | "int8_float32" => Ok(Self::Int8),
-            "float16" | "half" => Ok(Self::Float16),
-            "bfloat16" => Ok(Self::BFloat16),
-            other => Err(ModelError::ComputeType(other.to_string())),
-        }
-    }
 
     pub fn name(self) -> &'static str {
         match self {

@@ -15,10 +15,10 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_panel::by_row_count;
-use super::host_isa::{feature_hidden, Isa};
-use super::host_quantize_i8::{input_scale, max_abs, quantize_row, quantize_row_u8, Range};
-use super::ModelError;
+use super::panel::by_row_count;
+use super::isa::{feature_hidden, Isa};
+use super::quantize_i8::{input_scale, max_abs, quantize_row, quantize_row_u8, Range};
+use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
@@ -107,27 +107,27 @@ impl PackedInt8 {
 
     /// `weight` `[out, in]` and `bias` `[out]`, any float kind on the CPU; only where
     /// [`PackedInt8::available`].
-    pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
-        let kernel = Kernel::here().ok_or_else(|| ModelError::Unsupported("no int8 kernel for this CPU (it needs AVX2)".into()))?;
+    pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, KernelError> {
+        let kernel = Kernel::here().ok_or_else(|| KernelError::Unsupported("no int8 kernel for this CPU (it needs AVX2)".into()))?;
         Self::quantize_for(kernel, weight, bias)
     }
 
-    fn quantize_for(kernel: Kernel, weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
+    fn quantize_for(kernel: Kernel, weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, KernelError> {
         let (out_features, in_features) = weight.size2()?;
         let (n, k) = (out_features as usize, in_features as usize);
         // read in place: a copy of M2M-100's tied output projection would be 512 MB more at load
         let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
         // SAFETY: nothing writes the weight while it is quantized.
-        let w = unsafe { f32_view(&weight) }.ok_or_else(|| ModelError::Input("an int8 weight not on the CPU".into()))?;
+        let w = unsafe { f32_view(&weight) }.ok_or_else(|| KernelError::Input("an int8 weight not on the CPU".into()))?;
         let b = match bias {
             Some(b) => Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?.f_contiguous()?)?,
             None => vec![0.0; n],
         };
         if b.len() != n {
-            return Err(ModelError::Input(format!("a bias of {} for {n} outputs", b.len())));
+            return Err(KernelError::Input(format!("a bias of {} for {n} outputs", b.len())));
         }
         if k == 0 {
-            return Err(ModelError::Input(format!("an int8 weight of {n} outputs and no inputs")));
+            return Err(KernelError::Input(format!("an int8 weight of {n} outputs and no inputs")));
         }
         let (groups, panels) = (k.div_ceil(4), n.div_ceil(PANEL));
         let mut blocks = vec![Block([0; 64]); panels * groups];
@@ -188,7 +188,7 @@ impl PackedInt8 {
 
     /// `F.linear(x, weight, bias)` (then ReLU with `relu`) for a float32 CPU `x` `[..., in]`
     /// (made contiguous); None for any other input.
-    pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, ModelError> {
+    pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, KernelError> {
         let x = x.f_contiguous()?;
         // SAFETY: nothing writes `x` during the call.
         let Some(data) = (unsafe { f32_view(&x) }) else { return Ok(None) };

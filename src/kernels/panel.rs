@@ -1,6 +1,6 @@
-//! What the host GEMM kernels are handed, shared by their dispatcher (`host_gemm.rs`), the
-//! packing (`host_pack.rs`) and the kernels (`host_gemm_f32.rs`, `host_gemm_bf16.rs`,
-//! `host_gemm_i8.rs`): a panel's width and cache lines, one kernel call, and the dispatch on a
+//! What the host GEMM kernels are handed, shared by their dispatcher (`gemm.rs`), the
+//! packing (`pack.rs`) and the kernels (`gemm_f32.rs`, `gemm_bf16.rs`,
+//! `gemm_i8.rs`): a panel's width and cache lines, one kernel call, and the dispatch on a
 //! call's row count.
 
 /// Output columns per panel: one AVX-512 register, two AVX ones.

@@ -1,13 +1,13 @@
-//! `--compute-type bfloat16` on the CPU: the panels of `host_gemm.rs` with bfloat16 weights,
+//! `--compute-type bfloat16` on the CPU: the panels of `gemm.rs` with bfloat16 weights,
 //! multiplied by `vdpbf16ps` (AVX512_BF16), which sums two bfloat16 products into each fp32
 //! lane: twice the products of an fp32 FMA a cycle, from half the bytes. A line of a panel holds
 //! 16 output columns × 2 inputs (`k`, `k + 1`) in each 32-bit lane, the earlier input in the low
 //! half. Each call rounds its input rows to bfloat16 once (round to nearest even, as oneDNN
 //! does); the products accumulate in fp32 and the output stays fp32.
 
-use super::host_panel::{Line, PANEL};
-use super::host_isa::{feature_hidden, Isa};
-use super::host_pack::{pack_panels, panel_rows};
+use super::panel::{Line, PANEL};
+use super::isa::{feature_hidden, Isa};
+use super::pack::{pack_panels, panel_rows};
 
 /// Whether this CPU runs the kernel: AVX-512 with AVX512_BF16, unless `TCHSEQ_CPU_FEATURES_OFF`
 /// hides either.
@@ -75,8 +75,8 @@ pub fn input_pairs(x: &[f32], rows: usize, k: usize) -> Vec<u32> {
 pub mod avx512bf16 {
     use std::arch::x86_64::*;
 
-    use crate::model::host_panel::{by_row_count, Job, PANEL};
-    use crate::model::host_gemm_f32::avx512;
+    use crate::kernels::panel::{by_row_count, Job, PANEL};
+    use crate::kernels::gemm_f32::avx512;
 
     /// Rounds the whole 32-input blocks of `row` into `lanes` with `vcvtne2ps2bf16` (the same
     /// rounding as [`super::round`] for every value but subnormals, which it flushes to zero);
@@ -141,7 +141,7 @@ mod tests {
     #[test]
     #[cfg_attr(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16"), ignore = "this CPU has AVX512_BF16")]
     fn nothing_is_packed_for_bfloat16_without_avx512_bf16() {
-        use super::super::host_gemm::{PackedWeight, Precision};
+        use super::super::gemm::{PackedWeight, Precision};
         use tch::{Device, Kind, Tensor};
         assert!(!available());
         let w = Tensor::randn([16, 8], (Kind::Float, Device::Cpu));
@@ -153,7 +153,7 @@ mod tests {
     #[test]
     #[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16")), ignore = "needs AVX512_BF16")]
     fn equals_f_linear_on_rounded_operands_for_every_shape_and_row_count() {
-        use super::super::host_gemm::{PackedWeight, Precision};
+        use super::super::gemm::{PackedWeight, Precision};
         use tch::{Device, Kind, Tensor};
         let opts = (Kind::Float, Device::Cpu);
         assert!(available(), "built where AVX512_BF16 was found, run where it is not");

@@ -7,8 +7,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_isa::Isa;
-use super::ModelError;
+use super::isa::Isa;
+use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
@@ -68,7 +68,7 @@ impl TableProjection {
 
     /// `x · Tᵀ` for a contiguous f32 CPU `x` `[..., dim]`, into `y` when given (its size must be
     /// `[..., vocab]`), else a new tensor; `None` for any other input.
-    pub fn forward(&self, x: &Tensor, y: Option<Tensor>) -> Result<Option<Tensor>, ModelError> {
+    pub fn forward(&self, x: &Tensor, y: Option<Tensor>) -> Result<Option<Tensor>, KernelError> {
         let (vocab, dim) = self.table.size2()?;
         let size = x.size();
         if size.last() != Some(&dim) {

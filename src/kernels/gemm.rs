@@ -12,11 +12,11 @@ use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
 
 #[cfg(target_arch = "x86_64")]
-use super::host_gemm_f32::{avx2, avx512};
-use super::host_isa::Isa;
-use super::host_panel::{Job, Line, PANEL};
-use super::host_pack::pack_f32;
-use super::{host_gemm_bf16, ModelError};
+use super::gemm_f32::{avx2, avx512};
+use super::isa::Isa;
+use super::panel::{Job, Line, PANEL};
+use super::pack::pack_f32;
+use super::{gemm_bf16, KernelError};
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
 
@@ -62,7 +62,7 @@ const GRAIN_FLOPS: usize = 1 << 19;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Precision {
     F32,
-    /// bfloat16 pairs for `vdpbf16ps` (`host_gemm_bf16.rs`); AVX-512 only.
+    /// bfloat16 pairs for `vdpbf16ps` (`gemm_bf16.rs`); AVX-512 only.
     Bf16,
 }
 
@@ -71,7 +71,7 @@ impl Precision {
     pub fn available(self) -> bool {
         match self {
             Self::F32 => Isa::detect().is_some(),
-            Self::Bf16 => host_gemm_bf16::available(),
+            Self::Bf16 => gemm_bf16::available(),
         }
     }
 }
@@ -94,7 +94,7 @@ pub struct PackedWeight {
 
 impl PackedWeight {
     /// `None` when the CPU lacks AVX2/FMA or the weight is not f32 on the CPU.
-    pub fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+    pub fn pack(weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, KernelError> {
         match Isa::detect() {
             Some(isa) => Self::pack_for(isa, weight, bias),
             None => Ok(None),
@@ -102,7 +102,7 @@ impl PackedWeight {
     }
 
     /// [`PackedWeight::pack`] in `precision`; `None` where this CPU lacks its kernels.
-    pub fn pack_with(precision: Precision, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+    pub fn pack_with(precision: Precision, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, KernelError> {
         match precision {
             _ if !precision.available() => Ok(None),
             Precision::F32 => Self::pack(weight, bias),
@@ -110,11 +110,11 @@ impl PackedWeight {
         }
     }
 
-    pub fn pack_for(isa: Isa, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+    pub fn pack_for(isa: Isa, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, KernelError> {
         Self::pack_in(isa, Precision::F32, weight, bias)
     }
 
-    fn pack_in(isa: Isa, precision: Precision, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, ModelError> {
+    fn pack_in(isa: Isa, precision: Precision, weight: &Tensor, bias: Option<&Tensor>) -> Result<Option<Self>, KernelError> {
         if weight.device() != Device::Cpu || weight.kind() != Kind::Float || weight.dim() != 2 {
             return Ok(None);
         }
@@ -128,7 +128,7 @@ impl PackedWeight {
         let unit = PANEL * isa.panels_per_unit();
         let panel_count = out_features.div_ceil(unit) * isa.panels_per_unit();
         let panels = match precision {
-            Precision::Bf16 => host_gemm_bf16::pack(w, out_features, in_features, panel_count),
+            Precision::Bf16 => gemm_bf16::pack(w, out_features, in_features, panel_count),
             Precision::F32 => pack_f32(w, out_features, in_features, panel_count),
         };
         let mut padded_bias = vec![0f32; panel_count * PANEL];
@@ -178,7 +178,7 @@ impl PackedWeight {
         for (i, v) in out.iter_mut().enumerate().take(self.in_features) {
             *v = match self.precision {
                 Precision::F32 => self.panels[p * self.in_features + i].0[c],
-                Precision::Bf16 => host_gemm_bf16::weight_at(&self.panels, self.in_features, self.first_panel * PANEL + o, i),
+                Precision::Bf16 => gemm_bf16::weight_at(&self.panels, self.in_features, self.first_panel * PANEL + o, i),
             };
         }
     }
@@ -197,7 +197,7 @@ impl PackedWeight {
 
     /// `x · Wᵀ + b` (then ReLU with `relu`) when `x` is a contiguous f32 CPU tensor `[..., in]`;
     /// `None` otherwise.
-    pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, ModelError> {
+    pub fn linear(&self, x: &Tensor, relu: bool) -> Result<Option<Tensor>, KernelError> {
         let size = x.size();
         if size.last() != Some(&(self.in_features as i64)) {
             return Ok(None);
@@ -221,7 +221,7 @@ impl PackedWeight {
 
     /// As [`PackedWeight::linear`], into `y` (a contiguous f32 CPU tensor of the output's size)
     /// instead of a new tensor; false (and `y` untouched) where `linear` would give `None`.
-    pub fn linear_into(&self, x: &Tensor, y: &mut Tensor, relu: bool) -> Result<bool, ModelError> {
+    pub fn linear_into(&self, x: &Tensor, y: &mut Tensor, relu: bool) -> Result<bool, KernelError> {
         let size = x.size();
         if size.last() != Some(&(self.in_features as i64)) {
             return Ok(false);
@@ -260,7 +260,7 @@ impl PackedWeight {
         match self.precision {
             // SAFETY (both): the jobs come from `sweep`, and the ISA was detected when packing.
             Precision::Bf16 => {
-                let pairs = host_gemm_bf16::input_pairs(x, rows, k);
+                let pairs = gemm_bf16::input_pairs(x, rows, k);
                 self.sweep(&pairs, rows, y, relu, threads, |m, j| unsafe { self.unit_bf16(m, j) })
             }
             Precision::F32 => self.sweep(x, rows, y, relu, threads, |m, j| unsafe { self.unit(m, j) }),
@@ -394,7 +394,7 @@ impl PackedWeight {
     /// As `unit`, with `j.x` rows of input pairs; AVX512_BF16 is available.
     unsafe fn unit_bf16(&self, m: usize, j: &Job<u32>) {
         #[cfg(target_arch = "x86_64")]
-        host_gemm_bf16::avx512bf16::dispatch(m, j);
+        gemm_bf16::avx512bf16::dispatch(m, j);
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (m, j);
     }

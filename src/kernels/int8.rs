@@ -5,13 +5,13 @@
 //! first, and back after, so that in effect each row (token) gets its own scale, as CTranslate2's
 //! int8 does: on test_2016_flickr 89 of 1,000 hypotheses changed instead of 125, for 1.23× the
 //! time at the bundled size. Not fairseq's arithmetic: its fidelity is measured, not exact.
-//! On CPUs with AVX2 the same quantization runs on the host instead (`host_gemm_i8.rs`), with
+//! On CPUs with AVX2 the same quantization runs on the host instead (`gemm_i8.rs`), with
 //! 8-bit inputs (no `reduce_range`); fbgemm is left for CPUs without it.
 
 use tch::{Kind, Tensor};
 
-use super::host_gemm_i8::PackedInt8;
-use super::ModelError;
+use super::gemm_i8::PackedInt8;
+use super::KernelError;
 
 mod ffi {
     use std::ffi::{c_char, c_void};
@@ -37,17 +37,17 @@ mod ffi {
 }
 
 /// A csrc/ shim's error message (`what` names the op), freed.
-pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> ModelError {
+pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> KernelError {
     if error.is_null() {
-        return ModelError::Unsupported(format!("{what} failed without a message"));
+        return KernelError::Unsupported(format!("{what} failed without a message"));
     }
     // SAFETY: a NUL-terminated string the shim malloc'ed, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(error) }.to_string_lossy().lines().next().unwrap_or("").to_string();
     unsafe { ffi::tchseq_error_free(error) };
-    ModelError::Unsupported(format!("{what}: {text}"))
+    KernelError::Unsupported(format!("{what}: {text}"))
 }
 
-/// A linear layer's weight and bias in int8: on the host's VNNI kernel (`host_gemm_i8.rs`), or
+/// A linear layer's weight and bias in int8: on the host's VNNI kernel (`gemm_i8.rs`), or
 /// packed by fbgemm (`quantized::linear_prepack`: the weight quantized per output row, qint8,
 /// symmetric; the bias kept in f32).
 #[derive(Debug)]
@@ -62,7 +62,7 @@ unsafe impl Send for Int8Weight {}
 unsafe impl Sync for Int8Weight {}
 
 impl Int8Weight {
-    pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, ModelError> {
+    pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, KernelError> {
         let _guard = tch::no_grad_guard();
         if weight.device() == tch::Device::Cpu && PackedInt8::available() {
             return Ok(Self::Host(std::sync::Arc::new(PackedInt8::quantize(weight, bias)?)));
@@ -84,11 +84,11 @@ impl Int8Weight {
     /// `F.linear(x, weight, bias)` in int8, result in `x`'s kind. Activations are quantized per
     /// row (see the module docs), to 7 bits (torch.ao's `reduce_range`) unless the CPU has VNNI:
     /// without it fbgemm sums byte products in 16 bits, which 8-bit activations can overflow.
-    pub fn linear(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+    pub fn linear(&self, x: &Tensor) -> Result<Tensor, KernelError> {
         let y = match self {
             Self::Host(host) => {
                 let y = host.linear(&x.f_to_kind(Kind::Float)?, false)?;
-                y.ok_or_else(|| ModelError::Input(format!("int8 linear of {} outputs on {:?}", host.out_features(), x.size())))?
+                y.ok_or_else(|| KernelError::Input(format!("int8 linear of {} outputs on {:?}", host.out_features(), x.size())))?
             }
             Self::Fbgemm { packed, bias } => {
                 let input = x.f_to_kind(Kind::Float)?;

@@ -5,7 +5,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::host_isa::Isa;
+use super::isa::Isa;
 use crate::libtorch::host::f32_view_mut;
 use crate::libtorch::parallel::parallel_for;
 

@@ -1,0 +1,76 @@
+//! The compute type asked for, resolved once against the device and this CPU, as CTranslate2's
+//! `resolve_compute_type` does: every door (the CLI's `--compute-type`, the server's, Python's
+//! `compute_type=`) loads through [`ModelBundle::load`](super::ModelBundle::load), which calls
+//! [`resolve_compute_type`] and [`load_kind`] before a checkpoint is read.
+
+use tch::{Device, Kind};
+
+use crate::kernels::ComputeType;
+
+/// Why a compute type cannot run as asked, naming what is missing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ComputeTypeError {
+    /// Its kernels are host or fbgemm code (`int8`), and the device is a GPU.
+    #[error("compute type {0} runs on the CPU only")]
+    CpuOnly(ComputeType),
+    /// This CPU lacks the instructions it needs.
+    #[error("compute type {compute_type} on the CPU needs {needs}, which this CPU lacks (`tchseq doctor` lists its fast compute types); use float32 or int8")]
+    MissingInstructions {
+        /// The compute type asked for.
+        compute_type: ComputeType,
+        /// The instructions it needs (`AVX512_BF16`).
+        needs: &'static str,
+    },
+    /// A dtype asked for besides a compute type that decides the dtype itself.
+    #[error("dtype {} and compute type {compute_type} disagree: compute types float16 and bfloat16 halve the model themselves, and the others compute in fp32", dtype_name(*dtype))]
+    DtypeDisagrees {
+        /// The dtype asked for.
+        dtype: Kind,
+        /// The compute type asked for.
+        compute_type: ComputeType,
+    },
+    /// The model left `exact` already: its weights are fused or quantized for that compute type.
+    #[error("the model already runs in {0}")]
+    AlreadyRuns(ComputeType),
+}
+
+/// fairseq's names of the dtypes (`--fp16`, `--bf16`), as `--dtype` spells them.
+pub fn dtype_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Half => "fp16",
+        Kind::BFloat16 => "bf16",
+        Kind::Double => "fp64",
+        _ => "fp32",
+    }
+}
+
+/// `requested` on `device`, or why it cannot run there.
+pub fn resolve_compute_type(requested: ComputeType, device: Device) -> Result<ComputeType, ComputeTypeError> {
+    match (requested, device) {
+        (c, Device::Cuda(_)) if c.cpu_only() => Err(ComputeTypeError::CpuOnly(c)),
+        (c, Device::Cpu) => match c.missing_cpu_instructions() {
+            Some(needs) => Err(ComputeTypeError::MissingInstructions { compute_type: c, needs }),
+            None => Ok(c),
+        },
+        (c, _) => Ok(c),
+    }
+}
+
+/// The dtype to load the weights in: the compute type's where it decides one (`float16` loads
+/// the model halved, as `--dtype fp16` does), else `dtype`. A `dtype` other than fp32 must be
+/// the compute type's own.
+pub fn load_kind(compute_type: ComputeType, dtype: Kind, device: Device) -> Result<Kind, ComputeTypeError> {
+    match compute_type.weight_kind() {
+        None => Ok(dtype),
+        Some(_) if dtype == Kind::Float => Ok(compute_type.load_kind(device).unwrap_or(dtype)),
+        Some(kind) if kind == dtype => Ok(kind),
+        Some(_) => Err(ComputeTypeError::DtypeDisagrees { dtype, compute_type }),
+    }
+}
+
+/// What a user should know about `compute_type` on `device`: float16 on a CPU without
+/// AVX512_FP16 runs, but several times slower than float32.
+pub fn slow_here(compute_type: ComputeType, device: Device) -> Option<&'static str> {
+    (device == Device::Cpu && compute_type == ComputeType::Float16 && !ComputeType::fast_on_this_cpu().contains(&compute_type))
+        .then_some("compute type float16 on this CPU (no AVX512_FP16) runs several times slower than float32: float16 is for GPUs; use float32 or int8 here")
+}

@@ -1,0 +1,45 @@
+//! The CPU kernels beneath the model: what fairseq leaves to libtorch, done on the host for the
+//! fast compute types (CTranslate2's `ops/`, apart from its `layers/`). `model/` holds fairseq's
+//! modules and calls down into these; nothing here knows a module.
+//!
+//! - which instructions run here: `isa.rs`, and the compute types: `compute_type.rs`;
+//! - linear layers from packed weights: `gemm.rs` (float32 and bfloat16 panels, packed by
+//!   `pack.rs`, computed by `gemm_f32.rs` and `gemm_bf16.rs`, handed `panel.rs`'s jobs),
+//!   `gemm_nt.rs` (a tied output projection from the embedding table as it is), `gemm_i8.rs`
+//!   (int8, with `quantize_i8.rs`'s rows) and `int8.rs` (libtorch's fbgemm int8 linear);
+//! - `norm.rs` (layer norm), `softmax.rs` (log-softmax and `exp`), `one_query.rs` (attention
+//!   of one query position over `kv_cache.rs`'s host key/value cache);
+//! - `step_buffers.rs`: the host decoder step's activations, kept from step to step.
+
+pub mod compute_type;
+pub(crate) mod gemm;
+mod gemm_bf16;
+mod gemm_f32;
+pub(crate) mod gemm_i8;
+pub(crate) mod gemm_nt;
+pub(crate) mod int8;
+mod isa;
+pub(crate) mod kv_cache;
+pub(crate) mod norm;
+pub(crate) mod one_query;
+mod pack;
+mod panel;
+mod quantize_i8;
+pub(crate) mod softmax;
+pub(crate) mod step_buffers;
+
+pub use compute_type::{ComputeType, UnknownComputeType};
+pub use softmax::log_softmax_in_place;
+
+/// What a kernel refuses, in the terms of the model error it becomes.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// This CPU or this libtorch has no kernel for it.
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    /// A tensor a kernel was handed has the wrong shape, device or size.
+    #[error("bad model input: {0}")]
+    Input(String),
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
