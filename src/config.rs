@@ -100,6 +100,10 @@ pub struct TransformerConfig {
     pub moses_target_lang: Option<String>,
     pub moses_no_dash_splits: bool,
     pub moses_no_escape: bool,
+    /// The dictionaries' file names where the checkpoint decides them (a Hugging Face
+    /// directory's vocabulary files), source then target; else fairseq's `dict.<lang>.txt`.
+    #[serde(default)]
+    pub dictionary_files: Option<(String, String)>,
 }
 
 fn set_default(m: &mut Map<String, Value>, key: &str, v: impl Into<Value>) {
@@ -395,6 +399,7 @@ impl TransformerConfig {
             moses_target_lang: as_opt_str("moses_target_lang", tok_opt("target_lang").filter(|_| tokenizer_v.is_some_and(|t| t.is_object())).or_else(|| m.get("moses_target_lang")))?,
             moses_no_dash_splits: tok_opt("moses_no_dash_splits").map(|v| as_bool("moses_no_dash_splits", v)).transpose()?.unwrap_or(false),
             moses_no_escape: tok_opt("moses_no_escape").map(|v| as_bool("moses_no_escape", v)).transpose()?.unwrap_or(false),
+            dictionary_files: None,
         };
         cfg.validate()?;
         Ok(cfg)

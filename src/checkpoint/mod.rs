@@ -19,6 +19,7 @@
 
 pub mod container;
 mod file_storage;
+pub mod hf;
 pub mod pickle;
 pub mod pyjson;
 pub mod upgrade;
@@ -45,6 +46,8 @@ use pickle::{Node, NodeId, Pickle, StorageDtype, Value};
 pub enum ConfigSource {
     Args,
     Cfg,
+    /// A Hugging Face directory's `config.json` ([`hf`]).
+    HuggingFace,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -383,6 +386,9 @@ fn model_dict<'a>(path: &Path, p: &'a Pickle, root: &'a pickle::Dict) -> Result<
 }
 
 pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
+    if hf::architecture(path).is_some() {
+        return hf::load(path);
+    }
     let file = open(path, true)?;
     let raw = read_container(path, &file.map)?;
     let p = &raw.pickle;
@@ -437,6 +443,9 @@ impl Checkpoint {
 
 /// Parses the container and the config only (storages are not read).
 pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
+    if hf::architecture(path).is_some() {
+        return hf::read_summary(path);
+    }
     let file = open(path, false)?;
     let raw = read_container(path, &file.map)?;
     let p = &raw.pickle;

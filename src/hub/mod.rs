@@ -286,7 +286,11 @@ pub struct ModelBundle {
 }
 
 fn load_dictionary(path: &Path) -> Result<Dictionary, HubError> {
-    Dictionary::load(path).map_err(|source| HubError::Dictionary { path: path.to_path_buf(), source })
+    let dictionary = match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => std::fs::read(path).map_err(Into::into).and_then(|bytes| Dictionary::from_vocab_json(&bytes)),
+        _ => Dictionary::load(path),
+    };
+    dictionary.map_err(|source| HubError::Dictionary { path: path.to_path_buf(), source })
 }
 
 /// fairseq sizes the embeddings from the dictionaries: a dictionary that disagrees with the
@@ -466,5 +470,6 @@ fn config_source_name(source: ConfigSource) -> &'static str {
     match source {
         ConfigSource::Args => "args",
         ConfigSource::Cfg => "cfg",
+        ConfigSource::HuggingFace => "config.json",
     }
 }

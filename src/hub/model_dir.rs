@@ -41,7 +41,10 @@ fn base_name(stored: &str) -> String {
 /// The dictionaries' possible file names, best first: `dict.<lang>.txt`, or what a multilingual
 /// task names (`--fixed-dictionary`, which M2M-100's directories call `model_dict*.txt`, else
 /// `--source-dict`/`--target-dict`).
-fn dict_names(task: &LanguageTask, dir: &Path, src: &str, tgt: &str) -> Vec<(String, String)> {
+fn dict_names(task: &LanguageTask, files: Option<&(String, String)>, dir: &Path, src: &str, tgt: &str) -> Vec<(String, String)> {
+    if let Some(files) = files {
+        return vec![files.clone()];
+    }
     let own = (format!("dict.{src}.txt"), format!("dict.{tgt}.txt"));
     let LanguageTask::Multilingual(m) = task else { return vec![own] };
     let mut names = Vec::new();
@@ -68,9 +71,13 @@ fn err(msg: impl Into<String>) -> HubError {
 const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoint_last.pt"];
 
 /// The checkpoint of a model directory: `model.pt`, else `checkpoint_best.pt`, else
-/// `checkpoint_last.pt`; in `DIR` and then in `DIR/checkpoints`.
+/// `checkpoint_last.pt`; in `DIR` and then in `DIR/checkpoints`. A Hugging Face directory's
+/// checkpoint is its weights file.
 pub(super) fn find_checkpoint(dir: &Path) -> Option<PathBuf> {
-    [dir.to_path_buf(), dir.join("checkpoints")].iter().find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()))
+    [dir.to_path_buf(), dir.join("checkpoints")]
+        .iter()
+        .find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()))
+        .or_else(|| crate::checkpoint::hf::find_weights(dir))
 }
 
 /// `dict.<lang>.txt` languages present in `dir`, sorted.
@@ -185,11 +192,11 @@ impl ModelFiles {
         languages.check(&tgt)?;
         let (dict_dir, (src_name, tgt_name)) = dirs
             .iter()
-            .flat_map(|d| dict_names(&cfg.language_task, d, &src, &tgt).into_iter().map(move |n| (d.clone(), n)))
+            .flat_map(|d| dict_names(&cfg.language_task, cfg.dictionary_files.as_ref(), d, &src, &tgt).into_iter().map(move |n| (d.clone(), n)))
             .find(|(d, (s, t))| d.join(s).is_file() && d.join(t).is_file())
             .ok_or_else(|| {
                 let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-                let (s, t) = dict_names(&cfg.language_task, &dirs[0], &src, &tgt).remove(0);
+                let (s, t) = dict_names(&cfg.language_task, cfg.dictionary_files.as_ref(), &dirs[0], &src, &tgt).remove(0);
                 let names = if s == t { s } else { format!("{s} and {t}") };
                 HubError::DictionariesNotFound { names, searched: searched.join(", ") }
             })?;

@@ -16,6 +16,10 @@ pub enum DictionaryError {
     Format { line: usize, text: String },
     #[error("line {line}: duplicate word {word:?} (add the #fairseq:overwrite flag to allow it)")]
     Duplicate { line: usize, word: String },
+    #[error("not a vocabulary (a JSON object of token ids): {0}")]
+    Vocabulary(String),
+    #[error("token id {id} of {token:?}: the ids must run 0, 1, 2, ... with <s> <pad> </s> <unk> first")]
+    VocabularyIds { id: i64, token: String },
 }
 
 pub const BOS_WORD: &str = "<s>";
@@ -104,6 +108,36 @@ impl Dictionary {
                 return Err(DictionaryError::Duplicate { line: line_no, word: word.to_string() });
             }
             d.insert(word, count, overwrite);
+        }
+        Ok(d)
+    }
+
+    /// The dictionary a Hugging Face vocabulary file (`vocab.json`, FSMT's `vocab-src.json`)
+    /// was written from: its tokens by id. FSMT's converter marks a word's last piece with
+    /// `</w>` and drops fairseq's `@@` from the others; that is undone here.
+    pub fn from_vocab_json(bytes: &[u8]) -> Result<Self, DictionaryError> {
+        let vocab: HashMap<String, i64> = serde_json::from_slice(bytes).map_err(|e| DictionaryError::Vocabulary(e.to_string()))?;
+        let mut by_id: Vec<(i64, &str)> = vocab.iter().map(|(t, &id)| (id, t.as_str())).collect();
+        by_id.sort();
+        let word_ends = by_id.iter().any(|(_, t)| t.ends_with("</w>"));
+        let mut d = Self::new();
+        for (expected, &(id, token)) in by_id.iter().enumerate() {
+            let special = [BOS_WORD, PAD_WORD, EOS_WORD, UNK_WORD].get(expected);
+            if id != expected as i64 || special.is_some_and(|w| *w != token) {
+                return Err(DictionaryError::VocabularyIds { id, token: token.to_string() });
+            }
+            if special.is_some() {
+                continue;
+            }
+            let word = match (word_ends, token.strip_suffix("</w>")) {
+                (true, Some(end)) => end.to_string(),
+                (true, None) => format!("{token}@@"),
+                (false, _) => token.to_string(),
+            };
+            d.insert(&word, 1, false);
+            if d.len() != expected + 1 {
+                return Err(DictionaryError::VocabularyIds { id, token: token.to_string() });
+            }
         }
         Ok(d)
     }

@@ -1,0 +1,267 @@
+//! Hugging Face directories of fairseq's models, read back as the fairseq checkpoints they were
+//! converted from: `M2M100ForConditionalGeneration` (M2M-100, NLLB-200 dense) and
+//! `FSMTForConditionalGeneration` (fairseq's WMT19 models). transformers'
+//! `convert_m2m100_original_checkpoint_to_pytorch.py` and
+//! `convert_fsmt_original_pytorch_checkpoint_to_pytorch.py`, run backwards: `config.json` becomes
+//! fairseq's `args`, the weights take fairseq's state-dict names, and the vocabulary files are the
+//! dictionaries (`text::Dictionary::from_vocab_json`).
+//!
+//! The weights file (`model.safetensors`, or `pytorch_model.bin` through the same safe reader as a
+//! `.pt`) is the checkpoint's path; `config.json` beside it says it is a Hugging Face model.
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tch::Tensor;
+
+use super::pickle::Node;
+use super::{invalid, open, read_container, upgrade, Checkpoint, CheckpointError, CheckpointSummary, ConfigSource, Materializer};
+use crate::config::TransformerConfig;
+
+/// The weights files of a Hugging Face directory, best first.
+pub const WEIGHTS_FILES: [&str; 2] = ["model.safetensors", "pytorch_model.bin"];
+
+/// The model classes read here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HfArchitecture {
+    /// `M2M100ForConditionalGeneration`: fairseq's `transformer` with pre-norm layers, one
+    /// shared table, sinusoidal positions, the multilingual task's language tokens.
+    M2m100,
+    /// `FSMTForConditionalGeneration`: fairseq's `transformer` (post-norm), two dictionaries,
+    /// Moses and BPE.
+    Fsmt,
+}
+
+/// `config.json`, the fields that decide fairseq's config.
+#[derive(Debug, Deserialize)]
+struct HfConfig {
+    model_type: String,
+    d_model: i64,
+    encoder_layers: i64,
+    decoder_layers: i64,
+    encoder_attention_heads: i64,
+    decoder_attention_heads: i64,
+    encoder_ffn_dim: i64,
+    decoder_ffn_dim: i64,
+    #[serde(default = "relu")]
+    activation_function: String,
+    max_position_embeddings: i64,
+    #[serde(default)]
+    scale_embedding: bool,
+    #[serde(default)]
+    tie_word_embeddings: Option<bool>,
+    /// FSMT: `[source, target]`.
+    #[serde(default)]
+    langs: Vec<String>,
+}
+
+fn relu() -> String {
+    "relu".into()
+}
+
+/// The directory's `config.json`, when `weights` is the weights file of a Hugging Face model.
+fn config_beside(weights: &Path) -> Option<PathBuf> {
+    let name = weights.file_name()?.to_str()?;
+    let config = weights.with_file_name("config.json");
+    (WEIGHTS_FILES.contains(&name) && config.is_file()).then_some(config)
+}
+
+/// Whether `weights` is the weights file of a Hugging Face directory this reader knows, and which.
+pub fn architecture(weights: &Path) -> Option<HfArchitecture> {
+    let text = std::fs::read(config_beside(weights)?).ok()?;
+    let v: Value = serde_json::from_slice(&text).ok()?;
+    match v.get("model_type")?.as_str()? {
+        "m2m_100" => Some(HfArchitecture::M2m100),
+        "fsmt" => Some(HfArchitecture::Fsmt),
+        _ => None,
+    }
+}
+
+/// The weights file of `dir`, if it is a Hugging Face directory this reader knows.
+pub fn find_weights(dir: &Path) -> Option<PathBuf> {
+    WEIGHTS_FILES.iter().map(|n| dir.join(n)).find(|p| p.is_file() && architecture(p).is_some())
+}
+
+fn read_config(weights: &Path) -> Result<(HfArchitecture, HfConfig), CheckpointError> {
+    let path = config_beside(weights).ok_or_else(|| invalid(weights, "no config.json beside it"))?;
+    let text = std::fs::read(&path).map_err(|source| CheckpointError::Io { path: path.clone(), source })?;
+    let config: HfConfig = serde_json::from_slice(&text).map_err(|e| invalid(&path, format!("not a transformers config: {e}")))?;
+    let arch = match config.model_type.as_str() {
+        "m2m_100" => HfArchitecture::M2m100,
+        "fsmt" => HfArchitecture::Fsmt,
+        other => return Err(invalid(&path, format!("model_type {other:?} is not a fairseq translation model (m2m_100, fsmt)"))),
+    };
+    Ok((arch, config))
+}
+
+/// M2M-100's language codes: the `__xx__` tokens of its vocabulary, in their order.
+fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
+    let path = dir.join("vocab.json");
+    let text = std::fs::read(&path).map_err(|source| CheckpointError::Io { path: path.clone(), source })?;
+    let vocab: std::collections::HashMap<String, i64> = serde_json::from_slice(&text).map_err(|e| invalid(&path, format!("not a vocabulary: {e}")))?;
+    let mut langs: Vec<(i64, String)> = vocab
+        .iter()
+        .filter_map(|(token, &id)| token.strip_prefix("__").and_then(|t| t.strip_suffix("__")).filter(|l| !l.is_empty()).map(|l| (id, l.to_string())))
+        .collect();
+    langs.sort();
+    if langs.is_empty() {
+        return Err(invalid(&path, "no language tokens (`__en__`, ...): not an M2M-100 vocabulary"));
+    }
+    Ok(langs.into_iter().map(|(_, l)| l).collect())
+}
+
+/// fairseq's `args` for the model `config.json` describes.
+fn namespace(arch: HfArchitecture, c: &HfConfig, dir: &Path) -> Result<Map<String, Value>, CheckpointError> {
+    let mut ns = Map::new();
+    for (k, v) in [
+        ("arch", json!("transformer")),
+        ("encoder_embed_dim", json!(c.d_model)),
+        ("decoder_embed_dim", json!(c.d_model)),
+        ("encoder_ffn_embed_dim", json!(c.encoder_ffn_dim)),
+        ("decoder_ffn_embed_dim", json!(c.decoder_ffn_dim)),
+        ("encoder_layers", json!(c.encoder_layers)),
+        ("decoder_layers", json!(c.decoder_layers)),
+        ("encoder_attention_heads", json!(c.encoder_attention_heads)),
+        ("decoder_attention_heads", json!(c.decoder_attention_heads)),
+        ("activation_fn", json!(c.activation_function)),
+        ("no_scale_embedding", json!(!c.scale_embedding)),
+        ("max_source_positions", json!(c.max_position_embeddings)),
+        ("max_target_positions", json!(c.max_position_embeddings)),
+    ] {
+        ns.insert(k.into(), v);
+    }
+    match arch {
+        HfArchitecture::M2m100 => {
+            let langs = m2m100_langs(dir)?;
+            let pairs: Vec<String> = langs.iter().flat_map(|s| langs.iter().filter(move |t| *t != s).map(move |t| format!("{s}-{t}"))).collect();
+            for (k, v) in [
+                ("encoder_normalize_before", json!(true)),
+                ("decoder_normalize_before", json!(true)),
+                ("share_all_embeddings", json!(true)),
+                ("share_decoder_input_output_embed", json!(true)),
+                ("task", json!("translation_multi_simple_epoch")),
+                ("langs", json!(langs.join(","))),
+                ("lang_pairs", json!(pairs.join(","))),
+                ("encoder_langtok", json!("src")),
+                ("decoder_langtok", json!(true)),
+                ("source_dict", json!("vocab.json")),
+                ("target_dict", json!("vocab.json")),
+                ("bpe", json!("sentencepiece")),
+                ("sentencepiece_model", json!("sentencepiece.bpe.model")),
+            ] {
+                ns.insert(k.into(), v);
+            }
+        }
+        HfArchitecture::Fsmt => {
+            let [src, tgt] = c.langs.as_slice() else {
+                return Err(invalid(&dir.join("config.json"), "an FSMT config names its two languages in `langs`"));
+            };
+            for (k, v) in [
+                ("share_all_embeddings", json!(c.tie_word_embeddings.unwrap_or(false))),
+                ("share_decoder_input_output_embed", json!(true)),
+                ("source_lang", json!(src)),
+                ("target_lang", json!(tgt)),
+                ("tokenizer", json!("moses")),
+                ("moses_source_lang", json!(src)),
+                ("moses_target_lang", json!(tgt)),
+            ] {
+                ns.insert(k.into(), v);
+            }
+            // the converter writes an empty merges.txt for a model trained without BPE codes:
+            // fairseq ran no BPE then, and neither does this
+            if std::fs::metadata(dir.join("merges.txt")).is_ok_and(|m| m.len() > 0) {
+                ns.insert("bpe".into(), json!("subword_nmt"));
+                ns.insert("bpe_codes".into(), json!("merges.txt"));
+            }
+        }
+    }
+    Ok(ns)
+}
+
+fn fairseq_config(weights: &Path) -> Result<(HfArchitecture, bool, TransformerConfig), CheckpointError> {
+    let (arch, hf) = read_config(weights)?;
+    let dir = weights.parent().unwrap_or(Path::new("."));
+    let ns = namespace(arch, &hf, dir)?;
+    let mut config = TransformerConfig::from_namespace(&ns, None, None, None).map_err(|source| CheckpointError::Config { path: weights.to_path_buf(), source })?;
+    config.dictionary_files = Some(match arch {
+        HfArchitecture::M2m100 => ("vocab.json".into(), "vocab.json".into()),
+        HfArchitecture::Fsmt => ("vocab-src.json".into(), "vocab-tgt.json".into()),
+    });
+    let tied = config.share_all_embeddings;
+    Ok((arch, tied, config))
+}
+
+/// The fairseq names of a Hugging Face weight (none for a weight fairseq computes itself, as the
+/// sinusoidal positions). A table tied to others is all their fairseq names: M2M-100's shared
+/// table, FSMT's encoder table under `tie_word_embeddings`, FSMT's decoder table (which is always
+/// its output projection).
+fn fairseq_names(arch: HfArchitecture, tied: bool, name: &str) -> Vec<String> {
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    const ALL: [&str; 3] = ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight"];
+    match (arch, name) {
+        (_, n) if n.contains(".embed_positions.") => Vec::new(),
+        (HfArchitecture::M2m100, "model.shared.weight" | "model.encoder.embed_tokens.weight" | "model.decoder.embed_tokens.weight" | "lm_head.weight") => names(&ALL),
+        (HfArchitecture::Fsmt, "model.encoder.embed_tokens.weight" | "model.decoder.embed_tokens.weight" | "model.decoder.output_projection.weight") if tied => names(&ALL),
+        (HfArchitecture::Fsmt, "model.decoder.embed_tokens.weight" | "model.decoder.output_projection.weight") => names(&ALL[1..]),
+        (_, n) => n.strip_prefix("model.").map(|s| vec![s.to_string()]).unwrap_or_default(),
+    }
+}
+
+/// Reads the weights file of a Hugging Face directory as fairseq's checkpoint: the weights stay
+/// over the file where it stores them as they are, as a `.pt`'s do.
+pub fn load(weights: &Path) -> Result<Checkpoint, CheckpointError> {
+    let (arch, tied, config) = fairseq_config(weights)?;
+    let file = open(weights, true)?;
+    let raw = read_container(weights, &file.map)?;
+    let p = &raw.pickle;
+    let root = p.dict(&p.root).ok_or_else(|| invalid(weights, format!("top level is a {}, not a dict of tensors", p.type_name(&p.root))))?;
+    let mut m = Materializer::new(weights, &raw, &file);
+    let mut sd: IndexMap<String, Tensor> = IndexMap::with_capacity(root.entries.len());
+    for (k, v) in &root.entries {
+        let super::pickle::Value::Str(name) = k else {
+            return Err(invalid(weights, format!("a {} key", p.type_name(k))));
+        };
+        if !matches!(p.node(v), Some(Node::Tensor(_))) {
+            continue;
+        }
+        for fairseq in fairseq_names(arch, tied, name) {
+            // a tied table stored under several names is the same weight; the first wins
+            if !sd.contains_key(&fairseq) {
+                sd.insert(fairseq, m.tensor(name, v)?);
+            }
+        }
+    }
+    // transformers' converters drop the modules' `version` buffers; the model they were made from
+    // is fairseq's current one (version 3: final layer norms as the config says)
+    for key in ["encoder.version", "decoder.version"] {
+        let version = Tensor::f_from_slice(&[3f32]).map_err(|source| CheckpointError::Torch { path: weights.to_path_buf(), name: key.into(), source })?;
+        sd.entry(key.to_string()).or_insert(version);
+    }
+    let state_dict = upgrade::upgrade_state_dict(&config, sd).map_err(|source| CheckpointError::Upgrade { path: weights.to_path_buf(), source })?;
+    let file_storages = m.file_storages;
+    Ok(Checkpoint { path: weights.to_path_buf(), format: raw.format, config_source: ConfigSource::HuggingFace, config, state_dict, file_storages })
+}
+
+/// What [`load`] reads of the model, without its weights.
+pub fn read_summary(weights: &Path) -> Result<CheckpointSummary, CheckpointError> {
+    let (arch, tied, config) = fairseq_config(weights)?;
+    let file = open(weights, false)?;
+    let raw = read_container(weights, &file.map)?;
+    let p = &raw.pickle;
+    let root = p.dict(&p.root).ok_or_else(|| invalid(weights, format!("top level is a {}, not a dict of tensors", p.type_name(&p.root))))?;
+    let rows = |fairseq: &str| -> Option<i64> {
+        root.entries.iter().find_map(|(k, v)| match (k, p.node(v)) {
+            (super::pickle::Value::Str(n), Some(Node::Tensor(t))) if fairseq_names(arch, tied, n).iter().any(|f| f == fairseq) => t.size.first().copied(),
+            _ => None,
+        })
+    };
+    Ok(CheckpointSummary {
+        format: raw.format,
+        config_source: ConfigSource::HuggingFace,
+        src_embed_rows: rows("encoder.embed_tokens.weight"),
+        tgt_embed_rows: rows("decoder.embed_tokens.weight"),
+        config,
+    })
+}
