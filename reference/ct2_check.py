@@ -14,7 +14,6 @@ length_penalty=1, return_scores=True, max_batch_size=16), one intra thread. scor
 fixture's teacher-forced batch gives ct2's per-token log-probs, compared with fairseq's.
 """
 import json
-import math
 import os
 import sys
 

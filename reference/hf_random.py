@@ -187,8 +187,11 @@ def main():
     for i, h in enumerate(out.decoder_hidden_states):
         t[f"decoder_hidden_states.{i}"] = h
     t = {k: v.detach().contiguous().clone() for k, v in t.items()}
-    meta = {"made_by": "python reference/hf_random.py " + " ".join(sys.argv[1:]),
-            "batch": f"lines {[i + 1 for i in BATCH_LINES]} of {base}/input.en -> input.de"}
+    # one metadata key: safetensors writes the metadata map in hash order, so two keys would make
+    # the file bytes differ from run to run
+    meta = {"about": f"made by python reference/hf_random.py {' '.join(sys.argv[1:])}; batch: lines "
+                     f"{[i + 1 for i in BATCH_LINES]} of {base}/input.en -> input.de; "
+                     "see tests/fixtures/hf/README.md"}
     save_file(t, os.path.join(out_dir, "reference.safetensors"), metadata=meta)
 
     pad_mask = decoder_attention_mask.bool()
