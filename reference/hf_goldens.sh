@@ -66,9 +66,23 @@ if has ct2; then
 fi
 if has finish; then
   python - "$MANIFEST" "$LOG/commands.txt" <<'EOF'
-import hashlib, importlib.metadata as md, json, os, sys
+import hashlib, importlib.metadata as md, json, os, re, sys
 path, cmds = sys.argv[1:3]
 m = json.load(open(path))
+ct2_path = "tests/fixtures/ct2/manifest.json"
+
+
+def write_compact(obj, p):
+    """indent=1 JSON with every list of numbers on one line"""
+    text = json.dumps(obj, indent=1, ensure_ascii=False)
+    text = re.sub(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]",
+                  lambda mm: "[" + re.sub(r",\s*", ", ", mm.group(1)) + "]", text)
+    with open(p, "w") as f:
+        f.write(text + "\n")
+
+
+if os.path.exists(ct2_path):  # final form before its hash is taken below
+    write_compact(json.load(open(ct2_path)), ct2_path)
 files = {}
 for root in ("tests/fixtures/hf", "tests/fixtures/ct2"):
     for d, _, fs in sorted(os.walk(root)):
@@ -95,7 +109,6 @@ head = {
                     for r in ("tests/fixtures/hf", "tests/fixtures/ct2")},
 }
 # CTranslate2 (tests/fixtures/ct2) vs transformers' forced_bos generate on the same m2m inputs
-ct2_path = "tests/fixtures/ct2/manifest.json"
 if os.path.exists(ct2_path) and "m2m" in m.get("checks", {}) and "generate" in m["checks"]["m2m"]:
     c2 = json.load(open(ct2_path))
     cmp = {}
@@ -114,19 +127,7 @@ order = ["made_by", "commands", "versions", "environment", "committed", "not_com
          "conversions", "checks", "random_m2m100", "files"]
 out = {**{k: head[k] for k in head if k in order}, **{k: m[k] for k in m if k not in head}}
 out = {k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order}
-import re
-
-def write_compact(obj, p):
-    """indent=1 JSON with every list of numbers on one line"""
-    text = json.dumps(obj, indent=1, ensure_ascii=False)
-    text = re.sub(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]",
-                  lambda mm: "[" + re.sub(r",\s*", ", ", mm.group(1)) + "]", text)
-    with open(p, "w") as f:
-        f.write(text + "\n")
-
 write_compact(out, path)
-if os.path.exists(ct2_path):
-    write_compact(json.load(open(ct2_path)), ct2_path)
 print(json.dumps(out["total_bytes"]))
 EOF
 fi
