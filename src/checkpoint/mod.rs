@@ -50,6 +50,17 @@ pub enum ConfigSource {
     HuggingFace,
 }
 
+impl ConfigSource {
+    /// Where the config came from, as `inspect` and the load report name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Args => "args",
+            Self::Cfg => "cfg",
+            Self::HuggingFace => "config.json",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckpointError {

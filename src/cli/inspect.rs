@@ -6,7 +6,7 @@ use anyhow::Result;
 use tch::{Device, Kind};
 use serde_json::json;
 
-use tchseq::checkpoint::{self, dtype_name};
+use tchseq::checkpoint::dtype_name;
 use tchseq::hub::{ModelBundle, Weights};
 
 use super::args::{GlobalArgs, InspectArgs};
@@ -48,7 +48,7 @@ pub fn run(_global: &GlobalArgs, a: &InspectArgs) -> Result<Outcome> {
         }
         let c = &ckpt.config;
         writeln!(out, "checkpoint     {}", path.display())?;
-        writeln!(out, "format         {} (config from {})", ckpt.format.as_str(), if matches!(ckpt.config_source, checkpoint::ConfigSource::Args) { "args" } else { "cfg" })?;
+        writeln!(out, "format         {} (config from {})", ckpt.format.as_str(), ckpt.config_source.as_str())?;
         writeln!(out, "arch           {}", c.arch)?;
         writeln!(out, "encoder        {} layers, dim {}, ffn {}, {} heads, {}{}", c.encoder_layers, c.encoder_embed_dim, c.encoder_ffn_embed_dim, c.encoder_attention_heads, if c.encoder_normalize_before { "pre-norm" } else { "post-norm" }, if c.encoder_learned_pos { ", learned positions" } else { "" })?;
         writeln!(out, "decoder        {} layers, dim {}, ffn {}, {} heads, {}{}", c.decoder_layers, c.decoder_embed_dim, c.decoder_ffn_embed_dim, c.decoder_attention_heads, if c.decoder_normalize_before { "pre-norm" } else { "post-norm" }, if c.decoder_learned_pos { ", learned positions" } else { "" })?;

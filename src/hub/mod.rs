@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use tch::{Device, Kind};
 
-use crate::checkpoint::{load_checkpoint, read_summary, Checkpoint, CheckpointError, ConfigSource, ContainerFormat};
+use crate::checkpoint::{load_checkpoint, read_summary, Checkpoint, CheckpointError, ContainerFormat};
 use crate::config::{TaskOverrides, TransformerConfig};
 use crate::generate::rng_replay::replay_model_init;
 use crate::generate::GenerateError;
@@ -369,7 +369,7 @@ impl ModelBundle {
                 reports.push(CheckpointReport {
                     path: files.checkpoints[0].clone(),
                     format: summary.format,
-                    config_source: config_source_name(summary.config_source),
+                    config_source: summary.config_source.as_str(),
                     tensors: 0,
                     parameters: 0,
                     unused_keys: Vec::new(),
@@ -394,7 +394,7 @@ impl ModelBundle {
                     reports.push(CheckpointReport {
                         path: path.clone(),
                         format: ckpt.format,
-                        config_source: config_source_name(ckpt.config_source),
+                        config_source: ckpt.config_source.as_str(),
                         tensors: ckpt.state_dict.len(),
                         parameters: ckpt.state_dict.values().map(|t| t.numel() as i64).sum(),
                         unused_keys: load.unused_keys,
@@ -466,10 +466,3 @@ impl ModelBundle {
     }
 }
 
-fn config_source_name(source: ConfigSource) -> &'static str {
-    match source {
-        ConfigSource::Args => "args",
-        ConfigSource::Cfg => "cfg",
-        ConfigSource::HuggingFace => "config.json",
-    }
-}

@@ -11,6 +11,7 @@ mod decoding;
 mod examples;
 mod faults;
 mod fuzz_corpus;
+mod hf;
 mod hub;
 mod install;
 mod language_model;

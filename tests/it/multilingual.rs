@@ -16,7 +16,7 @@ use crate::util::{fixture, repo, tchseq};
 const MODELS: [&str; 4] = ["m2m", "mbart50", "bart", "mbart-ft"];
 
 /// `(golden file, its entry)` of every golden in the manifest.
-fn goldens() -> Vec<(String, Value)> {
+pub(crate) fn goldens() -> Vec<(String, Value)> {
     let m = crate::util::json("tests/fixtures/multilingual/manifest.json");
     let goldens = &m["goldens"];
     let mut out: Vec<(String, Value)> = match goldens {
@@ -30,7 +30,7 @@ fn goldens() -> Vec<(String, Value)> {
 
 /// The golden's path from the repository root (the manifest may name it from there or from
 /// `tests/fixtures/multilingual`).
-fn golden_path(name: &str) -> std::path::PathBuf {
+pub(crate) fn golden_path(name: &str) -> std::path::PathBuf {
     if name.starts_with("tests/") {
         repo(name)
     } else {
@@ -40,15 +40,15 @@ fn golden_path(name: &str) -> std::path::PathBuf {
 
 /// A fairseq command line's model dir, checkpoint, languages and the options tchseq shares with
 /// it (everything but the task, BPE and data flags, which tchseq reads from the checkpoint).
-struct Run {
-    dir: String,
-    path: String,
-    src: String,
-    tgt: String,
-    opts: Vec<String>,
+pub(crate) struct Run {
+    pub dir: String,
+    pub path: String,
+    pub src: String,
+    pub tgt: String,
+    pub opts: Vec<String>,
 }
 
-fn parse_argv(argv: &[String]) -> Run {
+pub(crate) fn parse_argv(argv: &[String]) -> Run {
     let with_value = [
         "--task", "--lang-pairs", "--lang-dict", "--langs", "--fixed-dictionary", "--encoder-langtok", "--lang-tok-style", "--bpe",
         "--sentencepiece-model", "--gen-subset", "--remove-bpe", "--post-process",
@@ -78,7 +78,7 @@ fn parse_argv(argv: &[String]) -> Run {
     Run { dir, path, src, tgt, opts }
 }
 
-fn argv_of(entry: &Value) -> Vec<String> {
+pub(crate) fn argv_of(entry: &Value) -> Vec<String> {
     entry["argv"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
 }
 

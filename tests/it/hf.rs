@@ -1,0 +1,108 @@
+//! Hugging Face directories (`tests/fixtures/hf`, converted from the committed fairseq fixtures
+//! by reference/hf_convert.py, each checked there against transformers' own forward): loaded with
+//! `-m DIR`, they translate byte for byte as the fairseq checkpoint they came from, and give
+//! fairseq's goldens.
+
+use std::fs;
+use std::path::Path;
+
+use crate::multilingual::{argv_of, golden_path, goldens, parse_argv};
+use crate::util::fairseq_out::{compare_settled, parse_fairseq, Rule, Tally};
+use crate::util::{fixture, repo, result_lines, stdout_ok, tchseq};
+
+/// `translate --format fairseq` of `input` with the model `model` and the flags `args`.
+fn translate(model: &Path, input: &Path, args: &[String]) -> String {
+    let out = tchseq().args(["translate", "--format", "fairseq", "-m"]).arg(model).arg("--input").arg(input).args(args).output().unwrap();
+    stdout_ok(&out)
+}
+
+/// Every fairseq-interactive golden of the M2M-100 fixture: the converted directory gives what
+/// the checkpoint gives, line for line, and so fairseq's hypotheses (a differing score only as a
+/// near-tie proven from fairseq's own score, as for the checkpoint itself).
+#[test]
+fn an_m2m100_directory_translates_as_its_fairseq_checkpoint_and_gives_fairseq_s_goldens() {
+    let hf = fixture("hf/m2m");
+    let (mut runs, mut tally) = (0, Tally::default());
+    for (name, entry) in goldens() {
+        let argv = argv_of(&entry);
+        if !name.contains("/m2m/") || argv[0] != "fairseq-interactive" || name.contains("_init_") {
+            continue;
+        }
+        let r = parse_argv(&argv);
+        let input = repo(entry["input"].as_str().unwrap());
+        let mut args = vec!["-s".to_string(), r.src.clone(), "-t".into(), r.tgt.clone()];
+        args.extend(r.opts.iter().cloned());
+        let ours = translate(&hf, &input, &args);
+        let theirs = translate(&repo(&r.dir), &input, &args);
+        assert_eq!(result_lines(&ours), result_lines(&theirs), "{name}: the HF directory against its checkpoint");
+        let want = parse_fairseq(&fs::read_to_string(golden_path(&name)).unwrap());
+        let model = vec!["-m".to_string(), hf.display().to_string(), "-s".into(), r.src.clone(), "-t".into(), r.tgt.clone()];
+        let c = compare_settled(&want, &parse_fairseq(&ours), &model, &Rule::of(&r.opts));
+        c.assert_ok(&name);
+        tally.add(&c);
+        runs += 1;
+    }
+    assert_eq!(runs, 4, "the m2m fixture's interactive goldens");
+    tally.assert_within_cap("HF m2m translate");
+}
+
+/// The FSMT directory of the post-norm fixture (two vocabulary files, `</w>` word ends, an empty
+/// merges.txt for a model trained without BPE): the checkpoint's translations, byte for byte.
+#[test]
+fn an_fsmt_directory_translates_as_its_fairseq_checkpoint() {
+    let input = fixture("models/inputs.src");
+    let args: Vec<String> = ["--beam", "5", "--nbest", "2", "--batch-size", "16"].map(String::from).to_vec();
+    let ours = translate(&fixture("hf/fsmt-postnorm"), &input, &args);
+    let theirs = translate(&fixture("models/postnorm"), &input, &args);
+    assert_eq!(result_lines(&ours).len(), result_lines(&theirs).len());
+    assert_eq!(result_lines(&ours), result_lines(&theirs));
+}
+
+/// What loading reports: the config's source, the vocabulary files as dictionaries, and the
+/// language tokens M2M-100's vocabulary holds.
+#[test]
+fn inspect_names_what_a_hugging_face_directory_holds() {
+    let out = tchseq().args(["inspect", "-m"]).arg(fixture("hf/m2m")).args(["-s", "en", "-t", "de"]).output().unwrap();
+    let text = stdout_ok(&out);
+    for want in ["(config from config.json)", "vocab.json (3971)", "__fr__=3968 __en__=3969 __de__=3970", "pre-norm", "bpe=sentencepiece"] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let out = tchseq().args(["inspect", "-m"]).arg(fixture("hf/fsmt-postnorm")).output().unwrap();
+    let text = stdout_ok(&out);
+    for want in ["vocab-src.json (48)", "vocab-tgt.json (48)", "languages      src -> tgt", "post-norm"] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+}
+
+/// A vocabulary whose ids do not run 0, 1, 2, ... from fairseq's four specials, a config of a
+/// model class this reader does not know, and a missing weight are one-line errors.
+#[test]
+fn a_broken_hugging_face_directory_is_one_error() {
+    let src = fixture("hf/fsmt-postnorm");
+    let copy = |dir: &Path| {
+        for f in fs::read_dir(&src).unwrap() {
+            let f = f.unwrap();
+            fs::copy(f.path(), dir.join(f.file_name())).unwrap();
+        }
+    };
+    let run = |dir: &Path| tchseq().args(["translate", "-m"]).arg(dir).arg("a b").output().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    copy(dir.path());
+    let vocab = fs::read_to_string(dir.path().join("vocab-src.json")).unwrap().replace("\"<pad>\": 1", "\"<pad>\": 7");
+    fs::write(dir.path().join("vocab-src.json"), vocab).unwrap();
+    crate::util::one_line_error(&run(dir.path()), "the ids must run 0, 1, 2, ...");
+
+    let dir = tempfile::tempdir().unwrap();
+    copy(dir.path());
+    let config = fs::read_to_string(dir.path().join("config.json")).unwrap().replace("\"model_type\": \"fsmt\"", "\"model_type\": \"bart\"");
+    fs::write(dir.path().join("config.json"), config).unwrap();
+    crate::util::one_line_error(&run(dir.path()), "no model.pt, checkpoint_best.pt or checkpoint_last.pt");
+
+    let dir = tempfile::tempdir().unwrap();
+    copy(dir.path());
+    let weights = tchseq::checkpoint::load_tensor_dict(&dir.path().join("model.safetensors")).unwrap();
+    let kept: Vec<(String, tch::Tensor)> = weights.into_iter().filter(|(k, _)| k != "model.encoder.layers.0.fc1.bias").collect();
+    tch::Tensor::write_safetensors(&kept, dir.path().join("model.safetensors")).unwrap();
+    crate::util::one_line_error(&run(dir.path()), "encoder.layers.0.fc1.bias");
+}
