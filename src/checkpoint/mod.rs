@@ -18,6 +18,7 @@
 //! attention input projection.
 
 pub mod container;
+pub mod ctranslate2;
 mod file_storage;
 pub mod hf;
 pub mod pickle;
