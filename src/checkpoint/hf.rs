@@ -96,20 +96,72 @@ fn read_config(weights: &Path) -> Result<(HfArchitecture, HfConfig), CheckpointE
     Ok((arch, config))
 }
 
-/// M2M-100's language codes: the `__xx__` tokens of its vocabulary, in their order.
-fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
-    let path = dir.join("vocab.json");
-    let text = std::fs::read(&path).map_err(|source| CheckpointError::Io { path: path.clone(), source })?;
-    let vocab: std::collections::HashMap<String, i64> = serde_json::from_slice(&text).map_err(|e| invalid(&path, format!("not a vocabulary: {e}")))?;
+/// `M2M100Tokenizer`'s language codes (`FAIRSEQ_LANGUAGE_CODES`), by `language_codes`.
+const M2M100_CODES: [&str; 100] = [
+    "af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de", "el", "en", "es", "et", "fa", "ff", "fi", "fr", "fy", "ga",
+    "gd", "gl", "gu", "ha", "he", "hi", "hr", "ht", "hu", "hy", "id", "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg", "ln", "lo", "lt",
+    "lv", "mg", "mk", "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sd", "si", "sk", "sl", "so", "sq", "sr",
+    "ss", "su", "sv", "sw", "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi", "wo", "xh", "yi", "yo", "zh", "zu",
+];
+const WMT21_CODES: [&str; 8] = ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"];
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CheckpointError> {
+    let text = std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
+    serde_json::from_slice(&text).map_err(|e| invalid(path, format!("not what transformers writes there: {e}")))
+}
+
+/// The `__xx__` language tokens of an M2M-100 vocabulary, by id.
+fn vocabulary_langs(vocab: &std::collections::HashMap<String, i64>) -> Vec<String> {
     let mut langs: Vec<(i64, String)> = vocab
         .iter()
         .filter_map(|(token, &id)| token.strip_prefix("__").and_then(|t| t.strip_suffix("__")).filter(|l| !l.is_empty()).map(|l| (id, l.to_string())))
         .collect();
     langs.sort();
-    if langs.is_empty() {
-        return Err(invalid(&path, "no language tokens (`__en__`, ...): not an M2M-100 vocabulary"));
+    langs.into_iter().map(|(_, l)| l).collect()
+}
+
+/// M2M-100's languages: the `__xx__` tokens of `vocab.json` where it holds them (a directory
+/// converted from a fairseq checkpoint with its own language list), else the tokenizer's
+/// `language_codes` list, whose tokens follow the vocabulary (transformers' own convention).
+fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
+    let vocab: std::collections::HashMap<String, i64> = read_json(&dir.join("vocab.json"))?;
+    let in_vocabulary = vocabulary_langs(&vocab);
+    if !in_vocabulary.is_empty() {
+        return Ok(in_vocabulary);
     }
-    Ok(langs.into_iter().map(|(_, l)| l).collect())
+    let tokenizer = dir.join("tokenizer_config.json");
+    let codes = match tokenizer.is_file() {
+        true => read_json::<Value>(&tokenizer)?.get("language_codes").and_then(Value::as_str).unwrap_or("m2m100").to_string(),
+        false => "m2m100".to_string(),
+    };
+    match codes.as_str() {
+        "m2m100" => Ok(M2M100_CODES.map(String::from).to_vec()),
+        "wmt21" => Ok(WMT21_CODES.map(String::from).to_vec()),
+        other => Err(invalid(&tokenizer, format!("language_codes {other:?} (M2M100Tokenizer knows m2m100 and wmt21)"))),
+    }
+}
+
+/// The tokens that follow a Hugging Face vocabulary file in the model's dictionary: for an
+/// M2M-100 `vocab.json` without language tokens, `M2M100Tokenizer`'s (`__xx__` for each of its
+/// language codes), then `madeupword0000`, ... up to `vocab_size`; none for any other file.
+pub fn tokens_after_vocabulary(vocab_path: &Path, vocabulary_len: usize) -> Result<Vec<String>, CheckpointError> {
+    let dir = vocab_path.parent().unwrap_or(Path::new("."));
+    let is_m2m100 = vocab_path.file_name().is_some_and(|n| n == "vocab.json")
+        && find_weights(dir).and_then(|w| architecture(&w)) == Some(HfArchitecture::M2m100);
+    let vocab: std::collections::HashMap<String, i64> = read_json(vocab_path)?;
+    if !is_m2m100 || !vocabulary_langs(&vocab).is_empty() {
+        return Ok(Vec::new());
+    }
+    let vocab_size = read_json::<Value>(&dir.join("config.json"))?.get("vocab_size").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let mut tokens: Vec<String> = m2m100_langs(dir)?.iter().map(|l| format!("__{l}__")).collect();
+    let madeup = vocab_size.saturating_sub(vocabulary_len + tokens.len());
+    if madeup > 1024 {
+        return Err(invalid(&dir.join("config.json"), format!("vocab_size {vocab_size} leaves {madeup} rows past the vocabulary and its language tokens")));
+    }
+    // the rows past the language tokens are unused ids to the tokenizer; named as fairseq pads
+    // a dictionary, after any such name the vocabulary holds
+    tokens.extend((0..).map(|i| format!("madeupword{i:04}")).filter(|t| !vocab.contains_key(t)).take(madeup));
+    Ok(tokens)
 }
 
 /// fairseq's `args` for the model `config.json` describes.

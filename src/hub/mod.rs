@@ -290,7 +290,12 @@ fn load_dictionary(path: &Path) -> Result<Dictionary, HubError> {
         Some("json") => std::fs::read(path).map_err(Into::into).and_then(|bytes| Dictionary::from_vocab_json(&bytes)),
         _ => Dictionary::load(path),
     };
-    dictionary.map_err(|source| HubError::Dictionary { path: path.to_path_buf(), source })
+    let mut dictionary = dictionary.map_err(|source| HubError::Dictionary { path: path.to_path_buf(), source })?;
+    // a Hugging Face vocabulary may leave the language tokens to its tokenizer
+    for token in crate::checkpoint::hf::tokens_after_vocabulary(path, dictionary.len())? {
+        dictionary.add_symbol(&token);
+    }
+    Ok(dictionary)
 }
 
 /// fairseq sizes the embeddings from the dictionaries: a dictionary that disagrees with the

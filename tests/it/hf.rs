@@ -106,3 +106,37 @@ fn a_broken_hugging_face_directory_is_one_error() {
     tch::Tensor::write_safetensors(&kept, dir.path().join("model.safetensors")).unwrap();
     crate::util::one_line_error(&run(dir.path()), "encoder.layers.0.fc1.bias");
 }
+
+/// A model transformers built itself (`random-m2m100`: random weights, its own vocabulary
+/// convention with the language tokens after `vocab.json`): `verify` holds our activations to
+/// transformers' own forward, saved with the batch in its names and layout.
+#[test]
+fn verify_holds_a_transformers_made_model_to_transformers_own_forward() {
+    let theirs = tchseq::checkpoint::load_tensor_dict(&fixture("hf/random-m2m100/reference.safetensors")).unwrap();
+    let get = |k: &str| theirs.get(k).unwrap_or_else(|| panic!("reference.safetensors has no {k}")).shallow_clone();
+    let time_major = |k: &str| get(k).transpose(0, 1).contiguous();
+    // transformers' last hidden state of each side is after the final layer norm, fairseq's is not
+    let reference: Vec<(&str, tch::Tensor)> = vec![
+        ("src_tokens", get("input_ids")),
+        ("src_lengths", get("attention_mask").sum_dim_intlist(1, false, tch::Kind::Int64)),
+        ("prev_output_tokens", get("decoder_input_ids")),
+        ("encoder_states.0", time_major("encoder_hidden_states.0")),
+        ("encoder_states.1", time_major("encoder_hidden_states.1")),
+        ("encoder_out", time_major("encoder_last_hidden_state")),
+        ("decoder_inner_states.0", time_major("decoder_hidden_states.0")),
+        ("decoder_inner_states.1", time_major("decoder_hidden_states.1")),
+        ("logits", get("logits")),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("reference.safetensors");
+    tch::Tensor::write_safetensors(&reference, &file).unwrap();
+    let out = tchseq().args(["verify", "--json", "-m"]).arg(fixture("hf/random-m2m100")).args(["-s", "en", "-t", "de", "--reference"]).arg(&file).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let rows = report["tensors"].as_array().unwrap();
+    for name in ["encoder_states.0", "encoder_states.1", "encoder_out", "decoder_inner_states.0", "decoder_inner_states.1", "logits"] {
+        let row = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name}: {report}"));
+        assert_eq!(row["status"], "ok", "{name}: {row}");
+        eprintln!("{name}: max abs diff {}", row["max_abs_diff"]);
+    }
+}
