@@ -148,8 +148,11 @@ pub fn tokens_after_vocabulary(vocab_path: &Path, vocabulary_len: usize) -> Resu
     let dir = vocab_path.parent().unwrap_or(Path::new("."));
     let is_m2m100 = vocab_path.file_name().is_some_and(|n| n == "vocab.json")
         && find_weights(dir).and_then(|w| architecture(&w)) == Some(HfArchitecture::M2m100);
+    if !is_m2m100 {
+        return Ok(Vec::new());
+    }
     let vocab: std::collections::HashMap<String, i64> = read_json(vocab_path)?;
-    if !is_m2m100 || !vocabulary_langs(&vocab).is_empty() {
+    if !vocabulary_langs(&vocab).is_empty() {
         return Ok(Vec::new());
     }
     let vocab_size = read_json::<Value>(&dir.join("config.json"))?.get("vocab_size").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -316,4 +319,15 @@ pub fn read_summary(weights: &Path) -> Result<CheckpointSummary, CheckpointError
         tgt_embed_rows: rows("decoder.embed_tokens.weight"),
         config,
     })
+}
+
+/// Every weight of a Hugging Face directory under its own name, with the fairseq names it stands
+/// for (none for one fairseq computes), and the config read as [`load`] reads it: what `verify
+/// --against` compares name by name, so that two stored names for one fairseq weight (an untied
+/// copy of a tied table) are both seen.
+pub fn read_named(weights: &Path) -> Result<(TransformerConfig, Vec<(String, Vec<String>, Tensor)>), CheckpointError> {
+    let (arch, tied, config) = fairseq_config(weights)?;
+    let tensors = super::load_tensor_dict(weights)?;
+    let named = tensors.into_iter().map(|(name, t)| (name.clone(), fairseq_names(arch, tied, &name), t)).collect();
+    Ok((config, named))
 }

@@ -28,6 +28,7 @@ mod serve;
 mod shard;
 mod side_text;
 mod verify;
+mod verify_against;
 
 use args::{Cli, Command};
 use tchseq::generate::workers::panic_message;
@@ -129,7 +130,10 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Score(a) => score::run(&cli.global, &a),
         Command::Serve(a) => serve::run(&cli.global, &a),
         Command::Merge(a) => merge::run(&a),
-        Command::Verify(a) => verify::run(&cli.global, &a),
+        Command::Verify(a) => match &a.against {
+            Some(against) => verify_against::run(&cli.global, &a, against),
+            None => verify::run(&cli.global, &a),
+        },
         Command::Inspect(a) => inspect::run(&cli.global, &a),
         Command::Encode(a) => encode::run(&cli.global, &a),
         Command::Decode(a) => decode::run(&cli.global, &a),

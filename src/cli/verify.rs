@@ -447,7 +447,8 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     let bundle = common::load_single(global, &args.model, None, common::dtype_kind(args.dtype))?;
     let (model, device) = (&bundle.models[0], bundle.models[0].device);
     let checkpoint_path = &bundle.files.checkpoints[0];
-    let reference = read_tensor_dict(&args.reference)?;
+    let reference_path = args.reference.as_deref().context("give --reference FILE or --against DIR")?;
+    let reference = read_tensor_dict(reference_path)?;
     let computed = compute(model, &reference.tensors, device)?;
     let mut warnings = bundle.report.warnings.clone();
     for (name, type_name) in &reference.skipped {
@@ -473,7 +474,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     let count = |s: Status| rows.iter().filter(|r| r.status == s).count();
     let report = Report {
         model: checkpoint_path.display().to_string(),
-        reference: args.reference.display().to_string(),
+        reference: reference_path.display().to_string(),
         atol: args.atol,
         rtol: args.rtol,
         threads: tch::get_num_threads(),

@@ -1,6 +1,7 @@
 //! The one integration-test binary (every test binary links libtorch, so there is only one).
 //! One module per area.
 
+mod against;
 mod bad_input;
 mod browser;
 mod bundled;

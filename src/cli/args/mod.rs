@@ -379,8 +379,17 @@ pub struct VerifyArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Reference tensors (.pt or .safetensors) in the verify reference format.
-    #[arg(long, value_name = "FILE")]
-    pub reference: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "against", conflicts_with = "against")]
+    pub reference: Option<PathBuf>,
+    /// A conversion of the model to compare it with, in any format tchseq reads: a fairseq
+    /// checkpoint or model directory, a Hugging Face directory, a CTranslate2 directory
+    /// (dequantized with its stored scales). Configs, then every weight to its storage's bound,
+    /// then (with --input) activations and translations.
+    #[arg(long, value_name = "DIR|FILE")]
+    pub against: Option<PathBuf>,
+    /// With --against: sentences (one per line, raw text) to run both models on.
+    #[arg(long, value_name = "FILE", requires = "against")]
+    pub input: Option<PathBuf>,
     /// Absolute tolerance: a value passes when |ours - reference| <= atol + rtol * |reference|.
     #[arg(long, default_value_t = 1e-5)]
     pub atol: f64,
