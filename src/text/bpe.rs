@@ -58,7 +58,12 @@ struct Symbol {
 
 impl Bpe {
     pub fn load(path: &Path, fastbpe: bool) -> Result<Self, BpeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| BpeError::Io { path: path.to_path_buf(), source })?;
+        let mut text = std::fs::read_to_string(path).map_err(|source| BpeError::Io { path: path.to_path_buf(), source })?;
+        // Hugging Face's FSMT directories hold subword-nmt's codes as `merges.txt`, without the
+        // `#version: 0.2` header; FSMTTokenizer merges as version 0.2 does
+        if path.file_name().is_some_and(|n| n == "merges.txt") && !text.starts_with("#version:") {
+            text.insert_str(0, "#version: 0.2\n");
+        }
         if fastbpe {
             Self::fastbpe_from_str(&text)
         } else {
@@ -298,6 +303,21 @@ mod tests {
         assert!(matches!(Bpe::subword_nmt_from_str("#version: 0.2\na b c\n"), Err(BpeError::InvalidLine { line: 2, .. })));
         assert!(matches!(Bpe::subword_nmt_from_str("#version: 0.3\na b\n"), Err(BpeError::UnsupportedVersion(_))));
         assert!(Bpe::subword_nmt_from_str("#version: 0.2.0\na b\n").is_ok());
+    }
+
+    /// FSMT's `merges.txt` is version 0.2's codes without their header; another file without one
+    /// is version 0.1, as subword-nmt reads it.
+    #[test]
+    fn a_hugging_face_merges_file_is_read_as_version_0_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = CODES.trim_start_matches("#version: 0.2\n");
+        for (name, flavor) in [("merges.txt", BpeFlavor::SubwordNmt { version_0_1: false }), ("bpecodes", BpeFlavor::SubwordNmt { version_0_1: true })] {
+            std::fs::write(dir.path().join(name), body).unwrap();
+            let bpe = Bpe::load(&dir.path().join(name), false).unwrap();
+            assert_eq!(bpe.flavor(), flavor, "{name}");
+        }
+        let merges = Bpe::load(&dir.path().join("merges.txt"), false).unwrap();
+        assert_eq!(merges.encode("low lower newer"), Bpe::subword_nmt_from_str(CODES).unwrap().encode("low lower newer"));
     }
 
     #[test]
