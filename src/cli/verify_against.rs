@@ -178,18 +178,20 @@ fn print(r: &Report, json: bool) -> Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "{} against {} ({:?})", r.model, r.against, r.format)?;
+    writeln!(out, "{} against {} ({})", r.model, r.against, r.format.name())?;
     for c in &r.config {
-        writeln!(out, "config  {:<36} {} here, {} in the conversion  FAIL", c.field, c.reference, c.converted)?;
+        writeln!(out, "config {}: {} here, {} in the conversion  FAIL", c.field, c.reference, c.converted)?;
     }
-    writeln!(out, "{:<48} {:<52} {:>12} {:>12}  status", "weight", "stored as", "max_abs_diff", "bound")?;
-    for w in &r.weights {
+    // every weight is in --json; here the failing ones and a summary
+    for w in r.weights.iter().filter(|w| w.status == Status::Fail) {
         let diff = w.max_abs_diff.map_or("-".to_string(), |d| format!("{d:.3e}"));
-        let stored = w.stored_as.as_deref().unwrap_or("-");
-        let status = if w.status == Status::Ok { "ok" } else { "FAIL" };
-        let note = w.note.as_deref().map(|n| format!("  ({n})")).unwrap_or_default();
-        writeln!(out, "{:<48} {:<52} {:>12} {:>12.3e}  {status}{note}", w.fairseq, stored, diff, w.bound)?;
+        let note = w.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+        writeln!(out, "weight {} (stored as {}): max_abs_diff {diff}, bound {:.3e}  FAIL{note}", w.fairseq, w.stored_as.as_deref().unwrap_or("-"), w.bound)?;
     }
+    let within = r.weights.iter().filter(|w| w.status == Status::Ok).count();
+    let largest = r.weights.iter().filter_map(|w| w.max_abs_diff).fold(0.0, f64::max);
+    let bound = r.weights.iter().map(|w| w.bound).fold(0.0, f64::max);
+    writeln!(out, "weights: {within} of {} within their storage's bound (largest difference {largest:.3e}, largest bound {bound:.3e})", r.weights.len())?;
     if let Some(e) = &r.model_error {
         writeln!(out, "the conversion's model does not build: {e}  FAIL")?;
     }

@@ -71,6 +71,17 @@ pub struct Converted {
     pub state_dict: IndexMap<String, Tensor>,
 }
 
+impl Format {
+    /// The format as its makers name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fairseq => "fairseq",
+            Self::HuggingFace => "Hugging Face",
+            Self::Ctranslate2 => "CTranslate2",
+        }
+    }
+}
+
 fn checkpoint_error(source: CheckpointError) -> HubError {
     HubError::Checkpoint(source)
 }
