@@ -14,6 +14,9 @@
 //! they match that way (the report says which).
 //! Padded positions are not compared (source positions of encoder tensors and the source
 //! axis of `attn`; target positions of decoder tensors).
+//! What "close" means is in `tolerance`.
+
+mod tolerance;
 
 use std::io::Write;
 
@@ -30,6 +33,7 @@ use tchseq::model::{
 use super::args::{GlobalArgs, VerifyArgs};
 use super::common;
 use super::Outcome;
+use tolerance::{Bound, Tolerance};
 
 const INPUTS: [&str; 3] = ["src_tokens", "src_lengths", "prev_output_tokens"];
 
@@ -72,6 +76,14 @@ struct Row {
     our_shape: Option<Vec<i64>>,
     max_abs_diff: Option<f64>,
     max_rel_diff: Option<f64>,
+    /// The largest finite |reference| over the compared elements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    depth: Option<usize>,
+    /// What bounded |ours - reference| element-wise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bound: Option<Bound>,
     status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
@@ -79,7 +91,28 @@ struct Row {
 
 impl Row {
     fn new(name: &str, shape: Vec<i64>, layout: Option<Layout>) -> Self {
-        Row { name: name.to_string(), shape, layout, our_shape: None, max_abs_diff: None, max_rel_diff: None, status: Status::Fail, note: None }
+        Row {
+            name: name.to_string(),
+            shape,
+            layout,
+            our_shape: None,
+            max_abs_diff: None,
+            max_rel_diff: None,
+            scale: None,
+            depth: None,
+            bound: None,
+            status: Status::Fail,
+            note: None,
+        }
+    }
+
+    fn with_diff(mut self, d: &Diff) -> Self {
+        self.max_abs_diff = Some(d.max_abs);
+        self.max_rel_diff = Some(d.max_rel);
+        self.scale = Some(d.scale);
+        self.bound = Some(d.bound);
+        self.status = if d.ok { Status::Ok } else { Status::Fail };
+        self
     }
 
     fn with_note(mut self, status: Status, note: impl Into<String>) -> Self {
@@ -93,8 +126,7 @@ impl Row {
 struct Report {
     model: String,
     reference: String,
-    atol: f64,
-    rtol: f64,
+    tolerance: Tolerance,
     threads: i32,
     device: String,
     encoder_path: Option<EncoderPath>,
@@ -216,8 +248,18 @@ impl Computed {
     }
 }
 
-/// (max |ours - ref|, max |ours - ref| / |ref|, allclose) over the kept elements.
-fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, atol: f64, rtol: f64) -> Result<(f64, f64, bool)> {
+/// One comparison over the kept elements.
+struct Diff {
+    max_abs: f64,
+    max_rel: f64,
+    /// The largest finite |reference|.
+    scale: f64,
+    bound: Bound,
+    ok: bool,
+}
+
+/// Compares the kept elements, bounded by `bound(scale)`.
+fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, bound: impl Fn(f64) -> Bound) -> Result<Diff> {
     let a = ours.f_to_device(Device::Cpu)?.f_to_kind(Kind::Double)?;
     let b = reference.f_to_kind(Kind::Double)?;
     let (a, b) = match keep {
@@ -228,7 +270,7 @@ fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, atol: f64, 
         None => (a.f_flatten(0, -1)?, b.f_flatten(0, -1)?),
     };
     if a.numel() == 0 {
-        return Ok((0.0, 0.0, true));
+        return Ok(Diff { max_abs: 0.0, max_rel: 0.0, scale: 0.0, bound: bound(0.0), ok: true });
     }
     // equal values (including matching infinities) differ by exactly 0
     let same = a.f_eq_tensor(&b)?;
@@ -238,9 +280,11 @@ fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, atol: f64, 
     let denom = b.f_abs()?;
     let rel = diff.f_div(&denom)?.f_masked_fill(&diff.f_eq(0.0)?, 0.0)?;
     let max_rel = if nan { f64::NAN } else { rel.f_max()?.f_double_value(&[])? };
-    let bound = denom.f_mul_scalar(rtol)?.f_add_scalar(atol)?;
-    let ok = !nan && diff.f_gt_tensor(&bound)?.f_any()?.f_int64_value(&[])? == 0;
-    Ok((max_abs, max_rel, ok))
+    let scale = denom.f_masked_fill(&denom.f_isfinite()?.f_logical_not()?, 0.0)?.f_max()?.f_double_value(&[])?;
+    let bound = bound(scale);
+    let limit = denom.f_mul_scalar(bound.rtol)?.f_add_scalar(bound.atol)?;
+    let ok = !nan && diff.f_gt_tensor(&limit)?.f_any()?.f_int64_value(&[])? == 0;
+    Ok(Diff { max_abs, max_rel, scale, bound, ok })
 }
 
 fn input(reference: &IndexMap<String, Tensor>, name: &str, needed_by: &str) -> Result<Tensor> {
@@ -321,18 +365,10 @@ fn head_from_reference(
     Ok(Some((logits, lprobs, name)))
 }
 
-#[derive(Clone, Copy)]
-struct Tolerance {
-    atol: f64,
-    rtol: f64,
-}
-
 /// One comparison of ours (in one layout) with the reference.
 struct Compared {
     layout: Layout,
-    max_abs: f64,
-    max_rel: f64,
-    ok: bool,
+    diff: Diff,
 }
 
 fn shape_text(shape: &[i64]) -> String {
@@ -341,7 +377,15 @@ fn shape_text(shape: &[i64]) -> String {
 
 /// Compares an activation in the first of `layouts` whose shape fits the reference's; when
 /// several fit (B == S), the first whose values match, else the closest.
-fn activation_row(computed: &Computed, name: &str, theirs: &Tensor, layouts: &[Axes], nested: bool, tol: Tolerance) -> Result<Row> {
+fn activation_row(
+    computed: &Computed,
+    name: &str,
+    theirs: &Tensor,
+    layouts: &[Axes],
+    nested: bool,
+    tol: &Tolerance,
+    depth: usize,
+) -> Result<Row> {
     let shape = theirs.size();
     let Some(ours) = computed.activation(name) else {
         return Ok(Row::new(name, shape, None).with_note(Status::Fail, "the model has no such activation"));
@@ -378,15 +422,17 @@ fn activation_row(computed: &Computed, name: &str, theirs: &Tensor, layouts: &[A
     let mut tried: Vec<Compared> = Vec::new();
     for (axes, t) in &fitting {
         let keep = computed.keep(axes, shape.len());
-        let (max_abs, max_rel, ok) = compare(t, theirs, keep.as_ref(), tol.atol, tol.rtol).with_context(|| format!("comparing `{name}`"))?;
-        tried.push(Compared { layout: axes.layout(), max_abs, max_rel, ok });
+        let diff = compare(t, theirs, keep.as_ref(), |scale| tol.activation(scale, depth))
+            .with_context(|| format!("comparing `{name}`"))?;
+        let ok = diff.ok;
+        tried.push(Compared { layout: axes.layout(), diff });
         if ok {
             break;
         }
     }
     // tried is not empty: fitting was not
-    let key = |c: &Compared| if c.max_abs.is_nan() { f64::INFINITY } else { c.max_abs };
-    let chosen = match tried.iter().position(|c| c.ok) {
+    let key = |c: &Compared| if c.diff.max_abs.is_nan() { f64::INFINITY } else { c.diff.max_abs };
+    let chosen = match tried.iter().position(|c| c.diff.ok) {
         Some(i) => i,
         None => (0..tried.len()).min_by(|&a, &b| key(&tried[a]).total_cmp(&key(&tried[b]))).unwrap_or(0),
     };
@@ -397,10 +443,10 @@ fn activation_row(computed: &Computed, name: &str, theirs: &Tensor, layouts: &[A
             .iter()
             .enumerate()
             .filter(|&(i, _)| i != chosen)
-            .map(|(_, o)| format!("{} max_abs_diff {:.3e}", o.layout.text(), o.max_abs))
+            .map(|(_, o)| format!("{} max_abs_diff {:.3e}", o.layout.text(), o.diff.max_abs))
             .collect();
         let side = shape.first().copied().unwrap_or(0);
-        notes.push(if c.ok {
+        notes.push(if c.diff.ok {
             let also = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
             format!("B = S = {side}: the shape fits both layouts; read {}, whose values match{also}", c.layout.text())
         } else {
@@ -413,15 +459,13 @@ fn activation_row(computed: &Computed, name: &str, theirs: &Tensor, layouts: &[A
     if let Some((_, _, state)) = computed.head.as_ref().filter(|_| matches!(name, "logits" | "lprobs")) {
         notes.push(format!("computed from the reference's {state}"));
     }
-    let mut row = Row::new(name, shape, Some(c.layout));
-    row.max_abs_diff = Some(c.max_abs);
-    row.max_rel_diff = Some(c.max_rel);
-    row.status = if c.ok { Status::Ok } else { Status::Fail };
+    let mut row = Row::new(name, shape, Some(c.layout)).with_diff(&c.diff);
+    row.depth = Some(depth);
     row.note = (!notes.is_empty()).then(|| notes.join("; "));
     Ok(row)
 }
 
-fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: Tolerance) -> Result<Row> {
+fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: &Tolerance) -> Result<Row> {
     let shape = theirs.size();
     if name.ends_with("._float_tensor") {
         return Ok(Row::new(name, shape, None).with_note(Status::Skip, "uninitialised buffer fairseq never reads"));
@@ -435,12 +479,8 @@ fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: Tolera
         row.our_shape = Some(ours.size());
         return Ok(row);
     }
-    let (max_abs, max_rel, ok) = compare(ours, theirs, None, tol.atol, tol.rtol).with_context(|| format!("comparing `{name}`"))?;
-    let mut row = Row::new(name, shape, None);
-    row.max_abs_diff = Some(max_abs);
-    row.max_rel_diff = Some(max_rel);
-    row.status = if ok { Status::Ok } else { Status::Fail };
-    Ok(row)
+    let diff = compare(ours, theirs, None, |_| tol.weight()).with_context(|| format!("comparing `{name}`"))?;
+    Ok(Row::new(name, shape, None).with_diff(&diff))
 }
 
 pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
@@ -455,7 +495,13 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         warnings.push(format!("reference entry `{name}` is a {type_name}, not a tensor: not compared"));
     }
 
-    let tol = Tolerance { atol: args.atol, rtol: args.rtol };
+    for (flag, v) in [("--atol", args.atol), ("--rtol", args.rtol)] {
+        if v.is_some_and(|v| !(v >= 0.0)) {
+            bail!("{flag} must be a number >= 0");
+        }
+    }
+    let tol = Tolerance::new(args.atol, args.rtol, common::dtype_kind(args.dtype));
+    let (encoder_layers, decoder_layers) = (model.encoder.layers.len(), model.decoder.layers.len());
     let mut rows = Vec::new();
     for (name, theirs) in &reference.tensors {
         if INPUTS.contains(&name.as_str()) {
@@ -464,9 +510,11 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
         let row = match classify(name) {
             Kind2::Encoder(layouts) | Kind2::Decoder(layouts) => {
                 let nested = reference.nested.contains(name);
-                activation_row(&computed, name, theirs, layouts, nested, tol)?
+                // classify() and depth() know the same activation names
+                let depth = tolerance::depth(name, encoder_layers, decoder_layers).unwrap_or(encoder_layers + decoder_layers + 2);
+                activation_row(&computed, name, theirs, layouts, nested, &tol, depth)?
             }
-            Kind2::Weight => weight_row(model, name, theirs, tol)?,
+            Kind2::Weight => weight_row(model, name, theirs, &tol)?,
         };
         rows.push(row);
     }
@@ -475,8 +523,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
     let report = Report {
         model: checkpoint_path.display().to_string(),
         reference: reference_path.display().to_string(),
-        atol: args.atol,
-        rtol: args.rtol,
+        tolerance: tol,
         threads: tch::get_num_threads(),
         device: format!("{device:?}"),
         encoder_path: computed.encoder.as_ref().map(|(_, p)| *p),
@@ -507,8 +554,13 @@ fn print_report(report: &Report, json: bool) -> Result<()> {
     if let Some(path) = report.encoder_path {
         writeln!(out, "encoder path: {}", serde_json::to_value(path)?.as_str().unwrap_or("?"))?;
     }
+    writeln!(out, "tolerance: {}", report.tolerance.text())?;
     let width = report.tensors.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
-    writeln!(out, "{:<width$}  {:<16}  {:<11}  {:>12}  {:>12}  status", "name", "shape", "layout", "max_abs_diff", "max_rel_diff")?;
+    writeln!(
+        out,
+        "{:<width$}  {:<16}  {:<11}  {:>12}  {:>12}  {:>14}  status",
+        "name", "shape", "layout", "max_abs_diff", "max_rel_diff", "bound"
+    )?;
     let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3e}"));
     for r in &report.tensors {
         let status = match r.status {
@@ -519,9 +571,10 @@ fn print_report(report: &Report, json: bool) -> Result<()> {
         let shape = shape_text(&r.shape);
         let layout = r.layout.map_or("-", Layout::text);
         let note = r.note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default();
+        let bound = r.bound.map_or_else(|| "-".to_string(), |b| b.text());
         writeln!(
             out,
-            "{:<width$}  {:<16}  {:<11}  {:>12}  {:>12}  {status}{note}",
+            "{:<width$}  {:<16}  {:<11}  {:>12}  {:>12}  {bound:>14}  {status}{note}",
             r.name,
             shape,
             layout,

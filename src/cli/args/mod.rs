@@ -390,12 +390,14 @@ pub struct VerifyArgs {
     /// With --against: sentences (one per line, raw text) to run both models on.
     #[arg(long, value_name = "FILE", requires = "against")]
     pub input: Option<PathBuf>,
-    /// Absolute tolerance: a value passes when |ours - reference| <= atol + rtol * |reference|.
-    #[arg(long, default_value_t = 1e-5)]
-    pub atol: f64,
-    /// Relative tolerance (see --atol).
-    #[arg(long, default_value_t = 1e-5)]
-    pub rtol: f64,
+    /// Absolute tolerance: a value passes when |ours - reference| <= atol + rtol * |reference|,
+    /// for every tensor. Without --atol/--rtol each tensor's bound is derived from float
+    /// rounding at its magnitude and depth (see docs/commands.md, "Tolerances").
+    #[arg(long)]
+    pub atol: Option<f64>,
+    /// Relative tolerance (see --atol; 0 when only --atol is given, and the other way round).
+    #[arg(long)]
+    pub rtol: Option<f64>,
     /// The model's dtype: fp16 or bf16 for a reference saved from `model.half()` or
     /// `model.to(torch.bfloat16)` (what fairseq's --fp16 computes with).
     #[arg(long, value_enum, default_value_t = DtypeArg::Fp32)]
