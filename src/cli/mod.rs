@@ -28,7 +28,6 @@ mod serve;
 mod shard;
 mod side_text;
 mod verify;
-mod verify_against;
 
 use args::{Cli, Command};
 use tchseq::generate::workers::panic_message;
@@ -131,7 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Serve(a) => serve::run(&cli.global, &a),
         Command::Merge(a) => merge::run(&a),
         Command::Verify(a) => match &a.against {
-            Some(against) => verify_against::run(&cli.global, &a, against),
+            Some(against) => verify::against::run(&cli.global, &a, against),
             None => verify::run(&cli.global, &a),
         },
         Command::Inspect(a) => inspect::run(&cli.global, &a),

@@ -16,6 +16,7 @@
 //! axis of `attn`; target positions of decoder tensors).
 //! What "close" means is in `tolerance`.
 
+pub(super) mod against;
 mod tolerance;
 
 use std::io::Write;

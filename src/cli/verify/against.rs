@@ -10,9 +10,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use tch::{Kind, Tensor};
 
-use super::args::{GlobalArgs, VerifyArgs};
-use super::common;
-use super::Outcome;
+use crate::cli::args::{GlobalArgs, VerifyArgs};
+use crate::cli::common;
+use crate::cli::Outcome;
 use tchseq::hub::against::{compare_config, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
 use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator};
 use tchseq::model::{get_normalized_probs, TransformerModel, PADDING_IDX};
