@@ -217,6 +217,14 @@ def test_a_multilingual_model_translates_the_pair_it_is_loaded_with():
     assert t.translate(SENTENCES) == cli
 
 
+def test_a_hugging_face_directory_translates_as_its_fairseq_checkpoint():
+    """An M2M100ForConditionalGeneration directory converted from the fixture: the checkpoint's output."""
+    hf = ROOT / "tests" / "fixtures" / "hf" / "m2m"
+    m2m = ROOT / "tests" / "fixtures" / "multilingual" / "m2m"
+    ours = tchseq.Translator(hf, threads=1, source_lang="en", target_lang="de").translate(SENTENCES)
+    assert ours == tchseq.Translator(m2m, threads=1, source_lang="en", target_lang="de").translate(SENTENCES)
+
+
 def test_a_multilingual_model_loaded_once_translates_every_pair():
     m2m = ROOT / "tests" / "fixtures" / "multilingual" / "m2m"
     line = lambda lang, n: (ROOT / "tests" / "fixtures" / "multilingual" / f"input.{lang}").read_text().splitlines()[n]
