@@ -198,3 +198,16 @@ fn a_language_model_continues_and_scores_as_the_cli_does() {
     s.post("/v1/translate", &json!({ "model": "lm", "text": ["A dog"], "target_prefix": ["x"] })).assert_error(400, "is a language model");
     s.post("/v1/attention", &json!({ "model": "lm", "text": "A dog" })).assert_error(400, "is a language model");
 }
+
+/// A Hugging Face directory served as a model: every pair of its vocabulary's languages, each
+/// answering what the CLI gives from the fairseq checkpoint it was converted from.
+#[test]
+fn a_hugging_face_directory_serves_as_its_fairseq_checkpoint_translates() {
+    let hf = repo("tests/fixtures/hf/m2m");
+    let s = Server::start(&["--model", &format!("hf={}", hf.display()), "--deterministic"]);
+    for (src, tgt) in [("en", "de"), ("en", "fr")] {
+        let (cli, _) = m2m_cli(src, tgt, SENTENCES[1]);
+        let r = s.post("/translate", &json!({ "q": SENTENCES[1], "source": src, "target": tgt }));
+        assert_eq!(r.json(), json!({ "translatedText": cli }), "{src}-{tgt}");
+    }
+}
