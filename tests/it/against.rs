@@ -116,8 +116,8 @@ fn each_classic_conversion_bug_fails_naming_what_it_touched() {
             m2m.clone(),
             &M2M,
             planted("m2m", |w| {
-                take(w, "model.encoder.layer_norm.weight");
-                take(w, "model.encoder.layer_norm.bias");
+                drop(take(w, "model.encoder.layer_norm.weight"));
+                drop(take(w, "model.encoder.layer_norm.bias"));
             }, same),
             "encoder.layer_norm.weight",
         ),
