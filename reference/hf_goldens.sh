@@ -13,6 +13,8 @@
 #          tokenizer agreement, generate() vs fairseq's beam-search goldens
 # random   reference/hf_random.py: tests/fixtures/hf/random-m2m100 (made by transformers) +
 #          reference.safetensors, and fairseq's forward on its weights
+#          reference/hf_random_nllb.py: tests/fixtures/hf/random-nllb, the same in NLLB-200's
+#          convention (NllbTokenizer, language codes eng_Latn, ...)
 # bundled  the bundled weights/multi30k.en-de as FSMT in reference/work/hf/fsmt-multi30k
 #          (12 MB, not committed): conversion + forward + tokenizer check, recorded in the manifest
 # ct2      reference/ct2_convert.sh: tests/fixtures/ct2/* and tests/fixtures/ct2/manifest.json
@@ -55,6 +57,7 @@ if has check; then
 fi
 if has random; then
   run python reference/hf_random.py $HF/random-m2m100 "$MANIFEST"
+  run python reference/hf_random_nllb.py $HF/random-nllb "$MANIFEST"
 fi
 if has bundled; then
   run python reference/hf_convert.py fsmt weights/multi30k.en-de $LOG/fsmt-multi30k --langs en de \
@@ -100,7 +103,7 @@ head = {
     "environment": "reference/env.sh (1 thread, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1, sitecustomize fixes), "
                    "HF_HUB_OFFLINE=1, CPU, float32 unless stated",
     "committed": ["tests/fixtures/hf/m2m", "tests/fixtures/hf/fsmt-postnorm", "tests/fixtures/hf/random-m2m100",
-                  "tests/fixtures/ct2/*"],
+                  "tests/fixtures/hf/random-nllb", "tests/fixtures/ct2/*"],
     "not_committed": {"fsmt-multi30k": "weights/multi30k.en-de as FSMT (model.safetensors 10.7 MB): made in "
                       "reference/work/hf/fsmt-multi30k by the `bundled` step; its numbers are under "
                       "conversions / checks"},
@@ -124,7 +127,7 @@ if os.path.exists(ct2_path) and "m2m" in m.get("checks", {}) and "generate" in m
                                             "lines_differing": [i + 1 for i, (a, b) in enumerate(zip(hf, ct)) if a != b][:20]}
     m["checks"]["m2m"]["generate"]["ct2_top1_vs_hf_forced_bos_top1"] = cmp
 order = ["made_by", "commands", "versions", "environment", "committed", "not_committed", "total_bytes",
-         "conversions", "checks", "random_m2m100", "files"]
+         "conversions", "checks", "random_m2m100", "random_nllb", "files"]
 out = {**{k: head[k] for k in head if k in order}, **{k: m[k] for k in m if k not in head}}
 out = {k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order}
 write_compact(out, path)

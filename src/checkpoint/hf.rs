@@ -120,10 +120,43 @@ fn vocabulary_langs(vocab: &std::collections::HashMap<String, i64>) -> Vec<Strin
     langs.into_iter().map(|(_, l)| l).collect()
 }
 
+/// NLLB-200's directories: an M2M-100 model whose tokenizer (`NllbTokenizer`) has no
+/// `vocab.json`: its dictionary is the sentencepiece model's pieces (id = piece id + 1 after
+/// fairseq's four specials), then the added tokens of `tokenizer_config.json` at their ids (the
+/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`).
+pub fn is_nllb(dir: &Path) -> bool {
+    !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file()
+}
+
+/// The file an NLLB directory's dictionary is read from.
+pub const NLLB_VOCABULARY: &str = "sentencepiece.bpe.model";
+
+/// `tokenizer_config.json`'s `added_tokens_decoder`: id → token, by id.
+fn added_tokens(dir: &Path) -> Result<Vec<(usize, String)>, CheckpointError> {
+    let path = dir.join("tokenizer_config.json");
+    let config: Value = read_json(&path)?;
+    let mut tokens: Vec<(usize, String)> = config
+        .get("added_tokens_decoder")
+        .and_then(Value::as_object)
+        .ok_or_else(|| invalid(&path, "no added_tokens_decoder: not an NllbTokenizer's config"))?
+        .iter()
+        .filter_map(|(id, t)| Some((id.parse().ok()?, t.get("content")?.as_str()?.to_string())))
+        .collect();
+    tokens.sort();
+    Ok(tokens)
+}
+
+fn is_special(token: &str) -> bool {
+    token.starts_with('<') && token.ends_with('>')
+}
+
 /// M2M-100's languages: the `__xx__` tokens of `vocab.json` where it holds them (a directory
 /// converted from a fairseq checkpoint with its own language list), else the tokenizer's
 /// `language_codes` list, whose tokens follow the vocabulary (transformers' own convention).
 fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
+    if is_nllb(dir) {
+        return Ok(added_tokens(dir)?.into_iter().map(|(_, t)| t).filter(|t| !is_special(t)).collect());
+    }
     let vocab: std::collections::HashMap<String, i64> = read_json(&dir.join("vocab.json"))?;
     let in_vocabulary = vocabulary_langs(&vocab);
     if !in_vocabulary.is_empty() {
@@ -146,6 +179,17 @@ fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
 /// language codes), then `madeupword0000`, ... up to `vocab_size`; none for any other file.
 pub fn tokens_after_vocabulary(vocab_path: &Path, vocabulary_len: usize) -> Result<Vec<String>, CheckpointError> {
     let dir = vocab_path.parent().unwrap_or(Path::new("."));
+    if vocab_path.file_name().is_some_and(|n| n == NLLB_VOCABULARY) && is_nllb(dir) && find_weights(dir).is_some() {
+        let path = dir.join("tokenizer_config.json");
+        let mut tokens = Vec::new();
+        for (id, token) in added_tokens(dir)?.into_iter().filter(|(id, _)| *id >= vocabulary_len) {
+            if id != vocabulary_len + tokens.len() {
+                return Err(invalid(&path, format!("added token {token:?} at id {id}: the dictionary has {} symbols before it", vocabulary_len + tokens.len())));
+            }
+            tokens.push(if is_special(&token) { token } else { format!("__{token}__") });
+        }
+        return Ok(tokens);
+    }
     let is_m2m100 = vocab_path.file_name().is_some_and(|n| n == "vocab.json")
         && find_weights(dir).and_then(|w| architecture(&w)) == Some(HfArchitecture::M2m100);
     if !is_m2m100 {
@@ -201,8 +245,8 @@ fn namespace(arch: HfArchitecture, c: &HfConfig, dir: &Path) -> Result<Map<Strin
                 ("lang_pairs", json!(pairs.join(","))),
                 ("encoder_langtok", json!("src")),
                 ("decoder_langtok", json!(true)),
-                ("source_dict", json!("vocab.json")),
-                ("target_dict", json!("vocab.json")),
+                ("source_dict", json!(m2m100_vocabulary(dir))),
+                ("target_dict", json!(m2m100_vocabulary(dir))),
                 ("bpe", json!("sentencepiece")),
                 ("sentencepiece_model", json!("sentencepiece.bpe.model")),
             ] {
@@ -235,13 +279,23 @@ fn namespace(arch: HfArchitecture, c: &HfConfig, dir: &Path) -> Result<Map<Strin
     Ok(ns)
 }
 
+/// The file an M2M-100 directory's dictionary is read from: `vocab.json`, or NLLB's
+/// sentencepiece model.
+fn m2m100_vocabulary(dir: &Path) -> &'static str {
+    if is_nllb(dir) {
+        NLLB_VOCABULARY
+    } else {
+        "vocab.json"
+    }
+}
+
 fn fairseq_config(weights: &Path) -> Result<(HfArchitecture, bool, TransformerConfig), CheckpointError> {
     let (arch, hf) = read_config(weights)?;
     let dir = weights.parent().unwrap_or(Path::new("."));
     let ns = namespace(arch, &hf, dir)?;
     let mut config = TransformerConfig::from_namespace(&ns, None, None, None).map_err(|source| CheckpointError::Config { path: weights.to_path_buf(), source })?;
     config.dictionary_files = Some(match arch {
-        HfArchitecture::M2m100 => ("vocab.json".into(), "vocab.json".into()),
+        HfArchitecture::M2m100 => (m2m100_vocabulary(dir).into(), m2m100_vocabulary(dir).into()),
         HfArchitecture::Fsmt => ("vocab-src.json".into(), "vocab-tgt.json".into()),
     });
     let tied = config.share_all_embeddings;

@@ -289,12 +289,29 @@ pub struct ModelBundle {
 fn load_dictionary(path: &Path) -> Result<Dictionary, HubError> {
     let dictionary = match path.extension().and_then(|e| e.to_str()) {
         Some("json") => std::fs::read(path).map_err(Into::into).and_then(|bytes| Dictionary::from_vocab_json(&bytes)),
+        Some("model") => sentencepiece_dictionary(path),
         _ => Dictionary::load(path),
     };
     let mut dictionary = dictionary.map_err(|source| HubError::Dictionary { path: path.to_path_buf(), source })?;
     // a Hugging Face vocabulary may leave the language tokens to its tokenizer
     for token in crate::checkpoint::hf::tokens_after_vocabulary(path, dictionary.len())? {
         dictionary.add_symbol(&token);
+    }
+    Ok(dictionary)
+}
+
+/// NLLB's dictionary from its sentencepiece model (`NllbTokenizer`): after fairseq's four
+/// specials, every piece but the model's own `<unk>`, `<s>`, `</s>` (its first three), in order.
+fn sentencepiece_dictionary(path: &Path) -> Result<Dictionary, DictionaryError> {
+    let model = crate::text::sentencepiece::SentencePieceModel::load(path).map_err(|e| DictionaryError::Vocabulary(e.to_string()))?;
+    let pieces = model.pieces();
+    let first: Vec<&str> = pieces.iter().take(3).map(|p| p.piece.as_str()).collect();
+    if first != ["<unk>", "<s>", "</s>"] {
+        return Err(DictionaryError::Vocabulary(format!("a sentencepiece model whose first pieces are {first:?}, not <unk> <s> </s>")));
+    }
+    let mut dictionary = Dictionary::new();
+    for p in &pieces[3..] {
+        dictionary.add_symbol(&p.piece);
     }
     Ok(dictionary)
 }

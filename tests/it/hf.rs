@@ -107,17 +107,41 @@ fn a_broken_hugging_face_directory_is_one_error() {
     crate::util::one_line_error(&run(dir.path()), "encoder.layers.0.fc1.bias");
 }
 
-/// A model transformers built itself (`random-m2m100`: random weights, its own vocabulary
-/// convention with the language tokens after `vocab.json`): `verify` holds our activations to
-/// transformers' own forward, saved with the batch in its names and layout.
+/// Models transformers built itself, in its own conventions (`random-m2m100`: the language tokens
+/// after `vocab.json`; `random-nllb`: NLLB-200's, a sentencepiece model and no `vocab.json`, the
+/// language codes at their added-token ids): the sources encode to transformers' own ids, and
+/// `verify` holds our activations to transformers' own forward, saved with the batch in its names
+/// and layout.
 #[test]
-fn verify_holds_a_transformers_made_model_to_transformers_own_forward() {
-    let theirs = tchseq::checkpoint::load_tensor_dict(&fixture("hf/random-m2m100/reference.safetensors")).unwrap();
-    let get = |k: &str| theirs.get(k).unwrap_or_else(|| panic!("reference.safetensors has no {k}")).shallow_clone();
+fn verify_holds_models_transformers_made_to_transformers_own_forward() {
+    for (name, src, tgt) in [("random-m2m100", "en", "de"), ("random-nllb", "eng_Latn", "deu_Latn")] {
+        holds_to_transformers_forward(name, src, tgt);
+    }
+}
+
+fn holds_to_transformers_forward(name: &str, src: &str, tgt: &str) {
+    let dir = fixture(&format!("hf/{name}"));
+    let theirs = tchseq::checkpoint::load_tensor_dict(&dir.join("reference.safetensors")).unwrap();
+    let get = |k: &str| theirs.get(k).unwrap_or_else(|| panic!("{name}: reference.safetensors has no {k}")).shallow_clone();
+
+    // lines 1, 3 and 7 of input.en, each after its language token
+    let spec = tchseq::hub::ModelSpec { model: Some(dir.clone()), source_lang: Some(src.into()), target_lang: Some(tgt.into()), ..Default::default() };
+    let bundle = tchseq::hub::ModelBundle::load(&spec, &tchseq::hub::LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+    let lang = bundle.src_dict.index(&format!("__{src}__"));
+    let lines: Vec<String> = fs::read_to_string(fixture("multilingual/input.en")).unwrap().lines().map(String::from).collect();
+    let input_ids = get("input_ids");
+    for (row, line) in [0usize, 2, 6].iter().enumerate() {
+        let out = tchseq().args(["encode", "--ids", "-m"]).arg(&dir).args(["-s", src, "-t", tgt]).write_stdin(lines[*line].clone()).output().unwrap();
+        let mut ours: Vec<i64> = vec![lang];
+        ours.extend(stdout_ok(&out).split_whitespace().map(|t| t.parse::<i64>().unwrap()));
+        let want: Vec<i64> = Vec::<i64>::try_from(input_ids.get(row as i64)).unwrap().into_iter().filter(|&t| t != 1).collect();
+        assert_eq!(ours, want, "{name}: line {}", line + 1);
+    }
+
     let time_major = |k: &str| get(k).transpose(0, 1).contiguous();
     // transformers' last hidden state of each side is after the final layer norm, fairseq's is not
     let reference: Vec<(&str, tch::Tensor)> = vec![
-        ("src_tokens", get("input_ids")),
+        ("src_tokens", input_ids),
         ("src_lengths", get("attention_mask").sum_dim_intlist(1, false, tch::Kind::Int64)),
         ("prev_output_tokens", get("decoder_input_ids")),
         ("encoder_states.0", time_major("encoder_hidden_states.0")),
@@ -127,16 +151,16 @@ fn verify_holds_a_transformers_made_model_to_transformers_own_forward() {
         ("decoder_inner_states.1", time_major("decoder_hidden_states.1")),
         ("logits", get("logits")),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("reference.safetensors");
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("reference.safetensors");
     tch::Tensor::write_safetensors(&reference, &file).unwrap();
-    let out = tchseq().args(["verify", "--json", "-m"]).arg(fixture("hf/random-m2m100")).args(["-s", "en", "-t", "de", "--reference"]).arg(&file).output().unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(out.status.code(), Some(0), "{report}");
+    let out = tchseq().args(["verify", "--json", "-m"]).arg(&dir).args(["-s", src, "-t", tgt, "--reference"]).arg(&file).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{name}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{name}: {report}");
     let rows = report["tensors"].as_array().unwrap();
-    for name in ["encoder_states.0", "encoder_states.1", "encoder_out", "decoder_inner_states.0", "decoder_inner_states.1", "logits"] {
-        let row = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name}: {report}"));
-        assert_eq!(row["status"], "ok", "{name}: {row}");
-        eprintln!("{name}: max abs diff {}", row["max_abs_diff"]);
+    for tensor in ["encoder_states.0", "encoder_states.1", "encoder_out", "decoder_inner_states.0", "decoder_inner_states.1", "logits"] {
+        let row = rows.iter().find(|r| r["name"] == tensor).unwrap_or_else(|| panic!("{name} {tensor}: {report}"));
+        assert_eq!(row["status"], "ok", "{name} {tensor}: {row}");
+        eprintln!("{name} {tensor}: max abs diff {}", row["max_abs_diff"]);
     }
 }
