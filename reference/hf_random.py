@@ -34,6 +34,24 @@ SEED = 20240611
 BATCH_LINES = [0, 2, 6]  # lines 1, 3, 7 of input.en / input.de (different lengths -> padding)
 
 
+def reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen):
+    """reference.safetensors' tensors: the batch, transformers' forward and its beam search."""
+    t = {
+        "input_ids": input_ids, "attention_mask": attention_mask.long(),
+        "decoder_input_ids": decoder_input_ids, "decoder_attention_mask": decoder_attention_mask,
+        "labels": labels,
+        "encoder_last_hidden_state": out.encoder_last_hidden_state,
+        "logits": out.logits,
+        "generate_beam5_sequences": gen.sequences,
+        "generate_beam5_sequences_scores": gen.sequences_scores,
+    }
+    for i, h in enumerate(out.encoder_hidden_states):
+        t[f"encoder_hidden_states.{i}"] = h
+    for i, h in enumerate(out.decoder_hidden_states):
+        t[f"decoder_hidden_states.{i}"] = h
+    return {k: v.detach().contiguous().clone() for k, v in t.items()}
+
+
 def fairseq_from_hf(out_dir, t, vocab_size):
     """The mapping table in the other direction: build a fairseq 0.12.2 TransformerModel with the
     same hyper-parameters (pre-norm, final LayerNorms, sinusoidal, shared embeddings), load the
@@ -173,20 +191,7 @@ def main():
         gen = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                              forced_bos_token_id=tok.get_lang_id("de"), num_beams=5, max_length=40,
                              return_dict_in_generate=True, output_scores=True)
-    t = {
-        "input_ids": input_ids, "attention_mask": attention_mask.long(),
-        "decoder_input_ids": decoder_input_ids, "decoder_attention_mask": decoder_attention_mask,
-        "labels": labels,
-        "encoder_last_hidden_state": out.encoder_last_hidden_state,
-        "logits": out.logits,
-        "generate_beam5_sequences": gen.sequences,
-        "generate_beam5_sequences_scores": gen.sequences_scores,
-    }
-    for i, h in enumerate(out.encoder_hidden_states):
-        t[f"encoder_hidden_states.{i}"] = h
-    for i, h in enumerate(out.decoder_hidden_states):
-        t[f"decoder_hidden_states.{i}"] = h
-    t = {k: v.detach().contiguous().clone() for k, v in t.items()}
+    t = reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen)
     # one metadata key: safetensors writes the metadata map in hash order, so two keys would make
     # the file bytes differ from run to run
     meta = {"about": f"made by python reference/hf_random.py {' '.join(sys.argv[1:])}; batch: lines "

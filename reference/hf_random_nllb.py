@@ -33,7 +33,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_random import BATCH_LINES, SEED, fairseq_from_hf  # noqa: E402
+from hf_random import BATCH_LINES, SEED, fairseq_from_hf, reference_tensors  # noqa: E402
 
 SRC_LANG, TGT_LANG = "eng_Latn", "deu_Latn"
 SHOW_LANGS = ("eng_Latn", "deu_Latn", "fra_Latn")
@@ -163,20 +163,7 @@ def main():
         gen = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                              forced_bos_token_id=conv(TGT_LANG), num_beams=5, max_length=40,
                              return_dict_in_generate=True, output_scores=True)
-    t = {
-        "input_ids": input_ids, "attention_mask": attention_mask.long(),
-        "decoder_input_ids": decoder_input_ids, "decoder_attention_mask": decoder_attention_mask,
-        "labels": labels,
-        "encoder_last_hidden_state": out.encoder_last_hidden_state,
-        "logits": out.logits,
-        "generate_beam5_sequences": gen.sequences,
-        "generate_beam5_sequences_scores": gen.sequences_scores,
-    }
-    for i, h in enumerate(out.encoder_hidden_states):
-        t[f"encoder_hidden_states.{i}"] = h
-    for i, h in enumerate(out.decoder_hidden_states):
-        t[f"decoder_hidden_states.{i}"] = h
-    t = {k: v.detach().contiguous().clone() for k, v in t.items()}
+    t = reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen)
     # one metadata key (safetensors writes the metadata map in hash order)
     meta = {"about": f"made by python reference/hf_random_nllb.py {' '.join(sys.argv[1:])}; batch: lines "
                      f"{[i + 1 for i in BATCH_LINES]} of {base}/input.en ({SRC_LANG}) -> input.de "
