@@ -125,8 +125,9 @@ impl ModelFiles {
                 })
                 .collect(),
             (None, Some(m)) if m.is_file() => vec![m.to_path_buf()],
-            (None, Some(m)) => vec![find_checkpoint(m).ok_or_else(|| {
-                err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display()))
+            (None, Some(m)) => vec![find_checkpoint(m).ok_or_else(|| match m.join("model.bin").is_file() {
+                true => err(format!("{}: a CTranslate2 model, which tchseq reads only to compare it with the model it came from (`tchseq verify -m MODEL --against {}`)", m.display(), m.display())),
+                false => err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display())),
             })?],
             (None, None) => return Err(HubError::NoModel),
         };

@@ -166,3 +166,10 @@ fn each_classic_conversion_bug_fails_naming_what_it_touched() {
     }
     assert_eq!(kinds, 6);
 }
+
+/// A CTranslate2 directory given as a model is refused in one line that says what it is for.
+#[test]
+fn a_ctranslate2_directory_as_a_model_points_at_verify_against() {
+    let out = tchseq().args(["translate", "-m"]).arg(fixture("ct2/postnorm-float32")).arg("a b").output().unwrap();
+    crate::util::one_line_error(&out, "a CTranslate2 model, which tchseq reads only to compare it with the model it came from (`tchseq verify -m MODEL --against");
+}
