@@ -34,6 +34,18 @@ SEED = 20240611
 BATCH_LINES = [0, 2, 6]  # lines 1, 3, 7 of input.en / input.de (different lengths -> padding)
 
 
+def write_section(manifest, key, sec):
+    """Puts `sec` under `key` in the manifest, keeping what the other steps wrote there."""
+    try:
+        m = json.load(open(manifest))
+    except FileNotFoundError:
+        m = {}
+    m[key] = sec
+    with open(manifest, "w") as f:
+        json.dump(m, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
 def reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen):
     """reference.safetensors' tensors: the batch, transformers' forward and its beam search."""
     t = {
@@ -255,14 +267,7 @@ def main():
         },
         "generate_beam5_text": tok.batch_decode(gen.sequences, skip_special_tokens=True),
     }
-    try:
-        m = json.load(open(manifest))
-    except FileNotFoundError:
-        m = {}
-    m["random_m2m100"] = sec
-    with open(manifest, "w") as f:
-        json.dump(m, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_section(manifest, "random_m2m100", sec)
     print(json.dumps({"dir": out_dir, "checks": diffs, "shapes": {k: v["shape"] for k, v in tensors.items()}}))
 
 

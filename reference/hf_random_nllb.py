@@ -33,7 +33,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_random import BATCH_LINES, SEED, fairseq_from_hf, reference_tensors  # noqa: E402
+from hf_random import BATCH_LINES, SEED, fairseq_from_hf, reference_tensors, write_section  # noqa: E402
 
 SRC_LANG, TGT_LANG = "eng_Latn", "deu_Latn"
 SHOW_LANGS = ("eng_Latn", "deu_Latn", "fra_Latn")
@@ -222,14 +222,7 @@ def main():
         },
         "generate_beam5_text": tok.batch_decode(gen.sequences, skip_special_tokens=True),
     }
-    try:
-        m = json.load(open(manifest))
-    except FileNotFoundError:
-        m = {}
-    m["random_nllb"] = sec
-    with open(manifest, "w") as f:
-        json.dump(m, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_section(manifest, "random_nllb", sec)
     print(json.dumps({"dir": out_dir, "checks": diffs, "layout": layout, "auto": [type(auto).__name__, auto_agrees],
                       "written": written, "dropped": dropped, "shapes": {k: v["shape"] for k, v in tensors.items()}}))
 
