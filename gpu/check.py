@@ -254,10 +254,24 @@ def parity(check):
             rc, out, _, _ = check.tchseq(name, ["verify", "-m", d, "--reference", os.path.join(d, ref), "--json"])
             try:
                 r = json.loads(out)
-                verify.append({"fixture": fx["name"], "reference": ref, "passed": r["passed"], "failed": r["failed"]})
+                verify.append({"fixture": fx["name"], "reference": ref, "passed": r["passed"], "failed": r["failed"],
+                               "tolerance": r["tolerance"], "tensors": [verify_tensor(t, r["tolerance"]) for t in r["tensors"]]})
             except (ValueError, KeyError):
                 verify.append({"fixture": fx["name"], "reference": ref, "passed": 0, "failed": None})
                 check.fail(f"{name}: no report (exit {rc})")
+
+
+def verify_tensor(t, tolerance):
+    """One row of a verify report, with its difference in units of the derived bound's
+    eps * max|ref| * depth and its rescale in eps (docs/commands.md, "Tolerances")."""
+    row = {k: t.get(k) for k in ("name", "status", "depth", "max_abs_diff", "scale", "rescale", "rescale_se")}
+    eps = tolerance.get("eps")
+    if eps and t.get("depth") and t.get("scale") and t.get("max_abs_diff") is not None:
+        row["units"] = t["max_abs_diff"] / (eps * t["scale"] * t["depth"])
+    if eps and t.get("rescale") is not None:
+        row["rescale_eps"] = t["rescale"] / eps
+        row["rescale_standard_errors"] = abs(t["rescale"]) / t["rescale_se"] if t["rescale_se"] else 0.0
+    return row
 
 
 def parity_row(check, what, c, seconds):

@@ -4,6 +4,23 @@ import os
 import sys
 
 
+def verify_drift(v):
+    """Per kind of activation (`encoder_states.{i}` …): the largest units and rescale over every
+    verify run that recorded its tensors."""
+    import re
+    worst = {}
+    for x in v:
+        for t in x.get("tensors", []):
+            if "units" not in t:
+                continue
+            kind = re.sub(r"\.\d+$", ".{i}", t["name"])
+            w = worst.setdefault(kind, [0.0, 0.0, 0.0])
+            w[0] = max(w[0], t["units"])
+            if abs(t.get("rescale_eps", 0.0)) > w[1]:
+                w[1], w[2] = abs(t["rescale_eps"]), t["rescale_standard_errors"]
+    return [(f"`{k}`", f"{u:.2f}", f"{r:.2f}", f"{se:.1f}") for k, (u, r, se) in sorted(worst.items())]
+
+
 def table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -39,6 +56,11 @@ def render(r):
         v = r["verify"]
         out.append("## `verify` on the fixtures\n")
         out.append(table(["fixture", "reference", "passed", "failed"], [(x["fixture"], x["reference"], x["passed"], x["failed"]) for x in v]))
+        drift = verify_drift(v)
+        if drift:
+            out.append("Largest difference per kind of activation, in units of eps · max|ref| · depth (the derived bound "
+                       "allows 12), and largest rescale in eps (allowed up to 1.5, or within 20 standard errors):\n")
+            out.append(table(["tensors", "largest units", "largest rescale (eps, either sign)", "its standard errors"], drift))
     if "fidelity" in r:
         out.append(f"## Fidelity on Multi30k test_2016_flickr ({r.get('bleu_by', '')})\n")
         rows = [(f["compute_type"], f"{f['same_as_exact']}/{f['sentences']}", f"{f['bleu']:.2f}") for f in r["fidelity"]]

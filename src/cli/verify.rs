@@ -17,6 +17,7 @@
 //! What "close" means is in `tolerance`.
 
 pub(super) mod against;
+mod compare;
 mod tolerance;
 
 use std::io::Write;
@@ -34,6 +35,7 @@ use tchseq::model::{
 use super::args::{GlobalArgs, VerifyArgs};
 use super::common;
 use super::Outcome;
+use compare::{compare, Diff};
 use tolerance::{Bound, Tolerance};
 
 const INPUTS: [&str; 3] = ["src_tokens", "src_lengths", "prev_output_tokens"];
@@ -82,6 +84,11 @@ struct Row {
     scale: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     depth: Option<usize>,
+    /// The least-squares `s` in ours ≈ (1 + s) · reference, and its standard error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rescale: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rescale_se: Option<f64>,
     /// What bounded |ours - reference| element-wise.
     #[serde(skip_serializing_if = "Option::is_none")]
     bound: Option<Bound>,
@@ -101,6 +108,8 @@ impl Row {
             max_rel_diff: None,
             scale: None,
             depth: None,
+            rescale: None,
+            rescale_se: None,
             bound: None,
             status: Status::Fail,
             note: None,
@@ -112,7 +121,9 @@ impl Row {
         self.max_rel_diff = Some(d.max_rel);
         self.scale = Some(d.scale);
         self.bound = Some(d.bound);
-        self.status = if d.ok { Status::Ok } else { Status::Fail };
+        self.rescale = d.rescale.map(|r| r.s);
+        self.rescale_se = d.rescale.map(|r| r.se);
+        self.status = if d.ok() { Status::Ok } else { Status::Fail };
         self
     }
 
@@ -247,45 +258,6 @@ impl Computed {
             },
         }
     }
-}
-
-/// One comparison over the kept elements.
-struct Diff {
-    max_abs: f64,
-    max_rel: f64,
-    /// The largest finite |reference|.
-    scale: f64,
-    bound: Bound,
-    ok: bool,
-}
-
-/// Compares the kept elements, bounded by `bound(scale)`.
-fn compare(ours: &Tensor, reference: &Tensor, keep: Option<&Tensor>, bound: impl Fn(f64) -> Bound) -> Result<Diff> {
-    let a = ours.f_to_device(Device::Cpu)?.f_to_kind(Kind::Double)?;
-    let b = reference.f_to_kind(Kind::Double)?;
-    let (a, b) = match keep {
-        Some(k) => {
-            let k = k.f_to_device(Device::Cpu)?.f_expand_as(&b)?;
-            (a.f_masked_select(&k)?, b.f_masked_select(&k)?)
-        }
-        None => (a.f_flatten(0, -1)?, b.f_flatten(0, -1)?),
-    };
-    if a.numel() == 0 {
-        return Ok(Diff { max_abs: 0.0, max_rel: 0.0, scale: 0.0, bound: bound(0.0), ok: true });
-    }
-    // equal values (including matching infinities) differ by exactly 0
-    let same = a.f_eq_tensor(&b)?;
-    let diff = a.f_sub(&b)?.f_abs()?.f_masked_fill(&same, 0.0)?;
-    let nan = diff.f_isnan()?.f_any()?.f_int64_value(&[])? != 0;
-    let max_abs = if nan { f64::NAN } else { diff.f_max()?.f_double_value(&[])? };
-    let denom = b.f_abs()?;
-    let rel = diff.f_div(&denom)?.f_masked_fill(&diff.f_eq(0.0)?, 0.0)?;
-    let max_rel = if nan { f64::NAN } else { rel.f_max()?.f_double_value(&[])? };
-    let scale = denom.f_masked_fill(&denom.f_isfinite()?.f_logical_not()?, 0.0)?.f_max()?.f_double_value(&[])?;
-    let bound = bound(scale);
-    let limit = denom.f_mul_scalar(bound.rtol)?.f_add_scalar(bound.atol)?;
-    let ok = !nan && diff.f_gt_tensor(&limit)?.f_any()?.f_int64_value(&[])? == 0;
-    Ok(Diff { max_abs, max_rel, scale, bound, ok })
 }
 
 fn input(reference: &IndexMap<String, Tensor>, name: &str, needed_by: &str) -> Result<Tensor> {
@@ -423,9 +395,9 @@ fn activation_row(
     let mut tried: Vec<Compared> = Vec::new();
     for (axes, t) in &fitting {
         let keep = computed.keep(axes, shape.len());
-        let diff = compare(t, theirs, keep.as_ref(), |scale| tol.activation(scale, depth))
+        let diff = compare(t, theirs, keep.as_ref(), |scale| tol.activation(scale, depth), tol.systematic(depth))
             .with_context(|| format!("comparing `{name}`"))?;
-        let ok = diff.ok;
+        let ok = diff.ok();
         tried.push(Compared { layout: axes.layout(), diff });
         if ok {
             break;
@@ -433,7 +405,7 @@ fn activation_row(
     }
     // tried is not empty: fitting was not
     let key = |c: &Compared| if c.diff.max_abs.is_nan() { f64::INFINITY } else { c.diff.max_abs };
-    let chosen = match tried.iter().position(|c| c.diff.ok) {
+    let chosen = match tried.iter().position(|c| c.diff.ok()) {
         Some(i) => i,
         None => (0..tried.len()).min_by(|&a, &b| key(&tried[a]).total_cmp(&key(&tried[b]))).unwrap_or(0),
     };
@@ -447,12 +419,20 @@ fn activation_row(
             .map(|(_, o)| format!("{} max_abs_diff {:.3e}", o.layout.text(), o.diff.max_abs))
             .collect();
         let side = shape.first().copied().unwrap_or(0);
-        notes.push(if c.diff.ok {
+        notes.push(if c.diff.ok() {
             let also = if others.is_empty() { String::new() } else { format!("; {}", others.join(", ")) };
             format!("B = S = {side}: the shape fits both layouts; read {}, whose values match{also}", c.layout.text())
         } else {
             format!("B = S = {side}: the shape fits both layouts and neither matches; closest {}, {}", c.layout.text(), others.join(", "))
         });
+    }
+    if let (true, Some(r), Some(limit)) = (c.diff.systematic, c.diff.rescale, tol.systematic(depth)) {
+        notes.push(format!(
+            "rescaled: ours = (1 {} {:.2} eps) * reference, {:.0} standard errors from none",
+            if r.s < 0.0 { '-' } else { '+' },
+            r.s.abs() / limit.eps,
+            r.standard_errors()
+        ));
     }
     if nested {
         notes.push("nested tensor, read as to_padded_tensor(0.0)".to_string());
@@ -480,7 +460,7 @@ fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: &Toler
         row.our_shape = Some(ours.size());
         return Ok(row);
     }
-    let diff = compare(ours, theirs, None, |_| tol.weight()).with_context(|| format!("comparing `{name}`"))?;
+    let diff = compare(ours, theirs, None, |_| tol.weight(), None).with_context(|| format!("comparing `{name}`"))?;
     Ok(Row::new(name, shape, None).with_diff(&diff))
 }
 

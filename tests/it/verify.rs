@@ -385,6 +385,7 @@ fn references_fairseq_saved_on_other_cpu_kinds_pass_the_derived_tolerance() {
     let references = other_cpu_references();
     assert_eq!(references.len(), 36, "3 CPU kinds x 6 fixtures x 2 sides");
     let mut worst: (f64, String) = (0.0, String::new());
+    let mut rescaled: (f64, String) = (0.0, String::new());
     for (kind, name, side, reference) in references {
         let model = fixture(&format!("models/{name}"));
         let (code, report, stderr) = verify_json(&model, &reference, Some(crate::util::test_threads()));
@@ -396,9 +397,14 @@ fn references_fairseq_saved_on_other_cpu_kinds_pass_the_derived_tolerance() {
             if atol > 0.0 && diff / atol > worst.0 {
                 worst = (diff / atol, format!("{kind} {name} {side} {}", row["name"]));
             }
+            let eps = report["tolerance"]["eps"].as_f64().unwrap();
+            if let Some(s) = row["rescale"].as_f64().filter(|s| s.abs() / eps > rescaled.0) {
+                rescaled = (s.abs() / eps, format!("{kind} {name} {side} {}", row["name"]));
+            }
         }
     }
     eprintln!("largest max_abs_diff / bound: {:.3} ({})", worst.0, worst.1);
+    eprintln!("largest rescale: {:.3} eps ({})", rescaled.0, rescaled.1);
 }
 
 /// A copy of `f`'s weights golden with `weight` scaled by 1 + `rel`.
@@ -449,6 +455,42 @@ fn activations_of_a_layer_norm_eps_of_2e_5_fail_from_the_first_layer_norm_on() {
     let failed: Vec<&str> =
         report["tensors"].as_array().unwrap().iter().filter(|t| t["status"] == "fail").map(|t| t["name"].as_str().unwrap()).collect();
     assert!(failed.iter().all(|n| n.starts_with("encoder_states.") || n.starts_with("decoder_inner_states.") || *n == "encoder_out" || *n == "attn"), "{failed:?}");
+}
+
+/// A LayerNorm eps of 1.1e-5 for 1e-5 moves no element beyond its bound, as much as kernel drift
+/// does; it rescales every layer norm's output, which drift does not.
+#[test]
+fn a_layer_norm_eps_changed_by_1e_6_fails_as_a_rescale_from_the_first_layer_norm_on() {
+    for (name, file, first_layer_norm) in [
+        ("postnorm", "postnorm_ln_eps_1.1e-5_left.pt", "encoder_states.1"),
+        ("untied", "untied_ln_eps_1.1e-5_right.pt", "encoder_states.1"),
+    ] {
+        let model = fixture(&format!("models/{name}"));
+        let reference = fixture(&format!("verify_tolerance/{file}"));
+        let (code, report, stderr) = verify_json(&model, &reference, Some(crate::util::test_threads()));
+        assert_eq!(code, Some(1), "{name}: {stderr}\n{report}");
+        let rows = report["tensors"].as_array().unwrap();
+        let row = |n: &str| rows.iter().find(|r| r["name"] == n).unwrap_or_else(|| panic!("{n}: {report}"));
+        for n in ["encoder_embedding", "encoder_states.0", "decoder_inner_states.0"] {
+            assert_eq!(row(n)["status"], "ok", "{name} {n}: {report}");
+        }
+        let eps = report["tolerance"]["eps"].as_f64().unwrap();
+        let first = row(first_layer_norm);
+        assert_eq!(first["status"], "fail", "{name}: {first}");
+        let (s, se) = (first["rescale"].as_f64().unwrap(), first["rescale_se"].as_f64().unwrap());
+        // the reference's larger eps made its outputs smaller: ours are a rescale above 1, far
+        // beyond chance
+        assert!(s > report["tolerance"]["rescale_eps"].as_f64().unwrap() * eps, "{name}: {first}");
+        assert!(s / se > 2.0 * report["tolerance"]["rescale_se"].as_f64().unwrap(), "{name}: {first}");
+        assert!(first["note"].as_str().unwrap().starts_with("rescaled: ours = (1 + "), "{first}");
+        for r in rows.iter().filter(|r| r["status"] == "fail") {
+            // not one element beyond its bound: only the rescale tells
+            let (diff, atol) = (r["max_abs_diff"].as_f64().unwrap(), r["bound"]["atol"].as_f64().unwrap());
+            assert!(diff <= atol, "{name}: {r}");
+            let n = r["name"].as_str().unwrap();
+            assert!(n.starts_with("encoder_states.") || n.starts_with("decoder_inner_states.") || n == "encoder_out", "{name}: {r}");
+        }
+    }
 }
 
 #[test]
