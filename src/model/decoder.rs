@@ -44,6 +44,11 @@ pub struct TransformerDecoder {
     pub host_step: bool,
     /// Steps taken on the host so far.
     host_steps: AtomicUsize,
+    /// Incremental steps on the fused libtorch path keep their self-attention keys and values
+    /// at a fixed capacity (`fixed_cache.rs`) instead of growing them each step.
+    pub fixed_kv_cache: bool,
+    /// Steps taken with a fixed-capacity cache so far.
+    fixed_steps: AtomicUsize,
     /// The logits' buffers, reused from step to step where the output projection is packed.
     pub(super) logits: BufferPool,
 }
@@ -77,9 +82,16 @@ impl TransformerDecoder {
             torch_self_attention: true,
             host_step: true,
             host_steps: AtomicUsize::new(0),
+            fixed_kv_cache: false,
+            fixed_steps: AtomicUsize::new(0),
             logits: BufferPool::default(),
         };
         Ok((decoder, warnings))
+    }
+
+    /// How many incremental steps kept their keys and values at a fixed capacity.
+    pub fn fixed_steps(&self) -> usize {
+        self.fixed_steps.load(Ordering::Relaxed)
     }
 
     /// How many incremental steps ran on host buffers (`host_step.rs`).
@@ -165,6 +177,9 @@ impl TransformerDecoder {
         let last = self.layers.len().saturating_sub(1);
         let self_attn_mask = if incremental { None } else { Some(Self::future_mask(&x)?) };
         let mut state = incremental_state;
+        if let Some(s) = state.as_deref_mut() {
+            s.fixed_capacity = self.fixed_kv_cache;
+        }
         for (idx, layer) in self.layers.iter().enumerate() {
             let need_head_weights = need_attn && idx == last;
             let layer_state = state.as_deref_mut().map(|s| s.layer_mut(idx));
@@ -185,6 +200,9 @@ impl TransformerDecoder {
             if let Some(a) = layer_attn.filter(|_| need_head_weights) {
                 attn = Some(a.f_to_kind(Kind::Float)?.f_to_kind(x.kind())?);
             }
+        }
+        if state.is_some_and(|s| s.layers.first().is_some_and(|l| l.self_attn.fixed_cache.is_some())) {
+            self.fixed_steps.fetch_add(1, Ordering::Relaxed);
         }
         let attn = match attn {
             Some(a) => Some(a.f_mean_dim(0, false, None::<Kind>)?),

@@ -8,6 +8,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::fixed_cache::FixedKvCache;
 use super::incremental::AttentionState;
 use crate::kernels::kv_cache::HostKvCache;
 use super::nn::Linear;
@@ -85,8 +86,18 @@ pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut 
     if let Some(out) = host_cache_step(a, &projected, state)? {
         return a.out_proj.forward(&out);
     }
-    state.host_cache_to_tensors()?;
     let heads = split_heads(&projected, 3, a.num_heads, a.head_dim)?;
+    if state.fixed_capacity && state.prev_key.is_none() {
+        let (k, v) = (heads.f_select(0, 1)?, heads.f_select(0, 2)?);
+        let cache = match state.fixed_cache.as_mut() {
+            Some(cache) => cache,
+            None => state.fixed_cache.insert(FixedKvCache::new(&k)?),
+        };
+        cache.append(&k, &v)?;
+        let (keys, values, bias) = cache.attended()?;
+        return merge_heads(a, &attend(&heads.f_select(0, 0)?, &keys, &values, Some(&bias))?);
+    }
+    state.host_cache_to_tensors()?;
     let grow = |prev: &Option<Tensor>, new: Tensor| match prev {
         Some(p) => Tensor::f_cat(&[p, &new], 2),
         None => new.f_contiguous(),
@@ -109,7 +120,7 @@ pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut 
 /// float32 CPU projection `[1, B, 3C]`; None where it does not apply (then a cache is moved into
 /// the tensors the other path reads).
 fn host_cache_step(a: &Heads, projected: &Tensor, state: &mut AttentionState) -> Result<Option<Tensor>, ModelError> {
-    if !is_host_f32(projected) || state.prev_key.is_some() {
+    if !is_host_f32(projected) || state.prev_key.is_some() || state.fixed_capacity {
         return Ok(None);
     }
     let (one, rows, stride) = projected.size3()?;

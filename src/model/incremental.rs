@@ -3,6 +3,7 @@
 
 use tch::Tensor;
 
+use super::fixed_cache::FixedKvCache;
 use crate::kernels::kv_cache::HostKvCache;
 use crate::kernels::step_buffers::HostStepBuffers;
 use super::ModelError;
@@ -22,6 +23,10 @@ pub struct AttentionState {
     /// The fused self-attention's keys and values on the host (float32 and int8 on the CPU),
     /// in place of `prev_key` and `prev_value`.
     pub host_cache: Option<HostKvCache>,
+    /// A self-attention's keys and values at a fixed capacity (`fixed_cache.rs`), in place of
+    /// `prev_key` and `prev_value`, where the decoder asks for it.
+    pub fixed_cache: Option<FixedKvCache>,
+    pub fixed_capacity: bool,
 }
 
 impl AttentionState {
@@ -38,6 +43,9 @@ impl AttentionState {
             };
             cache.reorder(order)?;
         }
+        if let Some(cache) = self.fixed_cache.as_mut() {
+            cache.reorder(new_order)?;
+        }
         Ok(())
     }
 
@@ -48,11 +56,16 @@ impl AttentionState {
             .next()
             .map(|t| t.size()[0])
             .or(self.host_cache.as_ref().map(|c| c.rows() as i64))
+            .or(self.fixed_cache.as_ref().map(FixedKvCache::rows))
     }
 
     /// Moves a host cache into `prev_key` and `prev_value`, for a step that takes fairseq's path.
     pub fn host_cache_to_tensors(&mut self) -> Result<(), ModelError> {
         if let Some(cache) = self.host_cache.take() {
+            let (k, v) = cache.to_tensors()?;
+            (self.prev_key, self.prev_value) = (Some(k), Some(v));
+        }
+        if let Some(cache) = self.fixed_cache.take() {
             let (k, v) = cache.to_tensors()?;
             (self.prev_key, self.prev_value) = (Some(k), Some(v));
         }
@@ -74,6 +87,8 @@ pub struct IncrementalState {
     pub beamable: i64,
     /// The host step's activations (`host_step.rs`).
     pub(crate) host_buffers: HostStepBuffers,
+    /// Self-attentions on the fused path keep a fixed-capacity cache (`fixed_cache.rs`).
+    pub(crate) fixed_capacity: bool,
 }
 
 impl IncrementalState {
@@ -83,8 +98,11 @@ impl IncrementalState {
 
     pub(crate) fn layer_mut(&mut self, idx: usize) -> &mut LayerState {
         if self.layers.len() <= idx {
-            let beam_size = self.beamable.max(1);
-            self.layers.resize_with(idx + 1, || LayerState { encoder_attn: AttentionState { beam_size, ..Default::default() }, ..Default::default() });
+            let (beam_size, fixed_capacity) = (self.beamable.max(1), self.fixed_capacity);
+            self.layers.resize_with(idx + 1, || LayerState {
+                self_attn: AttentionState { fixed_capacity, ..Default::default() },
+                encoder_attn: AttentionState { beam_size, ..Default::default() },
+            });
         }
         &mut self.layers[idx]
     }

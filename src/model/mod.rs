@@ -14,6 +14,7 @@ mod attention;
 mod decoder;
 mod embedding;
 mod encoder;
+mod fixed_cache;
 mod fused;
 mod host_step;
 mod incremental;

@@ -368,9 +368,22 @@ fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines
     hub_run(model, lang, text, lines, compute_type, true).0
 }
 
-/// The hypotheses, and how many decoder steps ran on host buffers; `host_step` false keeps
-/// every step on the tensor path.
 fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&str], compute_type: &str, host_step: bool) -> (Vec<Hypothesis>, usize) {
+    hub_run_cached(model, lang, text, lines, compute_type, host_step, false)
+}
+
+/// The hypotheses, and how many decoder steps ran on host buffers (with `fixed_kv_cache`: with
+/// a fixed-capacity cache); `host_step` false keeps every step on the tensor path,
+/// `fixed_kv_cache` its self-attentions' keys and values at a fixed capacity.
+fn hub_run_cached(
+    model: &str,
+    lang: Option<(&str, &str)>,
+    text: TextMode,
+    lines: &[&str],
+    compute_type: &str,
+    host_step: bool,
+    fixed_kv_cache: bool,
+) -> (Vec<Hypothesis>, usize) {
     set_test_threads();
     let spec = ModelSpec {
         model: Some(repo(model)),
@@ -382,6 +395,7 @@ fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&st
     let mut translator = Translator::new(bundle, tch::Device::Cpu, text).unwrap();
     translator.set_compute_type(compute_type.parse().unwrap()).unwrap();
     translator.models[0].decoder.host_step = host_step;
+    translator.models[0].decoder.fixed_kv_cache = fixed_kv_cache;
     let options = TranslateOptions { nbest: 5, ..Default::default() };
     let batching = Batching::new(None, Some(8), 1).unwrap();
     let (generator, batching) = translator.search(&options, batching).unwrap();
@@ -393,7 +407,8 @@ fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&st
             t => panic!("not translated: {:?}", t.error()),
         })
         .collect();
-    (hypos, translator.models[0].decoder.host_steps())
+    let decoder = &translator.models[0].decoder;
+    (hypos, if fixed_kv_cache { decoder.fixed_steps() } else { decoder.host_steps() })
 }
 
 /// The fast compute types' decoder step on host buffers (`model/host_step.rs`) gives the tensor
@@ -426,6 +441,33 @@ fn the_host_step_gives_the_tensor_path_s_bits() {
             assert!(steps > 0 || !host_kernels, "{compute_type} {model}: no step ran on the host");
         }
         eprintln!("{compute_type}: host steps {on_host:?}");
+    }
+}
+
+/// The fixed-capacity cache (`model/fixed_cache.rs`, the shape a replayed GPU step needs) against
+/// the growing one on the tensor path: the same hypotheses, scores within 1e-5, on the bundled
+/// model, every fixture and the multilingual models, at batch 8 with nbest 5 (batches shrink
+/// across row buckets, beams reorder), in float32 and float16.
+#[test]
+fn the_fixed_capacity_cache_gives_the_growing_cache_s_hypotheses() {
+    let runs = runs(bundled_input(10), 10, &[("bart", ("en", "de")), ("m2m", ("en", "de"))], 6);
+    for compute_type in ["float32", "float16"] {
+        let mut worst: f64 = 0.0;
+        for (model, lang, text, lines) in &runs {
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let (growing, _) = hub_run_cached(model, *lang, *text, &lines, compute_type, false, false);
+            let (fixed, steps) = hub_run_cached(model, *lang, *text, &lines, compute_type, false, true);
+            assert!(steps > 0, "{compute_type} {model}: no step kept a fixed-capacity cache");
+            assert_eq!(fixed.len(), growing.len(), "{compute_type} {model}");
+            assert!(!fixed.is_empty());
+            for (a, b) in fixed.iter().zip(&growing) {
+                assert_eq!(a.tokens, b.tokens, "{compute_type} {model}");
+                worst = worst.max((a.score - b.score).abs() as f64);
+            }
+        }
+        let limit = if compute_type == "float32" { 1e-5 } else { 1e-2 };
+        assert!(worst < limit, "{compute_type}: scores moved by {worst:e}");
+        eprintln!("{compute_type}: largest score difference {worst:e}");
     }
 }
 

@@ -1,0 +1,215 @@
+//! A decoder self-attention's keys and values at a fixed capacity, for the fused path on
+//! libtorch (`fused.rs`): what a replayed step (a CUDA graph) needs, fixed shapes and addresses.
+//!
+//! The cache holds `[rows, heads, length, head_dim]` in buckets: rows a power of two at least
+//! the batch's (beams included), length a multiple of [`LENGTH_BUCKET`]. A step writes its
+//! position in place and attends over the whole capacity, the positions not written yet masked
+//! by an additive bias of -inf; a reorder writes the selected rows back into the same buffers.
+//! As sentences finish, the batch shrinks and the rows it no longer has stay in the buffers as
+//! padding, until the batch fits a smaller bucket; only a new length bucket or a smaller row
+//! bucket allocates. Within one shape every step reads and writes the same memory.
+
+use tch::Tensor;
+
+use super::ModelError;
+
+/// Positions a length bucket adds.
+pub const LENGTH_BUCKET: i64 = 32;
+
+/// The row capacity for `rows` rows: the next power of two.
+pub fn row_bucket(rows: i64) -> i64 {
+    (rows.max(1) as u64).next_power_of_two() as i64
+}
+
+/// The length capacity for `len` positions: the next multiple of [`LENGTH_BUCKET`].
+pub fn length_bucket(len: i64) -> i64 {
+    (len.max(1) + LENGTH_BUCKET - 1) / LENGTH_BUCKET * LENGTH_BUCKET
+}
+
+#[derive(Debug)]
+pub struct FixedKvCache {
+    /// `[row capacity, H, length capacity, D]`; rows past `rows` are padding.
+    keys: Tensor,
+    values: Tensor,
+    /// `[1, 1, 1, length capacity]`: 0 where a position is written, -inf after.
+    bias: Tensor,
+    rows: i64,
+    len: i64,
+}
+
+impl FixedKvCache {
+    /// An empty cache for steps shaped as `k`, `[rows, H, 1, D]`.
+    pub fn new(k: &Tensor) -> Result<Self, ModelError> {
+        let (rows, heads, _, head_dim) = k.size4()?;
+        let (keys, values, bias) = Self::buffers(row_bucket(rows), heads, LENGTH_BUCKET, head_dim, k)?;
+        Ok(Self { keys, values, bias, rows, len: 0 })
+    }
+
+    fn buffers(rows: i64, heads: i64, len: i64, head_dim: i64, like: &Tensor) -> Result<(Tensor, Tensor, Tensor), ModelError> {
+        let options = (like.kind(), like.device());
+        let keys = Tensor::f_zeros([rows, heads, len, head_dim], options)?;
+        let values = Tensor::f_zeros([rows, heads, len, head_dim], options)?;
+        let bias = Tensor::f_full([1, 1, 1, len], f64::NEG_INFINITY, options)?;
+        Ok((keys, values, bias))
+    }
+
+    /// (row capacity, length capacity).
+    pub fn capacity(&self) -> (i64, i64) {
+        (self.keys.size()[0], self.keys.size()[2])
+    }
+
+    pub fn rows(&self) -> i64 {
+        self.rows
+    }
+
+    pub fn len(&self) -> i64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes the next position's keys and values, `[rows, H, 1, D]` each.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(), ModelError> {
+        if k.size()[0] != self.rows || v.size() != k.size() {
+            return Err(ModelError::Input(format!(
+                "a step of {:?} keys and {:?} values for a cache of {} rows",
+                k.size(),
+                v.size(),
+                self.rows
+            )));
+        }
+        let (row_capacity, length_capacity) = self.capacity();
+        if self.len == length_capacity {
+            self.resize(row_capacity, length_bucket(self.len + 1))?;
+        }
+        let at = |t: &Tensor| t.f_narrow(0, 0, self.rows)?.f_narrow(2, self.len, 1);
+        at(&self.keys)?.f_copy_(k)?;
+        at(&self.values)?.f_copy_(v)?;
+        let _ = self.bias.f_narrow(3, self.len, 1)?.f_fill_(0.0)?;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// New buffers of `rows` × `len` capacity holding what is written.
+    fn resize(&mut self, rows: i64, len: i64) -> Result<(), ModelError> {
+        let (_, heads, _, head_dim) = self.keys.size4()?;
+        let (keys, values, bias) = Self::buffers(rows, heads, len, head_dim, &self.keys)?;
+        let kept = self.rows.min(rows);
+        for (to, from) in [(&keys, &self.keys), (&values, &self.values)] {
+            to.f_narrow(0, 0, kept)?.f_narrow(2, 0, self.len)?.f_copy_(&from.f_narrow(0, 0, kept)?.f_narrow(2, 0, self.len)?)?;
+        }
+        let _ = bias.f_narrow(3, 0, self.len)?.f_fill_(0.0)?;
+        (self.keys, self.values, self.bias) = (keys, values, bias);
+        Ok(())
+    }
+
+    /// The keys, values and bias a step attends over: every row of the batch, the whole
+    /// length capacity.
+    pub fn attended(&self) -> Result<(Tensor, Tensor, Tensor), ModelError> {
+        let rows = |t: &Tensor| t.f_narrow(0, 0, self.rows);
+        Ok((rows(&self.keys)?, rows(&self.values)?, self.bias.shallow_clone()))
+    }
+
+    /// `reorder_incremental_state`: row `i` becomes row `new_order[i]`; the batch may shrink.
+    pub fn reorder(&mut self, new_order: &Tensor) -> Result<(), ModelError> {
+        let rows = new_order.size().first().copied().unwrap_or(0);
+        let (row_capacity, length_capacity) = self.capacity();
+        let keys = self.keys.f_index_select(0, new_order)?;
+        let values = self.values.f_index_select(0, new_order)?;
+        if row_bucket(rows) != row_capacity {
+            self.resize(row_bucket(rows), length_capacity)?;
+        }
+        self.keys.f_narrow(0, 0, rows)?.f_copy_(&keys)?;
+        self.values.f_narrow(0, 0, rows)?.f_copy_(&values)?;
+        self.rows = rows;
+        Ok(())
+    }
+
+    /// The written keys and values `[rows, H, len, D]`, for a step that takes fairseq's path.
+    pub fn to_tensors(&self) -> Result<(Tensor, Tensor), ModelError> {
+        let written = |t: &Tensor| -> Result<Tensor, ModelError> { Ok(t.f_narrow(0, 0, self.rows)?.f_narrow(2, 0, self.len)?.f_contiguous()?) };
+        Ok((written(&self.keys)?, written(&self.values)?))
+    }
+
+    /// The buffers' addresses: the same from step to step within one shape.
+    pub fn addresses(&self) -> [usize; 3] {
+        [self.keys.data_ptr() as usize, self.values.data_ptr() as usize, self.bias.data_ptr() as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Device, Kind};
+
+    fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Tensor {
+        Tensor::scaled_dot_product_attention(q, k, v, bias, 0.0, false, Some(1.0), false)
+    }
+
+    /// Forty steps (two length buckets) while the batch shrinks 6 → 5 → 3 → 2 (row buckets 8,
+    /// 8, 4, 2) and reorders: the fixed cache attends as fairseq's growing `cat` cache does, and
+    /// keeps its buffers wherever the shape stays.
+    #[test]
+    fn a_fixed_cache_attends_as_the_growing_one_and_keeps_its_addresses_within_a_bucket() {
+        let (heads, d) = (2, 8);
+        let options = (Kind::Float, Device::Cpu);
+        let mut rows = 6;
+        let (mut keys, mut values): (Option<Tensor>, Option<Tensor>) = (None, None);
+        let mut cache: Option<FixedKvCache> = None;
+        let mut moved = Vec::new();
+        for step in 0..40 {
+            let k = Tensor::randn([rows, heads, 1, d], options);
+            let v = Tensor::randn([rows, heads, 1, d], options);
+            let q = Tensor::randn([rows, heads, 1, d], options) * 0.3;
+            let grow = |prev: &Option<Tensor>, new: &Tensor| match prev {
+                Some(p) => Tensor::cat(&[p, new], 2),
+                None => new.copy(),
+            };
+            (keys, values) = (Some(grow(&keys, &k)), Some(grow(&values, &v)));
+            let c = match cache.as_mut() {
+                Some(c) => c,
+                None => cache.insert(FixedKvCache::new(&k).unwrap()),
+            };
+            let before = c.addresses();
+            c.append(&k, &v).unwrap();
+            let (fk, fv, bias) = c.attended().unwrap();
+            let want = attend(&q, keys.as_ref().unwrap(), values.as_ref().unwrap(), None);
+            let got = attend(&q, &fk, &fv, Some(&bias));
+            let diff = (&got - &want).abs().max().double_value(&[]);
+            assert!(diff < 1e-6, "step {step}: {diff}");
+            assert_eq!(c.to_tensors().unwrap().0.size(), keys.as_ref().unwrap().size());
+            if c.addresses() != before {
+                moved.push(format!("append {step}"));
+            }
+            let new_rows = match step {
+                9 => 5,
+                19 => 3,
+                29 => 2,
+                _ => rows,
+            };
+            let order: Vec<i64> = (0..new_rows).map(|i| (i * 7 + step) % rows).collect();
+            let order = Tensor::from_slice(&order);
+            let before = c.addresses();
+            c.reorder(&order).unwrap();
+            keys = Some(keys.unwrap().index_select(0, &order));
+            values = Some(values.unwrap().index_select(0, &order));
+            if c.addresses() != before {
+                moved.push(format!("reorder {step} to {new_rows}"));
+            }
+            rows = new_rows;
+            assert_eq!(c.rows(), rows);
+            assert_eq!(c.capacity().0, row_bucket(rows));
+        }
+        assert_eq!(cache.unwrap().capacity().1, 64);
+        // only a new length bucket (step 32) and a smaller row bucket (3 rows: 4, 2 rows: 2)
+        assert_eq!(moved, ["reorder 19 to 3", "reorder 29 to 2", "append 32"]);
+    }
+
+    #[test]
+    fn buckets_round_up() {
+        assert_eq!([1, 2, 3, 5, 8, 9].map(row_bucket), [1, 2, 4, 8, 8, 16]);
+        assert_eq!([0, 1, 32, 33, 64].map(length_bucket), [32, 32, 32, 64, 64]);
+    }
+}
