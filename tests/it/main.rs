@@ -11,6 +11,7 @@ mod constraints;
 mod decoding;
 mod examples;
 mod faults;
+mod fixed_cache;
 mod fuzz_corpus;
 mod hf;
 mod hub;
