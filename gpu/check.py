@@ -37,11 +37,12 @@ import sys
 import time
 from collections import Counter
 
+from speed import cpu_threads, speed, test_set
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED = os.path.join(ROOT, "weights/multi30k.en-de")
 BUNDLED_INPUT = os.path.join(ROOT, "tests/fixtures/bundled/input.en")
 FIXTURES = os.path.join(ROOT, "tests/fixtures/models")
-TESTSET = os.path.join(ROOT, "gpu/data/test_2016_flickr")
 COMPUTE_TYPES = ["exact", "float32", "float16", "bfloat16"]
 # sampling draws from the device's generator: no golden holds on another device
 PARITY_SETS = ["beam5", "beam4_lenpen0.6_nbest3", "beam1", "beam5_minlen3_maxlen_unkpen2", "beam5_ngram2"]
@@ -59,7 +60,8 @@ def parse_args():
     p.add_argument("--pylib", default=os.path.join(ROOT, "gpu/pylib"),
                    help="fairseq and the packages it needs, from gpu/fairseq.sh (used when it exists)")
     p.add_argument("--sentences", type=int, help="test_2016_flickr sentences (default: 1000 on cuda, 100 on cpu)")
-    p.add_argument("--steps", help="a comma-separated subset of parity,fidelity,speed,fairseq (the environment always runs)")
+    p.add_argument("--steps", help="a comma-separated subset of parity,fidelity,speed,cpu_threads,fairseq (the environment always "
+                   "runs)")
     p.add_argument("--compute-types", default=",".join(COMPUTE_TYPES),
                    help="a comma-separated subset of the compute types the speed step times")
     p.add_argument("--repeat", type=int, help="how many times the batch-32 and batch-128 runs read their input, so that each "
@@ -125,9 +127,10 @@ class Check:
             self.fail(f"{name}: exit {rc}: {err.strip().splitlines()[-1] if err.strip() else ''}")
         return rc, out, seconds
 
-    def tchseq(self, name, args, stdin=None):
-        """tchseq on the device; returns (rc, stdout, seconds, memory report or None)."""
-        env = dict(self.env)
+    def tchseq(self, name, args, stdin=None, env=None):
+        """tchseq on the device, with `env` added to the environment; returns (rc, stdout,
+        seconds, memory report or None)."""
+        env = {**self.env, **(env or {})}
         memory = os.path.join(self.raw, f"{name}.memory.json")
         env["TCHSEQ_MEMORY_REPORT"] = memory
         rc, out, seconds = self.run(name, [self.a.tchseq, "--device", self.a.device, *args], stdin, env)
@@ -330,18 +333,6 @@ def corpus_bleu(hyps, refs):
     return bp * math.exp(sum(math.log(p) for p in precisions) / 4), "13a BLEU (computed here; sacreBLEU does not import)"
 
 
-def test_set(check):
-    n = check.a.sentences
-    lines = {}
-    for side in ("en", "de"):
-        with gzip.open(f"{TESTSET}.{side}.gz", "rt", encoding="utf-8") as f:
-            lines[side] = f.read().splitlines()[:n]
-    path = os.path.join(check.out, "test_2016_flickr.en")
-    with open(path, "w") as f:
-        f.write("\n".join(lines["en"]) + "\n")
-    return path, lines["de"]
-
-
 def fidelity(check):
     src, refs = test_set(check)
     runs = {}
@@ -370,74 +361,6 @@ def fidelity(check):
 
 # ---------------------------------------------------------------------------------------------
 # speed
-
-
-def base_model(check):
-    d = os.path.join(check.out, "base")
-    if not os.path.exists(os.path.join(d, "model.pt")):
-        lines = "64" if check.a.dry else "512"
-        check.run("base_model", [check.a.python, os.path.join(ROOT, "gpu/make_base_model.py"), d, "--lines", lines])
-    return d
-
-
-def target_tokens(out):
-    tokens = 0
-    for line in out.splitlines():
-        try:
-            tokens += len(json.loads(line)["hypotheses"][0]["tokens"])
-        except (ValueError, KeyError, IndexError):
-            pass
-    return tokens
-
-
-def speed(check):
-    src, _ = test_set(check)
-    base = base_model(check)
-    models = {
-        "bundled": (["-m", BUNDLED], src),
-        "base": (["-m", base, "-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none",
-                  "--max-len-a", "0", "--max-len-b", "25"], os.path.join(base, "input.src")),
-    }
-    latency_lines = 10 if check.a.dry else 100
-    rows = check.results["speed"] = []
-    check.results["speed_repeat"] = check.a.repeat
-    for model, (margs, input_path) in models.items():
-        first = open(input_path).readline().strip()
-        latency_input = "".join(open(input_path).readlines()[:latency_lines])
-        input_path = repeated(check, model, input_path)
-        for ct in check.a.compute_types:
-            common = ["translate", *margs, "--compute-type", ct, "--beam", "5"]
-            _, _, startup, mem = check.tchseq(f"speed.{model}.{ct}.startup", [*common, first])
-            row = {"model": model, "compute_type": ct, "startup_s": startup}
-            for bs in (32, 128):
-                rc, out, seconds, mem = check.tchseq(f"speed.{model}.{ct}.b{bs}", [*common, "--format", "jsonl", "--batch-size", str(bs),
-                                                                                  "--buffer-size", "4096", "--input", input_path])
-                tokens = target_tokens(out)
-                work = max(seconds - startup, 1e-9)
-                row[f"b{bs}_tokens_per_s"] = tokens / work if rc == 0 else None
-                row[f"b{bs}_peak_mb"] = peak_mb(mem)
-            rc, out, seconds, _ = check.tchseq(f"speed.{model}.{ct}.b1", [*common, "--batch-size", "1"], stdin=latency_input)
-            row["b1_ms_per_sentence"] = 1000 * max(seconds - startup, 0) / latency_lines if rc == 0 else None
-            row["peak_rss_mb"] = (mem or {}).get("peak_rss_bytes", 0) / 2**20 if mem else None
-            rows.append(row)
-
-
-def repeated(check, model, path):
-    """`path` read --repeat times over, in a file of its own under OUT."""
-    if check.a.repeat == 1:
-        return path
-    out = os.path.join(check.out, f"{model}.throughput.src")
-    text = open(path).read()
-    with open(out, "w") as f:
-        f.write((text if text.endswith("\n") else text + "\n") * check.a.repeat)
-    return out
-
-
-def peak_mb(mem):
-    if not mem:
-        return None
-    cuda = mem.get("cuda") or []
-    return cuda[0]["peak_allocated_bytes"] / 2**20 if cuda else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,7 +486,8 @@ def main():
         print(f"error: {a.tchseq} is not an executable tchseq (run `make gpu-bundle`, or pass --tchseq)", file=sys.stderr)
         return 2
     check = Check(a)
-    steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("fairseq", fairseq)]
+    steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("cpu_threads", cpu_threads),
+             ("fairseq", fairseq)]
     timings = {}
     if a.steps:
         wanted = set(a.steps.split(","))

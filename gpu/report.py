@@ -72,11 +72,18 @@ def render(r):
         repeat = r.get("speed_repeat", 1)
         reads = f"; the batch-32 and batch-128 runs read their input {repeat} times" if repeat > 1 else ""
         out.append(f"## Speed (beam 5; throughput in target tokens/s after start-up{reads}; peak = CUDA allocator's peak allocated)\n")
-        rows = [(s["model"], s["compute_type"], num(s.get("b32_tokens_per_s"), ".0f"), num(s.get("b128_tokens_per_s"), ".0f"),
-                 num(s.get("b1_ms_per_sentence"), ".1f"), num(s.get("startup_s"), ".2f"), num(s.get("b128_peak_mb"), ".0f"),
-                 num(s.get("peak_rss_mb"), ".0f")) for s in r["speed"]]
-        out.append(table(["model", "compute type", "batch 32 tok/s", "batch 128 tok/s", "batch 1 ms/sentence", "start-up + 1 line (s)",
+        rows = [(s["model"], s["compute_type"], s.get("kv_cache", "growing"), num(s.get("b32_tokens_per_s"), ".0f"),
+                 num(s.get("b128_tokens_per_s"), ".0f"), num(s.get("b1_ms_per_sentence"), ".1f"), num(s.get("startup_s"), ".2f"),
+                 num(s.get("b128_peak_mb"), ".0f"), num(s.get("peak_rss_mb"), ".0f")) for s in r["speed"]]
+        out.append(table(["model", "compute type", "cache", "batch 32 tok/s", "batch 128 tok/s", "batch 1 ms/sentence", "start-up + 1 line (s)",
                           "GPU peak MB (b128)", "peak RSS MB"], rows))
+    if r.get("cpu_threads"):
+        out.append("## The CPU tier on this machine's cores (base model, beam 5, batch 32; target tokens/s after start-up)\n")
+        one = {x["compute_type"]: x["tokens_per_s"] for x in r["cpu_threads"] if x["threads"] == 1 and x["inter_threads"] == 1}
+        rows = [(x["compute_type"], x["threads"], x["inter_threads"], num(x["tokens_per_s"], ".0f"),
+                 num(x["tokens_per_s"] / one[x["compute_type"]] if x["tokens_per_s"] and one.get(x["compute_type"]) else None, ".2f"))
+                for x in r["cpu_threads"]]
+        out.append(table(["compute type", "--threads", "--inter-threads", "tok/s", "× 1 thread"], rows))
     f = r.get("fairseq")
     if f:
         out.append("## fairseq 0.12.2 on the same device\n")

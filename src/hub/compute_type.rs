@@ -68,9 +68,41 @@ pub fn load_kind(compute_type: ComputeType, dtype: Kind, device: Device) -> Resu
     }
 }
 
+/// `TCHSEQ_KV_CACHE=fixed`: the fused path's self-attentions keep their keys and values at a
+/// fixed capacity (`model/fixed_cache.rs`), the shapes a replayed GPU step needs; `growing` (the
+/// default) grows them as fairseq does. The GPU check times both until a GPU run decides.
+pub const KV_CACHE_ENV: &str = "TCHSEQ_KV_CACHE";
+
+/// Whether `value` (of [`KV_CACHE_ENV`]) asks for the fixed-capacity cache, or a warning when it
+/// names neither kind.
+pub fn fixed_kv_cache(value: Option<&str>) -> (bool, Option<String>) {
+    match value.map(str::trim) {
+        Some("fixed") => (true, None),
+        None | Some("" | "growing") => (false, None),
+        Some(other) => (false, Some(format!("{KV_CACHE_ENV}={other:?}: not a cache kind (fixed or growing); the cache grows"))),
+    }
+}
+
 /// What a user should know about `compute_type` on `device`: float16 on a CPU without
 /// AVX512_FP16 runs, but several times slower than float32.
 pub fn slow_here(compute_type: ComputeType, device: Device) -> Option<&'static str> {
     (device == Device::Cpu && compute_type == ComputeType::Float16 && !ComputeType::fast_on_this_cpu().contains(&compute_type))
         .then_some("compute type float16 on this CPU (no AVX512_FP16) runs several times slower than float32: float16 is for GPUs; use float32 or int8 here")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_kind_is_fixed_only_when_asked_and_anything_else_is_named_in_a_warning() {
+        assert_eq!(fixed_kv_cache(Some("fixed")), (true, None));
+        assert_eq!(fixed_kv_cache(Some(" fixed\n")), (true, None));
+        for growing in [None, Some(""), Some("growing")] {
+            assert_eq!(fixed_kv_cache(growing), (false, None));
+        }
+        let (fixed, warning) = fixed_kv_cache(Some("static"));
+        assert!(!fixed);
+        assert_eq!(warning.unwrap(), r#"TCHSEQ_KV_CACHE="static": not a cache kind (fixed or growing); the cache grows"#);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tch::Device;
 
-use super::compute_type::{resolve_compute_type, slow_here, ComputeTypeError};
+use super::compute_type::{fixed_kv_cache, resolve_compute_type, slow_here, ComputeTypeError, KV_CACHE_ENV};
 use super::guide::{batch_prefixes, TargetGuide};
 use super::options::{OptionError, OptionName, TranslateOptions};
 use super::scorer::PairScoring;
@@ -296,12 +296,15 @@ impl Translator {
             return Err(ComputeTypeError::AlreadyRuns(self.compute_type).into());
         }
         let wanted = resolve_compute_type(compute_type, self.device)?;
+        let (fixed, cache_warning) = fixed_kv_cache(std::env::var(KV_CACHE_ENV).ok().as_deref());
         for model in &mut self.models {
             model.set_compute_type(wanted).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;
+            model.decoder.fixed_kv_cache = fixed;
         }
         if let Some(warning) = slow_here(wanted, self.device) {
             self.report.warnings.push(warning.into());
         }
+        self.report.warnings.extend(cache_warning);
         self.compute_type = wanted;
         Ok(())
     }

@@ -6,6 +6,7 @@ use tch::{Kind, Tensor};
 
 use super::embedding::EmbeddingFrontEnd;
 use super::encoder::EncoderOut;
+use super::fixed_cache::row_bucket;
 use super::incremental::IncrementalState;
 use super::layer::TransformerDecoderLayer;
 use super::nn::{LayerNorm, Linear};
@@ -49,6 +50,8 @@ pub struct TransformerDecoder {
     pub fixed_kv_cache: bool,
     /// Steps taken with a fixed-capacity cache so far.
     fixed_steps: AtomicUsize,
+    /// Of those, steps at their row bucket's shape (padded where the batch does not fill it).
+    fixed_shape_steps: AtomicUsize,
     /// The logits' buffers, reused from step to step where the output projection is packed.
     pub(super) logits: BufferPool,
 }
@@ -84,6 +87,7 @@ impl TransformerDecoder {
             host_steps: AtomicUsize::new(0),
             fixed_kv_cache: false,
             fixed_steps: AtomicUsize::new(0),
+            fixed_shape_steps: AtomicUsize::new(0),
             logits: BufferPool::default(),
         };
         Ok((decoder, warnings))
@@ -92,6 +96,11 @@ impl TransformerDecoder {
     /// How many incremental steps kept their keys and values at a fixed capacity.
     pub fn fixed_steps(&self) -> usize {
         self.fixed_steps.load(Ordering::Relaxed)
+    }
+
+    /// How many incremental steps ran at their row bucket's shape.
+    pub fn fixed_shape_steps(&self) -> usize {
+        self.fixed_shape_steps.load(Ordering::Relaxed)
     }
 
     /// How many incremental steps ran on host buffers (`host_step.rs`).
@@ -153,6 +162,22 @@ impl TransformerDecoder {
                 return Ok(DecoderOut { logits, attn: None, inner_states: Vec::new() });
             }
         }
+        if let Some(state) = incremental_state.as_deref_mut().filter(|s| self.fixed_shape_step(s, need_attn, return_all_hiddens)) {
+            return self.padded_step(prev_output_tokens, encoder_out, state);
+        }
+        self.forward_layers(prev_output_tokens, encoder_out, incremental_state, need_attn, return_all_hiddens)
+    }
+
+    /// [`Self::forward`] from the embedding on, once the input is checked and the host step
+    /// has declined.
+    fn forward_layers(
+        &self,
+        prev_output_tokens: &Tensor,
+        encoder_out: Option<&EncoderOut>,
+        incremental_state: Option<&mut IncrementalState>,
+        need_attn: bool,
+        return_all_hiddens: bool,
+    ) -> Result<DecoderOut, ModelError> {
         let enc = encoder_out.map(|e| &e.encoder_out);
         let incremental = incremental_state.is_some();
         let mut positions = self.embedding.positions(prev_output_tokens, incremental)?;
@@ -210,6 +235,47 @@ impl TransformerDecoder {
         };
         let logits = self.output_layer(&x)?;
         Ok(DecoderOut { logits, attn, inner_states })
+    }
+
+    /// Whether an incremental step runs at a fixed shape: the fixed-capacity cache on every
+    /// layer's fused path, without the attention weights or the states a caller may ask for, and
+    /// not BART's beamable encoder attention (one encoder row per sentence).
+    fn fixed_shape_step(&self, state: &IncrementalState, need_attn: bool, return_all_hiddens: bool) -> bool {
+        self.fixed_kv_cache
+            && state.beamable <= 1
+            && !need_attn
+            && !return_all_hiddens
+            && self.layers.iter().all(|l| l.self_attn.fused.is_some())
+    }
+
+    /// A step with its rows padded to the row bucket (`fixed_cache::row_bucket`), copies of the
+    /// first row that the logits leave out, so that every step of a bucket has one shape.
+    fn padded_step(&self, prev_output_tokens: &Tensor, encoder_out: Option<&EncoderOut>, state: &mut IncrementalState) -> Result<DecoderOut, ModelError> {
+        let rows = prev_output_tokens.size()[0];
+        let bucket = row_bucket(rows);
+        state.padded_rows = Some(rows);
+        self.fixed_shape_steps.fetch_add(1, Ordering::Relaxed);
+        if bucket == rows {
+            return self.forward_layers(prev_output_tokens, encoder_out, Some(state), false, false);
+        }
+        let pad = |t: &Tensor, dim: i64| -> Result<Tensor, ModelError> {
+            let mut size = t.size();
+            size[dim as usize] = bucket - rows;
+            let copies = t.f_narrow(dim, 0, 1)?.f_expand(&size, false)?;
+            Ok(Tensor::f_cat(&[t, &copies], dim)?)
+        };
+        let tokens = pad(prev_output_tokens, 0)?;
+        let encoder_out = match encoder_out {
+            Some(e) => Some(EncoderOut {
+                encoder_out: pad(&e.encoder_out, 1)?,
+                encoder_padding_mask: pad(&e.encoder_padding_mask, 0)?,
+                encoder_embedding: e.encoder_embedding.shallow_clone(),
+                encoder_states: Vec::new(),
+            }),
+            None => None,
+        };
+        let out = self.forward_layers(&tokens, encoder_out.as_ref(), Some(state), false, false)?;
+        Ok(DecoderOut { logits: out.logits.f_narrow(0, 0, rows)?, attn: None, inner_states: Vec::new() })
     }
 
     /// The last layer's output `[T, B, C]` to logits `[B, T, V]`: the final layer norm, then

@@ -3,7 +3,7 @@
 
 use tch::Tensor;
 
-use super::fixed_cache::FixedKvCache;
+use super::fixed_cache::{row_bucket, FixedKvCache};
 use crate::kernels::kv_cache::HostKvCache;
 use crate::kernels::step_buffers::HostStepBuffers;
 use super::ModelError;
@@ -89,6 +89,9 @@ pub struct IncrementalState {
     pub(crate) host_buffers: HostStepBuffers,
     /// Self-attentions on the fused path keep a fixed-capacity cache (`fixed_cache.rs`).
     pub(crate) fixed_capacity: bool,
+    /// The batch's rows when the steps run padded to their row bucket (`fixed_cache::row_bucket`):
+    /// every cached tensor then has the bucket's rows.
+    pub(crate) padded_rows: Option<i64>,
 }
 
 impl IncrementalState {
@@ -114,6 +117,9 @@ impl IncrementalState {
     ///
     /// `new_order`: an int64 tensor of row indices on the model device.
     pub fn reorder(&mut self, new_order: &Tensor) -> Result<(), ModelError> {
+        if let Some(before) = self.padded_rows {
+            return self.reorder_padded(new_order, before);
+        }
         let rows = new_order.size().first().copied().unwrap_or(0);
         let beam = self.beamable;
         let mut host_order = None;
@@ -130,6 +136,28 @@ impl IncrementalState {
                 layer.encoder_attn.index_select(new_order, &mut None)?;
             }
         }
+        Ok(())
+    }
+
+    /// [`Self::reorder`] of a state whose rows are padded to a row bucket: `new_order` padded
+    /// the same way (with row 0), and the encoder attentions' rows selected whenever the batch
+    /// changed, which the padded row count does not show.
+    fn reorder_padded(&mut self, new_order: &Tensor, before: i64) -> Result<(), ModelError> {
+        let rows = new_order.size().first().copied().unwrap_or(0);
+        let bucket = row_bucket(rows);
+        let order = if bucket > rows {
+            let padding = Tensor::f_zeros([bucket - rows], (tch::Kind::Int64, new_order.device()))?;
+            Tensor::f_cat(&[new_order, &padding], 0)?
+        } else {
+            new_order.shallow_clone()
+        };
+        for layer in &mut self.layers {
+            layer.self_attn.index_select(&order, &mut None)?;
+            if rows != before || layer.encoder_attn.rows() != Some(bucket) {
+                layer.encoder_attn.index_select(&order, &mut None)?;
+            }
+        }
+        self.padded_rows = Some(rows);
         Ok(())
     }
 }

@@ -39,8 +39,11 @@ impl TransformerModel {
     pub fn beamable_encoder_attention(&self) -> bool {
         let encoder_attentions = || self.decoder.layers.iter().filter_map(|l| l.encoder_attn.as_ref());
         if encoder_attentions().all(|a| a.fused.is_some()) {
-            // on a GPU the fused step attends through libtorch, which would repeat them per step
-            return self.device == Device::Cpu && self.decoder.layers.iter().any(|l| l.encoder_attn.is_some());
+            // on a GPU the fused step attends through libtorch, which would repeat them per step;
+            // a fixed-shape step (`fixed_kv_cache`) keeps one row per beam there and here alike
+            return self.device == Device::Cpu
+                && !self.decoder.fixed_kv_cache
+                && self.decoder.layers.iter().any(|l| l.encoder_attn.is_some());
         }
         crate::config::BART_ARCHS.contains(&self.cfg.arch.as_str()) && encoder_attentions().all(|a| a.fused.is_none())
     }

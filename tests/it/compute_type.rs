@@ -369,12 +369,14 @@ fn hub_hypotheses(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines
 }
 
 fn hub_run(model: &str, lang: Option<(&str, &str)>, text: TextMode, lines: &[&str], compute_type: &str, host_step: bool) -> (Vec<Hypothesis>, usize) {
-    hub_run_cached(model, lang, text, lines, compute_type, host_step, false)
+    let (hypos, steps, _) = hub_run_cached(model, lang, text, lines, compute_type, host_step, false);
+    (hypos, steps)
 }
 
-/// The hypotheses, and how many decoder steps ran on host buffers (with `fixed_kv_cache`: with
-/// a fixed-capacity cache); `host_step` false keeps every step on the tensor path,
-/// `fixed_kv_cache` its self-attentions' keys and values at a fixed capacity.
+/// The hypotheses, how many decoder steps ran on host buffers (with `fixed_kv_cache`: with a
+/// fixed-capacity cache) and how many at their row bucket's shape; `host_step` false keeps every
+/// step on the tensor path, `fixed_kv_cache` its self-attentions' keys and values at a fixed
+/// capacity.
 pub(crate) fn hub_run_cached(
     model: &str,
     lang: Option<(&str, &str)>,
@@ -383,7 +385,7 @@ pub(crate) fn hub_run_cached(
     compute_type: &str,
     host_step: bool,
     fixed_kv_cache: bool,
-) -> (Vec<Hypothesis>, usize) {
+) -> (Vec<Hypothesis>, usize, usize) {
     set_test_threads();
     let spec = ModelSpec {
         model: Some(repo(model)),
@@ -408,7 +410,7 @@ pub(crate) fn hub_run_cached(
         })
         .collect();
     let decoder = &translator.models[0].decoder;
-    (hypos, if fixed_kv_cache { decoder.fixed_steps() } else { decoder.host_steps() })
+    (hypos, if fixed_kv_cache { decoder.fixed_steps() } else { decoder.host_steps() }, decoder.fixed_shape_steps())
 }
 
 /// The fast compute types' decoder step on host buffers (`model/host_step.rs`) gives the tensor
