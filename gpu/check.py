@@ -486,8 +486,8 @@ def main():
         print(f"error: {a.tchseq} is not an executable tchseq (run `make gpu-bundle`, or pass --tchseq)", file=sys.stderr)
         return 2
     check = Check(a)
-    steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("cpu_threads", cpu_threads),
-             ("fairseq", fairseq)]
+    steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("fairseq", fairseq),
+             ("cpu_threads", cpu_threads)]
     timings = {}
     if a.steps:
         wanted = set(a.steps.split(","))
