@@ -49,6 +49,26 @@ impl AttentionState {
         Ok(())
     }
 
+    /// [`Self::index_select`] into the same buffers where `order` keeps their row count, so that
+    /// a padded step's encoder attention reads the same memory from step to step.
+    fn select_in_place(&mut self, order: &Tensor) -> Result<(), ModelError> {
+        let rows = order.size().first().copied().unwrap_or(0);
+        for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask, &mut self.attn_bias] {
+            if let Some(t) = slot.as_mut() {
+                let picked = t.f_index_select(0, order)?;
+                if t.size()[0] == rows {
+                    t.f_copy_(&picked)?;
+                } else {
+                    *t = picked;
+                }
+            }
+        }
+        if let Some(cache) = self.fixed_cache.as_mut() {
+            cache.reorder(order)?;
+        }
+        Ok(())
+    }
+
     fn rows(&self) -> Option<i64> {
         [&self.prev_key, &self.prev_value, &self.prev_key_padding_mask, &self.attn_bias]
             .into_iter()
@@ -140,8 +160,9 @@ impl IncrementalState {
     }
 
     /// [`Self::reorder`] of a state whose rows are padded to a row bucket: `new_order` padded
-    /// the same way (with row 0), and the encoder attentions' rows selected whenever the batch
-    /// changed, which the padded row count does not show.
+    /// the same way (with row 0), every buffer written in place while the bucket holds, and the
+    /// encoder attentions' rows selected whenever the batch changed, which the padded row count
+    /// does not show.
     fn reorder_padded(&mut self, new_order: &Tensor, before: i64) -> Result<(), ModelError> {
         let rows = new_order.size().first().copied().unwrap_or(0);
         let bucket = row_bucket(rows);
@@ -152,9 +173,9 @@ impl IncrementalState {
             new_order.shallow_clone()
         };
         for layer in &mut self.layers {
-            layer.self_attn.index_select(&order, &mut None)?;
+            layer.self_attn.select_in_place(&order)?;
             if rows != before || layer.encoder_attn.rows() != Some(bucket) {
-                layer.encoder_attn.index_select(&order, &mut None)?;
+                layer.encoder_attn.select_in_place(&order)?;
             }
         }
         self.padded_rows = Some(rows);
@@ -188,5 +209,38 @@ mod tests {
         state.reorder(&Tensor::from_slice(&[1i64, 2])).unwrap();
         assert_eq!(first_column(&state.layers[0].self_attn.prev_key), [2., 0.]);
         assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [1., 2.]);
+    }
+
+    /// A padded state reorders into its own buffers while the row bucket holds: the encoder
+    /// attention's keys and the fixed cache keep their addresses; a smaller bucket moves them.
+    #[test]
+    fn a_padded_reorder_keeps_every_buffer_while_the_bucket_holds() {
+        let mut state = IncrementalState { fixed_capacity: true, ..IncrementalState::new() };
+        let layer = state.layer_mut(0);
+        assert!(layer.self_attn.fixed_capacity);
+        layer.encoder_attn.prev_key = Some(rows(4));
+        let k = Tensor::arange(4, (Kind::Float, Device::Cpu)).view([4, 1, 1, 1]);
+        let mut cache = FixedKvCache::new(&k).unwrap();
+        cache.append(&k, &k).unwrap();
+        layer.self_attn.fixed_cache = Some(cache);
+        state.padded_rows = Some(4);
+        let addresses = |s: &IncrementalState| {
+            let l = &s.layers[0];
+            (l.encoder_attn.prev_key.as_ref().unwrap().data_ptr() as usize, l.self_attn.fixed_cache.as_ref().unwrap().addresses())
+        };
+        let before = addresses(&state);
+        // a sentence finished: 3 rows in the bucket of 4, one padding row (a copy of row 0)
+        state.reorder(&Tensor::from_slice(&[2i64, 0, 1])).unwrap();
+        assert_eq!(addresses(&state), before);
+        assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [2., 0., 1., 0.]);
+        let (keys, _) = state.layers[0].self_attn.fixed_cache.as_ref().unwrap().to_tensors().unwrap();
+        assert_eq!(Vec::<f32>::try_from(keys.flatten(0, -1)).unwrap(), [2., 0., 1., 0.]);
+        // 2 rows: a bucket of 2, new buffers
+        state.reorder(&Tensor::from_slice(&[1i64, 2])).unwrap();
+        let after = addresses(&state);
+        assert_ne!(after.0, before.0);
+        assert_ne!(after.1, before.1);
+        assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [0., 1.]);
+        assert_eq!(state.padded_rows, Some(2));
     }
 }
