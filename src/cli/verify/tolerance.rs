@@ -21,13 +21,14 @@ pub const C: f64 = 12.0;
 /// A rescale fails beyond this many `eps`… Kernel drift measured across CPU kinds and kernel
 /// settings rescaled a tensor by at most 1.1 eps, and by 0.72 eps where it was significant
 /// (7.6 standard errors); a LayerNorm eps of 1.1e-5 for 1e-5 rescales the first layer norm's
-/// output by 3.1 to 4 eps at 48 and more standard errors (70 eps on pre-norm models) (docs/commands.md, "Tolerances").
+/// output by 3.1 to 4 eps at 48 and more standard errors, 70 eps on pre-norm models
+/// (docs/commands.md, "Tolerances").
 pub const RESCALE_EPS: f64 = 1.5;
 /// …when it is also this many standard errors from 0.
 pub const RESCALE_SE: f64 = 20.0;
 
 /// The limit on a tensor's systematic rescale.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Systematic {
     pub eps: f64,
     /// Of `eps`.
