@@ -32,6 +32,7 @@ import torch
 
 SEED = 20240611
 BATCH_LINES = [0, 2, 6]  # lines 1, 3, 7 of input.en / input.de (different lengths -> padding)
+BASE = "tests/fixtures/multilingual"
 
 
 def write_section(manifest, key, sec):
@@ -44,6 +45,63 @@ def write_section(manifest, key, sec):
     with open(manifest, "w") as f:
         json.dump(m, f, indent=1, ensure_ascii=False)
         f.write("\n")
+
+
+def random_model(vocab_size, **config):
+    """A small `M2M100ForConditionalGeneration` as transformers initializes it (under SEED), then
+    its layer norms and biases drawn away from 1 and 0 (under SEED + 1), so that a dropped or
+    misplaced one shows. `config`: more `M2M100Config` fields."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    torch.manual_seed(SEED)
+    config = M2M100Config(
+        vocab_size=vocab_size, max_position_embeddings=1024, d_model=32,
+        encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="relu",
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
+        encoder_layerdrop=0.0, decoder_layerdrop=0.0, init_std=0.1, scale_embedding=True,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        tie_word_embeddings=True, architectures=["M2M100ForConditionalGeneration"], **config,
+    )
+    model = M2M100ForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.LayerNorm):
+                mod.weight.copy_(1 + 0.1 * torch.randn(mod.weight.shape, generator=g))
+                mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
+            elif isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
+    return model
+
+
+def batch_text():
+    """The batch: BATCH_LINES of the multilingual fixtures' input.en, and of input.de."""
+    en = [l.rstrip("\n") for l in open(f"{BASE}/input.en", encoding="utf-8")]
+    de = [l.rstrip("\n") for l in open(f"{BASE}/input.de", encoding="utf-8")]
+    return [en[i] for i in BATCH_LINES], [de[i] for i in BATCH_LINES]
+
+
+def batch_forward(model, out_dir, input_ids, attention_mask, labels, forced_bos_token_id):
+    """The decoder's input and its mask (`shift_tokens_right` of the labels), the eager forward
+    with every hidden state, the same forward of the directory loaded with sdpa attention, and
+    beam 5 `generate` forcing `forced_bos_token_id`."""
+    from transformers import M2M100ForConditionalGeneration
+    from transformers.models.m2m_100.modeling_m2m_100 import shift_tokens_right
+
+    config = model.config
+    decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
+    decoder_attention_mask = decoder_input_ids.ne(config.pad_token_id).long()
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                    decoder_attention_mask=decoder_attention_mask, output_hidden_states=True, use_cache=False)
+        sdpa = M2M100ForConditionalGeneration.from_pretrained(out_dir, attn_implementation="sdpa").eval()
+        out_sdpa = sdpa(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                        decoder_attention_mask=decoder_attention_mask, use_cache=False)
+        gen = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                             forced_bos_token_id=forced_bos_token_id, num_beams=5, max_length=40,
+                             return_dict_in_generate=True, output_scores=True)
+    return decoder_input_ids, decoder_attention_mask, out, out_sdpa, gen
 
 
 def reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen):
@@ -131,7 +189,7 @@ def fairseq_from_hf(out_dir, t, vocab_size):
 def main():
     out_dir, manifest = sys.argv[1:3]
     from safetensors.torch import save_file
-    from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+    from transformers import GenerationConfig, M2M100ForConditionalGeneration, M2M100Tokenizer
 
     src_dir = "tests/fixtures/multilingual/m2m"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -151,25 +209,8 @@ def main():
                           src_lang="en", tgt_lang="de")
     vocab_size = len(vocab) + 100 + 8
 
-    torch.manual_seed(SEED)
-    config = M2M100Config(
-        vocab_size=vocab_size, max_position_embeddings=1024, d_model=32,
-        encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="relu",
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        encoder_layerdrop=0.0, decoder_layerdrop=0.0, init_std=0.1, scale_embedding=True,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
-        tie_word_embeddings=True, architectures=["M2M100ForConditionalGeneration"],
-    )
-    model = M2M100ForConditionalGeneration(config).eval()
-    g = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for name, mod in model.named_modules():
-            if isinstance(mod, torch.nn.LayerNorm):
-                mod.weight.copy_(1 + 0.1 * torch.randn(mod.weight.shape, generator=g))
-                mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
-            elif isinstance(mod, torch.nn.Linear) and mod.bias is not None:
-                mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
+    model = random_model(vocab_size)
+    config = model.config
     model.generation_config = GenerationConfig(
         bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
         forced_eos_token_id=2, num_beams=5, early_stopping=True, max_length=200)
@@ -181,33 +222,19 @@ def main():
     # reload from disk: the reference is what from_pretrained gives
     model = M2M100ForConditionalGeneration.from_pretrained(out_dir, attn_implementation="eager").eval()
     tok = M2M100Tokenizer.from_pretrained(out_dir, src_lang="en", tgt_lang="de")
-    base = "tests/fixtures/multilingual"
-    en = [l.rstrip("\n") for l in open(f"{base}/input.en", encoding="utf-8")]
-    de = [l.rstrip("\n") for l in open(f"{base}/input.de", encoding="utf-8")]
-    src_text = [en[i] for i in BATCH_LINES]
-    tgt_text = [de[i] for i in BATCH_LINES]
+    src_text, tgt_text = batch_text()
     enc = tok(src_text, text_target=tgt_text, padding=True, return_tensors="pt")
     input_ids, attention_mask, labels = enc["input_ids"], enc["attention_mask"], enc["labels"]
-    from transformers.models.m2m_100.modeling_m2m_100 import shift_tokens_right
-
-    decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
-    decoder_attention_mask = decoder_input_ids.ne(config.pad_token_id).long()
+    decoder_input_ids, decoder_attention_mask, out, out_sdpa, gen = batch_forward(
+        model, out_dir, input_ids, attention_mask, labels, tok.get_lang_id("de"))
     with torch.no_grad():
-        out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                    decoder_attention_mask=decoder_attention_mask, output_hidden_states=True, use_cache=False)
         out_nomask = model(input_ids=input_ids, attention_mask=attention_mask,
                            decoder_input_ids=decoder_input_ids, use_cache=False)
-        sdpa = M2M100ForConditionalGeneration.from_pretrained(out_dir, attn_implementation="sdpa").eval()
-        out_sdpa = sdpa(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                        decoder_attention_mask=decoder_attention_mask, use_cache=False)
-        gen = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                             forced_bos_token_id=tok.get_lang_id("de"), num_beams=5, max_length=40,
-                             return_dict_in_generate=True, output_scores=True)
     t = reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen)
     # one metadata key: safetensors writes the metadata map in hash order, so two keys would make
     # the file bytes differ from run to run
     meta = {"about": f"made by python reference/hf_random.py {' '.join(sys.argv[1:])}; batch: lines "
-                     f"{[i + 1 for i in BATCH_LINES]} of {base}/input.en -> input.de; "
+                     f"{[i + 1 for i in BATCH_LINES]} of {BASE}/input.en -> input.de; "
                      "see tests/fixtures/hf/README.md"}
     save_file(t, os.path.join(out_dir, "reference.safetensors"), metadata=meta)
 

@@ -33,7 +33,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_random import BATCH_LINES, SEED, fairseq_from_hf, reference_tensors, write_section  # noqa: E402
+from hf_random import (BASE, BATCH_LINES, SEED, batch_forward, batch_text, fairseq_from_hf, random_model,  # noqa: E402
+                       reference_tensors, write_section)
 
 SRC_LANG, TGT_LANG = "eng_Latn", "deu_Latn"
 SHOW_LANGS = ("eng_Latn", "deu_Latn", "fra_Latn")
@@ -43,9 +44,7 @@ def main():
     out_dir, manifest = sys.argv[1:3]
     import sentencepiece as spm
     from safetensors.torch import save_file
-    from transformers import (AddedToken, AutoTokenizer, GenerationConfig, M2M100Config,
-                              M2M100ForConditionalGeneration, NllbTokenizer)
-    from transformers.models.m2m_100.modeling_m2m_100 import shift_tokens_right
+    from transformers import AddedToken, AutoTokenizer, GenerationConfig, M2M100ForConditionalGeneration, NllbTokenizer
     from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
     spm_src = "tests/fixtures/multilingual/m2m/sentencepiece.bpe.model"
@@ -72,26 +71,8 @@ def main():
                         added_tokens_decoder=added)
     assert len(tok) == vocab_size, (len(tok), vocab_size)
 
-    torch.manual_seed(SEED)
-    config = M2M100Config(
-        vocab_size=vocab_size, max_position_embeddings=1024, d_model=32,
-        encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="relu",
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        encoder_layerdrop=0.0, decoder_layerdrop=0.0, init_std=0.1, scale_embedding=True,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
-        tie_word_embeddings=True, architectures=["M2M100ForConditionalGeneration"],
-        tokenizer_class="NllbTokenizer",
-    )
-    model = M2M100ForConditionalGeneration(config).eval()
-    g = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for name, mod in model.named_modules():
-            if isinstance(mod, torch.nn.LayerNorm):
-                mod.weight.copy_(1 + 0.1 * torch.randn(mod.weight.shape, generator=g))
-                mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
-            elif isinstance(mod, torch.nn.Linear) and mod.bias is not None:
-                mod.bias.copy_(0.1 * torch.randn(mod.bias.shape, generator=g))
+    model = random_model(vocab_size, tokenizer_class="NllbTokenizer")
+    config = model.config
     # NLLB-200's own generation_config.json: no beam settings, no forced tokens (the target
     # language is passed to generate as forced_bos_token_id)
     model.generation_config = GenerationConfig(
@@ -136,11 +117,7 @@ def main():
     # from the sentencepiece model, which needs protobuf: not in the reference venv, not checked)
     auto = AutoTokenizer.from_pretrained(out_dir, use_fast=False, src_lang=SRC_LANG, tgt_lang=TGT_LANG)
 
-    base = "tests/fixtures/multilingual"
-    en = [l.rstrip("\n") for l in open(f"{base}/input.en", encoding="utf-8")]
-    de = [l.rstrip("\n") for l in open(f"{base}/input.de", encoding="utf-8")]
-    src_text = [en[i] for i in BATCH_LINES]
-    tgt_text = [de[i] for i in BATCH_LINES]
+    src_text, tgt_text = batch_text()
     enc = tok(src_text, text_target=tgt_text, padding=True, return_tensors="pt")
     input_ids, attention_mask, labels = enc["input_ids"], enc["attention_mask"], enc["labels"]
     # non-legacy layout: [lang] + spm pieces (+1) + [</s>]
@@ -152,21 +129,12 @@ def main():
     aenc = auto(src_text, text_target=tgt_text, padding=True, return_tensors="pt")
     auto_agrees = bool(torch.equal(aenc["input_ids"], input_ids) and torch.equal(aenc["labels"], labels))
 
-    decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
-    decoder_attention_mask = decoder_input_ids.ne(config.pad_token_id).long()
-    with torch.no_grad():
-        out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                    decoder_attention_mask=decoder_attention_mask, output_hidden_states=True, use_cache=False)
-        sdpa = M2M100ForConditionalGeneration.from_pretrained(out_dir, attn_implementation="sdpa").eval()
-        out_sdpa = sdpa(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                        decoder_attention_mask=decoder_attention_mask, use_cache=False)
-        gen = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                             forced_bos_token_id=conv(TGT_LANG), num_beams=5, max_length=40,
-                             return_dict_in_generate=True, output_scores=True)
+    decoder_input_ids, decoder_attention_mask, out, out_sdpa, gen = batch_forward(
+        model, out_dir, input_ids, attention_mask, labels, conv(TGT_LANG))
     t = reference_tensors(input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, labels, out, gen)
     # one metadata key (safetensors writes the metadata map in hash order)
     meta = {"about": f"made by python reference/hf_random_nllb.py {' '.join(sys.argv[1:])}; batch: lines "
-                     f"{[i + 1 for i in BATCH_LINES]} of {base}/input.en ({SRC_LANG}) -> input.de "
+                     f"{[i + 1 for i in BATCH_LINES]} of {BASE}/input.en ({SRC_LANG}) -> input.de "
                      f"({TGT_LANG}); see tests/fixtures/hf/README.md"}
     save_file(t, os.path.join(out_dir, "reference.safetensors"), metadata=meta)
 
