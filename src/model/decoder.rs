@@ -162,22 +162,15 @@ impl TransformerDecoder {
                 return Ok(DecoderOut { logits, attn: None, inner_states: Vec::new() });
             }
         }
-        if let Some(state) = incremental_state.as_deref_mut().filter(|s| self.fixed_shape_step(s, need_attn, return_all_hiddens)) {
-            return self.padded_step(prev_output_tokens, encoder_out, state);
-        }
-        self.forward_layers(prev_output_tokens, encoder_out, incremental_state, need_attn, return_all_hiddens)
-    }
-
-    /// [`Self::forward`] from the embedding on, once the input is checked and the host step
-    /// has declined.
-    fn forward_layers(
-        &self,
-        prev_output_tokens: &Tensor,
-        encoder_out: Option<&EncoderOut>,
-        incremental_state: Option<&mut IncrementalState>,
-        need_attn: bool,
-        return_all_hiddens: bool,
-    ) -> Result<DecoderOut, ModelError> {
+        // a fixed-shape step runs on its rows padded to the row bucket, and returns the real ones
+        let padded = match incremental_state.as_deref_mut().filter(|s| self.fixed_shape_step(s, need_attn, return_all_hiddens)) {
+            Some(state) => self.pad_to_bucket(prev_output_tokens, encoder_out, state)?,
+            None => None,
+        };
+        let (prev_output_tokens, encoder_out) = match &padded {
+            Some((tokens, encoder_out, _)) => (tokens, encoder_out.as_ref()),
+            None => (prev_output_tokens, encoder_out),
+        };
         let enc = encoder_out.map(|e| &e.encoder_out);
         let incremental = incremental_state.is_some();
         let mut positions = self.embedding.positions(prev_output_tokens, incremental)?;
@@ -233,7 +226,10 @@ impl TransformerDecoder {
             Some(a) => Some(a.f_mean_dim(0, false, None::<Kind>)?),
             None => None,
         };
-        let logits = self.output_layer(&x)?;
+        let mut logits = self.output_layer(&x)?;
+        if let Some((_, _, rows)) = padded {
+            logits = logits.f_narrow(0, 0, rows)?;
+        }
         Ok(DecoderOut { logits, attn, inner_states })
     }
 
@@ -248,15 +244,21 @@ impl TransformerDecoder {
             && self.layers.iter().all(|l| l.self_attn.fused.is_some())
     }
 
-    /// A step with its rows padded to the row bucket (`fixed_cache::row_bucket`), copies of the
-    /// first row that the logits leave out, so that every step of a bucket has one shape.
-    fn padded_step(&self, prev_output_tokens: &Tensor, encoder_out: Option<&EncoderOut>, state: &mut IncrementalState) -> Result<DecoderOut, ModelError> {
+    /// A fixed-shape step's input: its rows padded to the row bucket (`fixed_cache::row_bucket`)
+    /// with copies of the first row, the encoder output and its mask too, and the rows the
+    /// logits keep; None when the batch fills its bucket.
+    fn pad_to_bucket(
+        &self,
+        prev_output_tokens: &Tensor,
+        encoder_out: Option<&EncoderOut>,
+        state: &mut IncrementalState,
+    ) -> Result<Option<(Tensor, Option<EncoderOut>, i64)>, ModelError> {
         let rows = prev_output_tokens.size()[0];
         let bucket = row_bucket(rows);
         state.padded_rows = Some(rows);
         self.fixed_shape_steps.fetch_add(1, Ordering::Relaxed);
         if bucket == rows {
-            return self.forward_layers(prev_output_tokens, encoder_out, Some(state), false, false);
+            return Ok(None);
         }
         let pad = |t: &Tensor, dim: i64| -> Result<Tensor, ModelError> {
             let mut size = t.size();
@@ -264,7 +266,6 @@ impl TransformerDecoder {
             let copies = t.f_narrow(dim, 0, 1)?.f_expand(&size, false)?;
             Ok(Tensor::f_cat(&[t, &copies], dim)?)
         };
-        let tokens = pad(prev_output_tokens, 0)?;
         let encoder_out = match encoder_out {
             Some(e) => Some(EncoderOut {
                 encoder_out: pad(&e.encoder_out, 1)?,
@@ -274,8 +275,7 @@ impl TransformerDecoder {
             }),
             None => None,
         };
-        let out = self.forward_layers(&tokens, encoder_out.as_ref(), Some(state), false, false)?;
-        Ok(DecoderOut { logits: out.logits.f_narrow(0, 0, rows)?, attn: None, inner_states: Vec::new() })
+        Ok(Some((pad(prev_output_tokens, 0)?, encoder_out, rows)))
     }
 
     /// The last layer's output `[T, B, C]` to logits `[B, T, V]`: the final layer norm, then
