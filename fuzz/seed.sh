@@ -3,7 +3,9 @@
 set -euo pipefail
 FUZZ="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$FUZZ")"
-mkdir -p "$FUZZ"/corpus/{pickle,container,torch_zip,legacy,safetensors,dictionary,bpe_codes,sentencepiece_model,csv_rows}
+mkdir -p "$FUZZ"/corpus/{pickle,container,torch_zip,legacy,safetensors,dictionary,bpe_codes,sentencepiece_model,csv_rows,data_bin}
+# data_bin: the minimized seeds (made by reference/data_bin_fixtures.sh from its fixtures)
+cp "$FUZZ"/corpus-min/data_bin/* "$FUZZ"/corpus/data_bin/
 i=0
 for f in "$ROOT"/tests/fixtures/models/*/model.pt "$ROOT"/tests/fixtures/models/*/weights.pt \
          "$ROOT"/tests/fixtures/wild/*/checkpoint*.pt "$ROOT"/tests/fixtures/wild/*/checkpoints/*.pt; do

@@ -159,8 +159,8 @@ def interactive_to_tchseq(argv):
         else:
             opts.append(a)
             i += 1
-    # fairseq 0.12.2 on CPU blocks no n-gram (docs/translate.md); tchseq reproduces that on request
-    compat = ["--fairseq-compat-ngram"] if "--no-repeat-ngram-size" in opts else []
+    # (--no-repeat-ngram-size as it is: tchseq's default is fairseq 0.12.2's CPU blocking)
+    compat = []
     # fairseq-interactive's default is one line at a time; tchseq batches a file unless told
     if not {"--batch-size", "--max-sentences", "--max-tokens", "--buffer-size"} & set(opts):
         compat += ["--batch-size", "1"]
@@ -270,6 +270,7 @@ def build_jobs():
                                     "--buffer-size", "1024", "--batch-size", "16"]),
         ("diversity_rate0.3_nbest2", ["--diversity-rate", "0.3", "--nbest", "2", "--buffer-size", "1024",
                                       "--batch-size", "16"]),
+        ("remove_bpe_batch16", ["--remove-bpe", "--buffer-size", "1024", "--batch-size", "16"]),
     ]:
         jobs.append({
             "name": f"bundled/{tag}",
@@ -279,6 +280,17 @@ def build_jobs():
             "tchseq": ["translate", "-m", BUNDLED, "--format", "fairseq", "--beam", "5", "--input", BUNDLED_INPUT]
                       + [o if o != "--fp16" else "--dtype=fp16" for o in opts],
         })
+    # a fairseq-interactive command line given to tchseq translate as it is (reference/bundled_goldens.sh)
+    fairseq_argv = ["--lenpen", "-0.5", "--log-format", "simple", "--no-progress-bar",
+                    "--skip-invalid-size-inputs-valid-test", "--dataset-impl", "raw", "--num-workers", "0",
+                    "--bf16", "--max-sentences", "16", "--buffer-size", "1024", "--unkpen", "0.5",
+                    "--print-alignment", "hard", "--nbest", "2"]
+    jobs.append({
+        "name": "bundled/fairseq_argv",
+        "kind": "interactive",
+        "fairseq": base + fairseq_argv,
+        "tchseq": ["translate", "-m"] + base[1:] + fairseq_argv + ["--format", "fairseq"],
+    })
     # LexicallyConstrainedBeamSearch: constraints after tabs on the input lines
     constrained_input = "tests/fixtures/decoding/constraints.en"
     for tag, opts in [

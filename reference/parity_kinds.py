@@ -1,6 +1,7 @@
 """The job kinds of `make parity` beyond fairseq-interactive and --score-reference: fairseq's
 language modeling (interactive continuations, and fairseq-eval-lm beside `tchseq score --lm`)
-and fairseq-generate's --prefix-size beside `translate` with reference targets. Used by
+and fairseq-generate's --prefix-size beside `translate` with reference targets; and the
+--no-repeat-ngram-size 1..4 runs of reference/ngram_goldens.sh (fairseq-interactive). Used by
 reference/parity.py."""
 import contextlib
 import io
@@ -33,8 +34,6 @@ def jobs(load):
             else:
                 opts.append(argv[i])
                 i += 1
-        if "--no-repeat-ngram-size" in opts:
-            opts.append("--fairseq-compat-ngram")
         if not {"--batch-size", "--buffer-size"} & set(opts):
             opts += ["--batch-size", "1"]
         name = golden.split("/")[-3] + "/" + os.path.basename(golden)[: -len(".txt")]
@@ -44,6 +43,7 @@ def jobs(load):
             "fairseq": argv + ["--input", g["input"]],
             "tchseq": ["translate", "-m", model_dir, "--format", "fairseq", "--input", g["input"]] + opts,
         })
+    jobs += ngram_jobs(load)
     # fairseq-generate's --prefix-size: the first tokens of each reference target forced; tchseq
     # takes the same pairs as JSONL lines with a `tgt`
     jobs.append({
@@ -76,6 +76,56 @@ def jobs(load):
                 "tchseq": ["score", "--lm", "-m", d, "--input", "tests/fixtures/lm/input.en", "--format", "jsonl",
                            "--per-token", "-q"] + opts,
             })
+    return jobs
+
+
+def ngram_jobs(load):
+    """--no-repeat-ngram-size 1..4 (tests/fixtures/ngram/manifest.json, reference/ngram_goldens.sh):
+    the bundled model, two fixture models and both language models, beam search and sampling.
+    tchseq gets the same options and no other n-gram flag: its default is fairseq 0.12.2's CPU
+    blocking."""
+    jobs = []
+    for golden, g in load("tests/fixtures/ngram/manifest.json")["goldens"].items():
+        argv = g["argv"]
+        if argv[0] != "fairseq-interactive" or "--no-repeat-ngram-size" not in argv:
+            continue
+        fairseq, tchseq, opts = list(argv), ["translate", "-m", argv[1], "--format", "fairseq"], []
+        lm = pipeline = False
+        i = 2
+        while i < len(argv):
+            a = argv[i]
+            if a in ("--path", "--bpe-codes"):  # the model directory (and its checkpoint's cfg) give these
+                i += 2
+            elif a == "--task":
+                lm = argv[i + 1] == "language_modeling"
+                i += 2
+            elif a in ("--tokenizer", "--bpe"):
+                pipeline = True
+                i += 2
+            elif a in ("-s", "-t", "--input"):
+                tchseq += [a, argv[i + 1]]
+                i += 2
+            elif a in ("--cpu", "--add-bos-token"):
+                i += 1
+            else:
+                opts.append(a)
+                i += 1
+        if g["input"] != "-":
+            fairseq += ["--input", g["input"]]
+            tchseq += ["--input", g["input"]]
+        if not pipeline and not lm:
+            tchseq += ["--tokenizer", "none", "--bpe", "none"]
+        # fairseq-interactive's default is one line at a time (said on both sides: parity.py
+        # weighs a job by its --batch-size); tchseq batches a file unless told
+        if not {"--batch-size", "--buffer-size", "--max-tokens"} & set(opts):
+            opts += ["--batch-size", "1"]
+            fairseq += ["--batch-size", "1"]
+        jobs.append({
+            "name": "ngram/" + golden[len("tests/fixtures/ngram/"): -len(".txt")],
+            "kind": "interactive",
+            "fairseq": fairseq,
+            "tchseq": tchseq + opts,
+        })
     return jobs
 
 

@@ -14,10 +14,12 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod data;
 pub mod generate;
 pub mod hub;
 pub mod kernels;
 pub mod libtorch;
+pub mod metrics;
 pub mod model;
 pub mod plot;
 pub mod text;

@@ -218,7 +218,7 @@ fn translate_all(t: &HubTranslator, input: Input, g: &Guidance, options: &Transl
         .collect::<Result<_, _>>()?;
     let (generator, batching) = t.search(options, *batching).map_err(|e| e.to_string())?;
     let translations = t
-        .translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: options.alignment, on_token: None })
+        .translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: options.alignment, on_token: None, on_batch: None })
         .map_err(|e| e.to_string())?;
     to_results(translations, options, |i, h| t.hypothesis_text_in(h, language(i)))
 }

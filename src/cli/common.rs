@@ -227,6 +227,7 @@ pub fn translate_options(s: &SearchArgs) -> TranslateOptions {
         min_len: s.min_len,
         unnormalized: s.unnormalized,
         no_repeat_ngram_size: s.no_repeat_ngram_size,
+        ngram_blocking: s.ngram_blocking,
         fairseq_compat_ngram: s.fairseq_compat_ngram,
         diverse_beam_groups: s.diverse_beam_groups,
         diverse_beam_strength: s.diverse_beam_strength,

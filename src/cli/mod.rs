@@ -19,13 +19,16 @@ mod translate;
 mod translate_input;
 mod translate_lm;
 mod translate_output;
+mod translate_resume;
 mod inspect;
 mod interrupt;
 mod positions;
 mod progress;
+mod sacrebleu;
 mod score;
 mod serve;
 mod shard;
+mod settings;
 mod side_text;
 mod verify;
 
@@ -41,30 +44,17 @@ pub enum Outcome {
     CheckFailed,
 }
 
-/// The command line, parsed as fairseq's argparse does in one respect: a flag given twice takes
-/// its last value (scripts that append `--beam 6` to a base command line keep working).
-fn parse() -> Result<Cli, clap::Error> {
-    use clap::{CommandFactory, FromArgMatches};
-    let mut command = Cli::command().args_override_self(true);
-    let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_string()).collect();
-    for name in names {
-        command = command.mut_subcommand(name, |s| s.args_override_self(true));
-    }
-    Cli::from_arg_matches(&command.try_get_matches()?)
-}
-
 /// Runs the command line; the process's exit status.
 pub fn main() -> u8 {
     tchseq::libtorch::end_startup_huge_pages();
     tchseq::libtorch::library_pages::release();
     ignore_file_size_signal();
     report_panics_in_one_line();
-    let cli = match parse() {
+    let cli = match args::parse_from(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return code;
+            e.print();
+            return e.exit_code();
         }
     };
     // a panic that no batch caught still ends as an error: files being written are removed as
@@ -134,6 +124,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
             None => verify::run(&cli.global, &a),
         },
         Command::Inspect(a) => inspect::run(&cli.global, &a),
+        Command::Sacrebleu(a) => sacrebleu::run(&a).map(|()| Outcome::Ok),
         Command::Encode(a) => encode::run(&cli.global, &a),
         Command::Decode(a) => decode::run(&cli.global, &a),
     };

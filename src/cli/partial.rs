@@ -83,6 +83,37 @@ impl PartialFile {
         }
     }
 
+    /// `<path>.partial` of the regular file `output` names (after its symlinks).
+    pub fn partial_path(output: &Path) -> Result<PathBuf> {
+        match OutputPath::resolve(output)? {
+            OutputPath::Atomic(path) => {
+                let mut partial = path.into_os_string();
+                partial.push(".partial");
+                Ok(PathBuf::from(partial))
+            }
+            _ => bail!("--resume needs --output to name a regular file"),
+        }
+    }
+
+    /// The partial file of an interrupted run, cut back to its first `bytes` bytes (its
+    /// complete records) and open for appending.
+    pub fn reopen(output: &Path, bytes: u64) -> Result<Self> {
+        use std::io::{Seek, SeekFrom};
+        let partial = Self::partial_path(output)?;
+        let path = match OutputPath::resolve(output)? {
+            OutputPath::Atomic(path) => path,
+            _ => bail!("--resume needs --output to name a regular file"),
+        };
+        let mut file = OpenOptions::new().write(true).open(&partial).with_context(|| format!("--resume: cannot open {}", partial.display()))?;
+        let len = file.metadata().with_context(|| format!("--resume: cannot stat {}", partial.display()))?.len();
+        if len < bytes {
+            bail!("--resume: {} is shorter ({len} bytes) than its progress file says ({bytes} bytes)", partial.display());
+        }
+        file.set_len(bytes).with_context(|| format!("--resume: cannot cut {} back", partial.display()))?;
+        file.seek(SeekFrom::End(0))?;
+        Ok(PartialFile { file: Some(BufWriter::new(file)), written: bytes, partial: Some(partial), path })
+    }
+
     /// Flushes, syncs and renames the file into place (flushes only, written in place).
     pub fn commit(mut self) -> Result<()> {
         let file = self.file.take().context("the output was already committed")?;
@@ -111,14 +142,14 @@ impl PartialFile {
 /// [`PartialFile`]) or stdout, as it goes.
 pub enum OutputSink {
     File(PartialFile),
-    Stdout(io::StdoutLock<'static>),
+    Stdout(io::Stdout),
 }
 
 impl OutputSink {
     pub fn open(output: Option<&Path>) -> Result<Self> {
         Ok(match PartialFile::for_output(output)? {
             Some(file) => Self::File(file),
-            None => Self::Stdout(io::stdout().lock()),
+            None => Self::Stdout(io::stdout()),
         })
     }
 

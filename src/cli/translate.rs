@@ -12,12 +12,14 @@ use super::lines::{BadLine, Failures};
 use super::partial::OutputSink;
 use super::shard::{self, Shard};
 use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_terminal, resolve_buffer_size, Sentence};
-use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output};
+use super::translate_resume::{self, ProgressFile};
+use super::translate_output::{refuse_what_text_cannot_show, InOrder, Output, SharedStrings};
 use super::interrupt::Piece;
 use super::Outcome;
 use std::io::IsTerminal;
 use tchseq::generate::SequenceGenerator;
-use tchseq::hub::{Batching, TargetGuide, TextMode, TranslateRequest, Translator, Weights};
+use std::sync::Mutex;
+use tchseq::hub::{Batching, TargetGuide, TextMode, Translation, TranslateRequest, Translator, Weights};
 
 struct Session {
     translator: Translator,
@@ -26,6 +28,7 @@ struct Session {
     nbest: usize,
     format: TranslateFormat,
     print_alignment: bool,
+    post_process: Option<String>,
     /// `--prefix-size`: the first tokens of a line's reference target (`tgt`) are forced.
     prefix_size: usize,
 }
@@ -70,16 +73,38 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
         batching,
         nbest: a.nbest,
         format: a.format,
-        print_alignment: a.print_alignment,
+        print_alignment: a.print_alignment.is_some(),
+        post_process: a.post_process.clone(),
         prefix_size: a.search.prefix_size,
     };
 
-    // a file is written complete or not at all; stdout as it goes
-    let mut out = OutputSink::open(a.output.as_deref())?;
+    // a file is written complete or not at all (an interrupted run keeps its finished lines
+    // for --resume); stdout as it goes
+    let settings = translate_resume::settings(global, a, (max_tokens, batch_size, buffer_size));
+    let (mut out, skip, earlier_failures) = if a.resume {
+        let resumed = translate_resume::resume(a, &settings)?;
+        (OutputSink::File(resumed.file), resumed.lines as usize, resumed.failed)
+    } else {
+        (OutputSink::open(a.output.as_deref())?, 0, 0)
+    };
     let file = match &out {
         OutputSink::File(f) if shard.is_none() => f.partial().map(|(p, fd)| (p.to_path_buf(), fd)),
         _ => None,
     };
+    let progress_file = file.as_ref().map(|(partial, _)| ProgressFile::new(partial, settings));
+    let mut failures = Failures::default();
+    for _ in 0..earlier_failures {
+        failures.add("in the interrupted run");
+    }
+    let record = |lines: usize, out: &OutputSink, failures: &Failures| -> Result<()> {
+        let OutputSink::File(f) = out else { return Ok(()) };
+        crate::cli::interrupt::progress(lines as u64, f.written());
+        match &progress_file {
+            Some(p) => p.record(lines as u64, f.written(), failures.count() as u64),
+            None => Ok(()),
+        }
+    };
+    record(skip, &out, &failures)?;
     if let Some((partial, fd)) = &file {
         crate::cli::interrupt::arm(interrupted_note(partial, a), *fd);
     }
@@ -87,12 +112,18 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let total = if shown { a.input.as_deref().and_then(|p| count_lines(p).ok()) } else { None };
     let bar = super::progress::bar(shown, total, "lines");
     let started = std::time::Instant::now();
-    let mut failures = Failures::default();
     let mut buffer_index = 0usize;
     let too_long = format!("longer than max_source_positions={max_source_positions} tokens (EOS included)");
     let mut next_id = 0usize;
     for_each_buffer(a, a.constraints.is_some(), buffer_size, |buffer| {
         buffer_index += 1;
+        if next_id + buffer.len() <= skip {
+            // written by the interrupted run
+            next_id += buffer.len();
+            bar.inc(buffer.len() as u64);
+            buffer.clear();
+            return Ok(());
+        }
         if !shard::takes(shard, buffer_index - 1) {
             next_id += buffer.len();
             buffer.clear();
@@ -113,19 +144,51 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             guides.clear();
         }
         let tokens: Vec<Vec<i64>> = buffer.iter().filter_map(|l| l.as_ref().ok()).map(|s| ctx.translator.encode(&s.src)).collect();
-        // (an empty buffer must not reach translate_buffer: it draws from the generator)
+        // each batch is written as soon as every line before it is (and the partial file's
+        // progress recorded), so an interruption keeps every finished batch
+        let mut lines = InOrder::new(buffer, next_id);
+        lines.skip(skip.saturating_sub(next_id));
+        let writer = Mutex::new(Writer { lines, out: &mut out, failures: &mut failures, error: None });
+        let strings = SharedStrings(&ctx.translator);
+        let output = ctx.output(&strings);
+        let on_batch = |done: &[(usize, Translation)]| {
+            let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+            if w.error.is_some() {
+                return;
+            }
+            let Writer { lines, out, failures, .. } = &mut *w;
+            let written = lines.add(&output, &mut **out, failures, &too_long, done).and_then(|n| {
+                bar.inc(n as u64);
+                if n > 0 {
+                    record(lines.first_id() + lines.written(), out, failures)?;
+                }
+                Ok(())
+            });
+            if let Err(e) = written {
+                w.error = Some(e);
+            }
+        };
         let t = &ctx.translator;
-        let request = TranslateRequest { guides: &guides, alignment: ctx.print_alignment, on_token: None };
-        let translated = t.translate_tokens(&ctx.generator, tokens, &ctx.batching, &request)?;
-        let n = write_buffer(&ctx.output(), &mut out, &mut failures, &too_long, next_id, buffer, translated)?;
-        next_id += n;
-        bar.inc(n as u64);
-        if let OutputSink::File(f) = &out {
-            crate::cli::interrupt::progress(next_id as u64, f.written());
+        let request = TranslateRequest { guides: &guides, alignment: ctx.print_alignment, on_token: None, on_batch: Some(&on_batch) };
+        // (an empty buffer must not reach translate_buffer: it draws from the generator)
+        let translated = t.translate_tokens(&ctx.generator, tokens, &ctx.batching, &request);
+        let Writer { lines, error, .. } = writer.into_inner().unwrap_or_else(|e| e.into_inner());
+        translated?;
+        if let Some(e) = error {
+            return Err(e);
         }
+        // a buffer of unreadable lines only has no batch: its lines go out here
+        let empty: Vec<(usize, Translation)> = Vec::new();
+        let mut lines = lines;
+        let n = lines.add(&output, &mut out, &mut failures, &too_long, &empty)?;
+        bar.inc(n as u64);
+        next_id += lines.written();
+        lines.finish()?;
+        record(next_id, &out, &failures)?;
         Ok(())
     })?;
     out.commit()?;
+    drop(progress_file);
     bar.finish_and_clear();
     if shown {
         let secs = started.elapsed().as_secs_f64();
@@ -143,10 +206,14 @@ fn interrupted_note(partial: &std::path::Path, a: &TranslateArgs) -> Vec<Piece> 
         None => "the input from that line".to_string(),
     };
     let (before, after) = rest.split_once('N').unwrap_or((&rest, ""));
+    let held = Piece::Text(format!("interrupted: {} holds the output of the first ", partial.display()));
+    if !a.sampling {
+        return vec![held, Piece::Done, Piece::Text(" input lines; run the same command with --resume to go on".to_string())];
+    }
     vec![
-        Piece::Text(format!("interrupted: {} holds the output of the first ", partial.display())),
+        held,
         Piece::Done,
-        Piece::Text(format!(" input lines; translate cannot resume: translate the rest ({before}")),
+        Piece::Text(format!(" input lines; sampling cannot resume: translate the rest ({before}")),
         Piece::Next,
         Piece::Text(format!("{after}) into another file and append it, or run the command again")),
     ]
@@ -167,9 +234,18 @@ fn count_lines(path: &std::path::Path) -> std::io::Result<u64> {
     }
 }
 
+/// Where a buffer's finished batches go, shared by the threads that finish them.
+struct Writer<'a> {
+    lines: InOrder,
+    out: &'a mut OutputSink,
+    failures: &'a mut Failures,
+    /// The first write error: later batches are not written, and the run ends with it.
+    error: Option<anyhow::Error>,
+}
+
 impl Session {
-    fn output(&self) -> Output<'_> {
-        Output { strings: &self.translator, format: self.format, nbest: self.nbest, print_alignment: self.print_alignment }
+    fn output<'a>(&'a self, strings: &'a SharedStrings<'a, Translator>) -> Output<'a> {
+        Output { strings, format: self.format, nbest: self.nbest, print_alignment: self.print_alignment, post_process: self.post_process.as_deref() }
     }
 }
 

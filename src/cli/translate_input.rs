@@ -21,7 +21,7 @@ pub fn options(a: &TranslateArgs) -> TranslateOptions {
         sampling_topp: a.sampling_topp,
         temperature: a.temperature,
         seed: a.seed,
-        alignment: a.print_alignment,
+        alignment: a.print_alignment.is_some(),
         compute_type: Some(a.compute_type),
         constraints: a.constraints.map(|c| match c {
             ConstraintsArg::Ordered => "ordered".to_string(),
@@ -73,9 +73,10 @@ pub fn sentence(line: &str, format: InputFormat, constrained: bool) -> Result<Se
     Ok(Sentence { src: py_strip(&record.src).to_string(), prefix, tgt: record.tgt, constraints, constraint_ids: Vec::new() })
 }
 
-/// `--input FILE` (universal newlines, as Python opens a file) or stdin (`\n` only).
+/// `--input FILE` (universal newlines, as Python opens a file) or stdin (`\n` only; also
+/// `--input -`, as fairseq-interactive's default).
 pub fn input_reader(a: &TranslateArgs) -> Result<(Box<dyn io::BufRead>, Newlines)> {
-    Ok(match &a.input {
+    Ok(match a.input.as_ref().filter(|p| p.as_os_str() != "-") {
         Some(p) => (
             Box::new(BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?)),
             Newlines::Universal,

@@ -11,7 +11,7 @@ use super::common;
 use super::lines::Failures;
 use super::partial::OutputSink;
 use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_terminal, resolve_buffer_size};
-use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output, Strings};
+use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output, SharedStrings, Strings};
 use super::Outcome;
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel};
@@ -24,6 +24,9 @@ impl Strings for LanguageModel {
     }
     fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
         LanguageModel::hypothesis_text(self, h)
+    }
+    fn decode_subwords(&self, subwords: &str) -> Result<String, PipelineError> {
+        self.pipeline.decode(subwords)
     }
     fn target_string(&self, tokens: &[i64]) -> String {
         self.dict.string(tokens, None, false, &[])
@@ -40,11 +43,12 @@ impl Strings for LanguageModel {
 fn refuse(a: &TranslateArgs) -> Result<()> {
     let refused = [
         (a.constraints.is_some(), "--constraints (fairseq's language modeling task refuses them)"),
-        (a.print_alignment, "--print-alignment (a language model has no source to align to)"),
+        (a.print_alignment.is_some(), "--print-alignment (a language model has no source to align to)"),
         (a.shard.num_shards.is_some(), "--num-shards"),
         (a.input_format != InputFormat::Text, "--input-format jsonl"),
         (a.compute_type != ComputeType::Exact, "--compute-type other than exact"),
         (a.dtype != DtypeArg::Fp32, "--dtype other than fp32"),
+        (a.resume, "--resume"),
     ];
     match refused.iter().find(|(on, _)| *on) {
         Some((_, what)) => bail!("{what} is not supported with a language model"),
@@ -68,7 +72,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let (max_tokens, batch_size, buffer_size) = batching_flags(a, reads_a_terminal(a));
     let batching = common::batching(max_tokens, batch_size, 1)?;
     let buffer_size = resolve_buffer_size(buffer_size, &batching)?;
-    let output = Output { strings: &lm, format: a.format, nbest: a.nbest, print_alignment: false };
+    let strings = SharedStrings(&lm);
+    let output = Output { strings: &strings, format: a.format, nbest: a.nbest, print_alignment: false, post_process: a.post_process.as_deref() };
 
     let mut out = OutputSink::open(a.output.as_deref())?;
     let mut failures = Failures::default();

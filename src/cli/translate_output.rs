@@ -12,6 +12,7 @@ use super::output::{python_fixed4, python_float_repr};
 use super::translate_input::Sentence;
 use tchseq::generate::{base2, Hypothesis};
 use tchseq::hub::{AttentionMatrix, HypothesisText, Translation, Translator};
+use tchseq::text::dictionary::post_process;
 use tchseq::text::pipeline::PipelineError;
 
 /// What happened to one input line.
@@ -33,23 +34,103 @@ pub fn write_buffer(
     buffer: &mut Vec<Result<Sentence, BadLine>>,
     done: Vec<Translation>,
 ) -> Result<usize> {
-    let mut done = done.into_iter();
     let n = buffer.len();
-    for (i, entry) in buffer.drain(..).enumerate() {
-        let (line, result) = match entry {
-            Ok(sentence) => (Some(sentence), LineResult::Translated(done.next().context("internal error: a line has no result")?)),
-            Err(bad) => (None, LineResult::Unreadable(bad)),
-        };
-        match &result {
-            LineResult::Translated(Translation::TooLong { .. }) => failures.add(too_long),
-            LineResult::Translated(Translation::Failed { .. }) => failures.add("in a batch that failed (an internal error)"),
-            LineResult::Unreadable(bad) => failures.add(bad.kind),
-            LineResult::Translated(Translation::Done { .. }) => {}
-        }
-        write_result(ctx, out, first_id + i, line.as_ref(), &result)?;
-    }
-    out.flush()?;
+    let mut writer = InOrder::new(buffer, first_id);
+    let done: Vec<(usize, Translation)> = done.into_iter().enumerate().collect();
+    writer.add(ctx, out, failures, too_long, &done)?;
+    writer.finish()?;
     Ok(n)
+}
+
+/// A buffer's lines, written in input order as their results come (batches finish in length
+/// order, and with --inter-threads in any order): a line goes out once every line before it
+/// has, so what is written is always a prefix of the whole output.
+pub struct InOrder {
+    entries: Vec<Option<Result<Sentence, BadLine>>>,
+    /// The buffer position of each read line (the `i` of a result `(i, _)`).
+    positions: Vec<usize>,
+    results: Vec<Option<Translation>>,
+    /// The first buffer position not written yet.
+    next: usize,
+    first_id: usize,
+}
+
+impl InOrder {
+    /// Takes the buffer's lines (the buffer is left empty); its first line has id `first_id`.
+    pub fn new(buffer: &mut Vec<Result<Sentence, BadLine>>, first_id: usize) -> Self {
+        let entries: Vec<_> = buffer.drain(..).map(Some).collect();
+        let positions = entries.iter().enumerate().filter(|(_, e)| matches!(e, Some(Ok(_)))).map(|(p, _)| p).collect();
+        let results = (0..entries.len()).map(|_| None).collect();
+        InOrder { entries, positions, results, next: 0, first_id }
+    }
+
+    /// Records the results `(i, translation)` of read lines `i`, then writes every line that
+    /// is now next in order, and flushes. Returns how many lines it wrote.
+    pub fn add(
+        &mut self,
+        ctx: &Output,
+        out: &mut dyn Write,
+        failures: &mut Failures,
+        too_long: &str,
+        done: &[(usize, Translation)],
+    ) -> Result<usize> {
+        for (i, t) in done {
+            let p = *self.positions.get(*i).context("internal error: a result for a line that was not read")?;
+            self.results[p] = Some(t.clone());
+        }
+        let start = self.next;
+        while let Some(entry) = self.entries.get_mut(self.next) {
+            let (line, result) = match entry.take() {
+                Some(Ok(sentence)) => match self.results[self.next].take() {
+                    Some(t) => (Some(sentence), LineResult::Translated(t)),
+                    None => {
+                        *entry = Some(Ok(sentence));
+                        break;
+                    }
+                },
+                Some(Err(bad)) => (None, LineResult::Unreadable(bad)),
+                None => bail!("internal error: a line was written twice"),
+            };
+            match &result {
+                LineResult::Translated(Translation::TooLong { .. }) => failures.add(too_long),
+                LineResult::Translated(Translation::Failed { .. }) => failures.add("in a batch that failed (an internal error)"),
+                LineResult::Unreadable(bad) => failures.add(bad.kind),
+                LineResult::Translated(Translation::Done { .. }) => {}
+            }
+            write_result(ctx, out, self.first_id + self.next, line.as_ref(), &result)?;
+            self.next += 1;
+        }
+        out.flush()?;
+        Ok(self.next - start)
+    }
+
+    /// The first `n` lines were written before (by an interrupted run): they are translated
+    /// again, so that the batches are those of one run, but not written.
+    pub fn skip(&mut self, n: usize) {
+        let n = n.min(self.entries.len());
+        for entry in &mut self.entries[..n] {
+            *entry = None;
+        }
+        self.next = self.next.max(n);
+    }
+
+    /// Lines written so far.
+    pub fn written(&self) -> usize {
+        self.next
+    }
+
+    /// The id of the buffer's first line.
+    pub fn first_id(&self) -> usize {
+        self.first_id
+    }
+
+    /// Every line was written.
+    pub fn finish(self) -> Result<()> {
+        if self.next < self.entries.len() {
+            bail!("internal error: line {} has no result", self.first_id + self.next + 1);
+        }
+        Ok(())
+    }
 }
 
 /// Text output is one line per input line: the best hypothesis' text, nothing else.
@@ -57,7 +138,7 @@ pub fn refuse_what_text_cannot_show(a: &TranslateArgs) -> Result<()> {
     if a.format != TranslateFormat::Text {
         return Ok(());
     }
-    let asked: Vec<String> = [(a.nbest > 1).then(|| format!("--nbest {}", a.nbest)), a.print_alignment.then_some("--print-alignment".to_string())]
+    let asked: Vec<String> = [(a.nbest > 1).then(|| format!("--nbest {}", a.nbest)), a.print_alignment.is_some().then(|| "--print-alignment".to_string())]
         .into_iter()
         .flatten()
         .collect();
@@ -90,6 +171,8 @@ fn write_error(ctx: &Output, out: &mut dyn Write, id: usize, line: Option<&Sente
 pub trait Strings {
     fn source_string(&self, src_tokens: &[i64]) -> String;
     fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError>;
+    /// Subword tokens, space-separated → detokenized text (what makes `D-` of `H-`).
+    fn decode_subwords(&self, subwords: &str) -> Result<String, PipelineError>;
     fn target_string(&self, tokens: &[i64]) -> String;
     fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix>;
     fn device(&self) -> Device;
@@ -102,6 +185,9 @@ impl Strings for Translator {
     fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
         Translator::hypothesis_text(self, h)
     }
+    fn decode_subwords(&self, subwords: &str) -> Result<String, PipelineError> {
+        self.pipeline.decode(subwords)
+    }
     fn target_string(&self, tokens: &[i64]) -> String {
         Translator::target_string(self, tokens)
     }
@@ -113,12 +199,45 @@ impl Strings for Translator {
     }
 }
 
+/// A model's strings, given to the threads that finish batches (their printing is serialized
+/// by the caller's lock).
+pub struct SharedStrings<'a, T: Strings>(pub &'a T);
+
+// SAFETY: printing reads the dictionaries, the text pipelines and the device, which nothing
+// writes during a run, and only one thread prints at a time (the writer's lock). What keeps
+// `Translator` and `LanguageModel` from being `Sync` is the model's tensors, which printing
+// never touches.
+unsafe impl<T: Strings> Sync for SharedStrings<'_, T> {}
+
+impl<T: Strings> Strings for SharedStrings<'_, T> {
+    fn source_string(&self, src_tokens: &[i64]) -> String {
+        self.0.source_string(src_tokens)
+    }
+    fn hypothesis_text(&self, h: &Hypothesis) -> Result<HypothesisText, PipelineError> {
+        self.0.hypothesis_text(h)
+    }
+    fn decode_subwords(&self, subwords: &str) -> Result<String, PipelineError> {
+        self.0.decode_subwords(subwords)
+    }
+    fn target_string(&self, tokens: &[i64]) -> String {
+        self.0.target_string(tokens)
+    }
+    fn attention_matrix(&self, h: &Hypothesis, src_tokens: &[i64]) -> Option<AttentionMatrix> {
+        self.0.attention_matrix(h, src_tokens)
+    }
+    fn device(&self) -> Device {
+        self.0.device()
+    }
+}
+
 /// How results are printed.
 pub struct Output<'a> {
-    pub strings: &'a dyn Strings,
+    pub strings: &'a (dyn Strings + Sync),
     pub format: TranslateFormat,
     pub nbest: usize,
     pub print_alignment: bool,
+    /// `--post-process`: the symbol fairseq's `post_process` removes from `S-` and `H-` lines.
+    pub post_process: Option<&'a str>,
 }
 
 fn write_result(ctx: &Output, out: &mut dyn Write, id: usize, sentence: Option<&Sentence>, result: &LineResult) -> Result<()> {
@@ -135,13 +254,19 @@ fn write_result(ctx: &Output, out: &mut dyn Write, id: usize, sentence: Option<&
     let top = &hypos[..hypos.len().min(ctx.nbest)];
     match ctx.format {
         TranslateFormat::Fairseq => {
-            writeln!(out, "S-{id}\t{src_str}")?;
+            let post = |s: &str| post_process(s, ctx.post_process);
+            writeln!(out, "S-{id}\t{}", post(&src_str))?;
             writeln!(out, "W-{id}\t{seconds:.3}\tseconds")?;
             for c in sentence.map_or(&[][..], |s| s.constraint_ids.as_slice()) {
                 writeln!(out, "C-{id}\t{}", t.target_string(c))?;
             }
             for h in top {
-                let text = t.hypothesis_text(h)?;
+                let mut text = t.hypothesis_text(h)?;
+                if ctx.post_process.is_some() {
+                    // fairseq-interactive: H- is the post-processed string, D- its decode_fn
+                    text.tokens = post(&text.tokens);
+                    text.text = t.decode_subwords(&text.tokens)?;
+                }
                 let score = python_float_repr(f64::from(base2(h.score, t.device())));
                 writeln!(out, "H-{id}\t{score}\t{}", text.tokens)?;
                 writeln!(out, "D-{id}\t{score}\t{}", text.text)?;

@@ -18,6 +18,7 @@
 
 pub(super) mod against;
 mod compare;
+mod shapes;
 mod tolerance;
 
 use std::io::Write;
@@ -465,11 +466,17 @@ fn weight_row(model: &TransformerModel, name: &str, theirs: &Tensor, tol: &Toler
 }
 
 pub fn run(global: &GlobalArgs, args: &VerifyArgs) -> Result<Outcome> {
+    let reference_path = args.reference.as_deref().context("give --reference FILE (tensors saved from fairseq) or --against DIR|FILE (a conversion of the model)")?;
     let bundle = common::load_single(global, &args.model, None, common::dtype_kind(args.dtype))?;
     let (model, device) = (&bundle.models[0], bundle.models[0].device);
     let checkpoint_path = &bundle.files.checkpoints[0];
-    let reference_path = args.reference.as_deref().context("give --reference FILE or --against DIR")?;
     let reference = read_tensor_dict(reference_path)?;
+    // another architecture's reference would fail every tensor by shape or name: say so, once
+    let differences = shapes::differences(model, &reference.tensors);
+    if !differences.is_empty() {
+        shapes::print_stop(&checkpoint_path.display().to_string(), &reference_path.display().to_string(), &differences, args.json)?;
+        return Ok(Outcome::CheckFailed);
+    }
     let computed = compute(model, &reference.tensors, device)?;
     let mut warnings = bundle.report.warnings.clone();
     for (name, type_name) in &reference.skipped {

@@ -20,6 +20,7 @@ pub struct GeneratorConfig {
     pub unk_penalty: f64,
     pub temperature: f64,
     pub no_repeat_ngram_size: usize,
+    /// Which of fairseq 0.12.2's two n-gram blockers (its CPU code by default; see `NgramMode`).
     pub ngram_mode: NgramMode,
     pub search: SearchStrategy,
     /// Keep the cross-attention of every step (needed for `--print-alignment`).
@@ -45,7 +46,7 @@ impl Default for GeneratorConfig {
             unk_penalty: 0.0,
             temperature: 1.0,
             no_repeat_ngram_size: 0,
-            ngram_mode: NgramMode::Intended,
+            ngram_mode: NgramMode::FairseqCpu,
             search: SearchStrategy::Beam,
             need_attn: false,
         }
@@ -113,8 +114,7 @@ impl SequenceGenerator {
             return Err(GenerateError::InvalidOption("target dictionary has fewer than 2 symbols".into()));
         }
         let beam_size = (cfg.beam_size as i64).min(vocab_size - 1);
-        let blocker = (cfg.no_repeat_ngram_size > 0)
-            .then_some(NgramRepeatBlock { size: cfg.no_repeat_ngram_size, mode: cfg.ngram_mode });
+        let blocker = NgramRepeatBlock::new(cfg.no_repeat_ngram_size, cfg.ngram_mode);
         Ok(SequenceGenerator { cfg, vocab_size, specials, beam_size, blocker })
     }
 
@@ -184,6 +184,9 @@ impl SequenceGenerator {
                 "min_len cannot be larger than max_len ({} > {max_len}), please adjust these",
                 self.cfg.min_len
             )));
+        }
+        if let Some(blocker) = self.blocker.as_ref() {
+            blocker.check_bos(bos_token.unwrap_or(eos), eos)?;
         }
         let i64opts = (Kind::Int64, device);
         let mut prefix_tokens = match prefix_tokens {

@@ -44,8 +44,12 @@ pub fn dtype_name(kind: Kind) -> &'static str {
     }
 }
 
-/// `requested` on `device`, or why it cannot run there.
-pub fn resolve_compute_type(requested: ComputeType, device: Device) -> Result<ComputeType, ComputeTypeError> {
+/// `requested` for a model asked for in `dtype` (`Kind::Float` when none was: `--dtype fp32`)
+/// on `device`, or why it cannot run there. A `dtype` that contradicts the compute type is a
+/// usage error, reported before what this CPU or device lacks: it is wrong on every machine,
+/// and naming a missing instruction first would send the user after the wrong fix.
+pub fn resolve_compute_type(requested: ComputeType, dtype: Kind, device: Device) -> Result<ComputeType, ComputeTypeError> {
+    check_dtype(requested, dtype)?;
     match (requested, device) {
         (c, Device::Cuda(_)) if c.cpu_only() => Err(ComputeTypeError::CpuOnly(c)),
         (c, Device::Cpu) => match c.missing_cpu_instructions() {
@@ -56,15 +60,23 @@ pub fn resolve_compute_type(requested: ComputeType, device: Device) -> Result<Co
     }
 }
 
+/// A `dtype` other than fp32 must be the compute type's own, where the compute type decides one.
+fn check_dtype(compute_type: ComputeType, dtype: Kind) -> Result<(), ComputeTypeError> {
+    match compute_type.weight_kind() {
+        Some(kind) if dtype != Kind::Float && kind != dtype => Err(ComputeTypeError::DtypeDisagrees { dtype, compute_type }),
+        _ => Ok(()),
+    }
+}
+
 /// The dtype to load the weights in: the compute type's where it decides one (`float16` loads
 /// the model halved, as `--dtype fp16` does), else `dtype`. A `dtype` other than fp32 must be
 /// the compute type's own.
 pub fn load_kind(compute_type: ComputeType, dtype: Kind, device: Device) -> Result<Kind, ComputeTypeError> {
+    check_dtype(compute_type, dtype)?;
     match compute_type.weight_kind() {
         None => Ok(dtype),
         Some(_) if dtype == Kind::Float => Ok(compute_type.load_kind(device).unwrap_or(dtype)),
-        Some(kind) if kind == dtype => Ok(kind),
-        Some(_) => Err(ComputeTypeError::DtypeDisagrees { dtype, compute_type }),
+        Some(kind) => Ok(kind),
     }
 }
 
@@ -93,6 +105,25 @@ pub fn slow_here(compute_type: ComputeType, device: Device) -> Option<&'static s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dtype that contradicts the compute type is the answer on every CPU, before what the
+    /// CPU lacks: the order does not depend on AVX512_BF16.
+    #[test]
+    fn a_contradicting_dtype_is_reported_before_a_missing_instruction() {
+        for (dtype, compute_type) in [(Kind::Half, ComputeType::BFloat16), (Kind::BFloat16, ComputeType::Float16), (Kind::Half, ComputeType::Float32), (Kind::BFloat16, ComputeType::Int8)] {
+            assert_eq!(
+                resolve_compute_type(compute_type, dtype, Device::Cpu),
+                Err(ComputeTypeError::DtypeDisagrees { dtype, compute_type }),
+                "{compute_type}"
+            );
+            assert!(load_kind(compute_type, dtype, Device::Cpu).is_err());
+        }
+        // agreeing dtypes pass the check (bfloat16 then answers as the CPU allows)
+        for (dtype, compute_type) in [(Kind::Half, ComputeType::Float16), (Kind::Half, ComputeType::Exact), (Kind::Float, ComputeType::Int8)] {
+            assert_eq!(resolve_compute_type(compute_type, dtype, Device::Cpu), Ok(compute_type));
+        }
+        assert!(!matches!(resolve_compute_type(ComputeType::BFloat16, Kind::BFloat16, Device::Cpu), Err(ComputeTypeError::DtypeDisagrees { .. })));
+    }
 
     #[test]
     fn the_cache_kind_is_fixed_only_when_asked_and_anything_else_is_named_in_a_warning() {

@@ -347,7 +347,7 @@ impl ModelBundle {
     pub fn load(spec: &ModelSpec, options: &LoadOptions) -> Result<Self, HubError> {
         let load_weights = matches!(options.weights, Weights::Load { .. });
         let compute_type = match options.weights {
-            Weights::Load { device, .. } => resolve_compute_type(options.compute_type, device)?,
+            Weights::Load { device, kind, .. } => resolve_compute_type(options.compute_type, kind, device)?,
             Weights::ConfigOnly => options.compute_type,
         };
         let mut first: Option<Checkpoint> = None;

@@ -208,11 +208,19 @@ impl ModelFiles {
         // the file the checkpoint names (M2M-100's `spm.128k.model`), else the hub name; a
         // per-language model (`sentencepiece.<lang>.model`) first
         let named = cfg.bpe_file.as_deref().map(base_name);
+        // the named file is of the checkpoint's BPE kind (`bpecodes` of subword_nmt is no
+        // sentencepiece model); without a kind, a `.model` file is sentencepiece's
+        let named_is_spm = |n: &String| match cfg.bpe.as_deref() {
+            Some(kind) => kind == "sentencepiece",
+            None => n.ends_with(".model"),
+        };
+        let named_spm = named.clone().filter(named_is_spm);
+        let named_codes = named.clone().filter(|n| !named_is_spm(n) && !n.ends_with(".model"));
         let spm = |lang: &str| {
             let own = format!("sentencepiece.{lang}.model");
-            find(&[own.as_str()]).or_else(|| find(&[named.as_deref().unwrap_or("sentencepiece.bpe.model"), "sentencepiece.bpe.model"]))
+            find(&[own.as_str()]).or_else(|| find(&[named_spm.as_deref().unwrap_or("sentencepiece.bpe.model"), "sentencepiece.bpe.model"]))
         };
-        let bpe_codes = find(&[named.as_deref().filter(|n| !n.ends_with(".model")).unwrap_or("bpecodes"), "bpecodes", "code"]);
+        let bpe_codes = find(&[named_codes.as_deref().unwrap_or("bpecodes"), "bpecodes", "code"]);
         Ok(ModelFiles {
             checkpoints,
             src_dict: dict_dir.join(&src_name),

@@ -28,9 +28,15 @@ pub struct TranslateOptions {
     pub min_len: usize,
     /// fairseq's `--unnormalized`: scores are not divided by the length.
     pub unnormalized: bool,
-    /// fairseq's `--no-repeat-ngram-size`: no n-gram of this size twice in a hypothesis (0: off).
+    /// fairseq's `--no-repeat-ngram-size` (0: off), blocked as `ngram_blocking` says: by default
+    /// as fairseq 0.12.2 on the CPU, which changes no output (see `NgramMode`).
     pub no_repeat_ngram_size: usize,
-    /// fairseq 0.12.2's CPU n-gram blocking, which blocks nothing (see `NgramMode`).
+    /// Which of fairseq 0.12.2's n-gram blockers: `fairseq-cpu` (the default: its Python code,
+    /// which bans nothing a hypothesis is affected by) or `fairseq-cuda` (its CUDA kernel: no
+    /// n-gram twice in a hypothesis, the BOS counted).
+    pub ngram_blocking: NgramMode,
+    /// Accepted for older callers: asks for `ngram_blocking` `fairseq-cpu`, the default (it
+    /// contradicts `fairseq-cuda`).
     pub fairseq_compat_ngram: bool,
     /// fairseq's `--sampling`: `Sampling` search instead of beam search.
     pub sampling: bool,
@@ -79,6 +85,7 @@ impl Default for TranslateOptions {
             min_len: 1,
             unnormalized: false,
             no_repeat_ngram_size: 0,
+            ngram_blocking: NgramMode::FairseqCpu,
             fairseq_compat_ngram: false,
             sampling: false,
             sampling_topk: -1,
@@ -118,6 +125,9 @@ impl TranslateOptions {
         let searches = [self.sampling, self.diverse_beam_groups > 0, self.match_source_len, self.diversity_rate > 0.0];
         if searches.iter().filter(|&&on| on).count() > 1 {
             return Err(OptionError::ExclusiveSearches);
+        }
+        if self.fairseq_compat_ngram && self.ngram_blocking != NgramMode::FairseqCpu {
+            return Err(OptionError::CompatNgramContradicted);
         }
         if let Some(name) = &self.constraints {
             ConstraintOrder::from_name(name).ok_or_else(|| OptionError::ConstraintOrder(name.clone()))?;
@@ -169,7 +179,7 @@ impl TranslateOptions {
             unk_penalty: self.unkpen,
             temperature: self.temperature,
             no_repeat_ngram_size: self.no_repeat_ngram_size,
-            ngram_mode: if self.fairseq_compat_ngram { NgramMode::FairseqCompat } else { NgramMode::Intended },
+            ngram_mode: if self.fairseq_compat_ngram { NgramMode::FairseqCpu } else { self.ngram_blocking },
             search: self.search(),
             need_attn: self.alignment || self.attention,
         }
@@ -237,6 +247,10 @@ pub enum OptionName {
     MatchSourceLen,
     /// `constraints` (fairseq's `--constraints`)
     Constraints,
+    /// `ngram_blocking` (tchseq's `--ngram-blocking`)
+    NgramBlocking,
+    /// `fairseq_compat_ngram` (tchseq's `--fairseq-compat-ngram`)
+    FairseqCompatNgram,
     /// `compute_type` (fairseq's `--compute-type`)
     ComputeType,
     /// `max_tokens` (fairseq's `--max-tokens`)
@@ -268,6 +282,8 @@ impl OptionName {
             Self::DiversityRate => "diversity_rate",
             Self::MatchSourceLen => "match_source_len",
             Self::Constraints => "constraints",
+            Self::NgramBlocking => "ngram_blocking",
+            Self::FairseqCompatNgram => "fairseq_compat_ngram",
             Self::ComputeType => "compute_type",
             Self::MaxTokens => "max_tokens",
             Self::BatchSize => "batch_size",
@@ -317,6 +333,8 @@ pub enum OptionError {
     ToppOverOne,
     /// The options are too large for libtorch's integers.
     TooLarge(&'static [OptionName]),
+    /// `fairseq_compat_ngram` with an `ngram_blocking` other than `fairseq-cpu`.
+    CompatNgramContradicted,
     /// `compute_type` other than the one the model was loaded in.
     ComputeTypeNotLoaded {
         /// The compute type asked for.
@@ -362,6 +380,11 @@ impl OptionError {
             Self::ToppOverOne => format!("{} must be at most 1", name(SamplingTopp)),
             Self::TooLarge(names) if names.len() == 1 => format!("{} is too large", list(names, "and")),
             Self::TooLarge(names) => format!("{} are too large", list(names, "and")),
+            Self::CompatNgramContradicted => format!(
+                "{} asks for fairseq 0.12.2's CPU n-gram blocking, which {} \"fairseq-cuda\" contradicts",
+                name(FairseqCompatNgram),
+                name(NgramBlocking)
+            ),
             Self::ComputeTypeNotLoaded { asked, runs } => {
                 format!("{} {:?}: this model runs in {:?}", name(OptionName::ComputeType), asked.name(), runs.name())
             }
@@ -388,6 +411,30 @@ mod tests {
             assert_eq!(o.check(), Err(OptionError::Temperature), "{temperature}");
         }
         assert_eq!(TranslateOptions { temperature: 0.5, ..TranslateOptions::default() }.check(), Ok(()));
+    }
+
+    /// `no_repeat_ngram_size` runs fairseq 0.12.2's CPU blocking unless `ngram_blocking` asks for
+    /// its CUDA kernel's; `fairseq_compat_ngram`, kept for older callers, asks for the default and
+    /// contradicts the kernel.
+    #[test]
+    fn ngram_blocking_defaults_to_fairseq_s_cpu_code_and_the_old_switch_still_parses() {
+        use crate::generate::NgramMode;
+        let parse = |json: &str| serde_json::from_str::<TranslateOptions>(json).unwrap();
+        let default = parse(r#"{"no_repeat_ngram_size": 1}"#);
+        assert_eq!(default.check(), Ok(()));
+        assert_eq!(default.generator_config().ngram_mode, NgramMode::FairseqCpu);
+        let compat = parse(r#"{"no_repeat_ngram_size": 2, "fairseq_compat_ngram": true}"#);
+        assert_eq!(compat.check(), Ok(()));
+        assert_eq!(compat.generator_config().ngram_mode, NgramMode::FairseqCpu);
+        let cuda = parse(r#"{"no_repeat_ngram_size": 3, "ngram_blocking": "fairseq-cuda"}"#);
+        assert_eq!(cuda.generator_config().ngram_mode, NgramMode::FairseqCuda);
+        let both = TranslateOptions { fairseq_compat_ngram: true, ..cuda };
+        assert_eq!(both.check(), Err(OptionError::CompatNgramContradicted));
+        assert_eq!(
+            OptionError::CompatNgramContradicted.describe(OptionName::flag),
+            "--fairseq-compat-ngram asks for fairseq 0.12.2's CPU n-gram blocking, which --ngram-blocking \"fairseq-cuda\" contradicts"
+        );
+        assert!(serde_json::from_str::<TranslateOptions>(r#"{"ngram_blocking": "intended"}"#).is_err());
     }
 
     /// A request names the options by their keys, the CLI by its flags: the same message.

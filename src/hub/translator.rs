@@ -17,7 +17,7 @@ use crate::config::LanguageTask;
 use crate::generate::batching::{batch_by_size, collate, ordered_indices};
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::sequence_generator::Specials;
-use crate::generate::workers::run_each;
+use crate::generate::workers::{catch_panic, run_each};
 use crate::generate::{EnsembleModel, GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::kernels::ComputeType;
 use crate::model::TransformerModel;
@@ -85,6 +85,10 @@ pub struct TranslateRequest<'a> {
     /// beam is 1 (greedy or sampling; the language tokens and the final EOS are not told): what
     /// a stream shows while the batch decodes.
     pub on_token: Option<&'a (dyn Fn(usize, i64) + Sync)>,
+    /// Told the sentences of each batch as soon as it is finished (`(sentence, what became of
+    /// it)`; sentences too long for the model first), from the thread that computed it: what
+    /// lets a caller write finished work before the whole call returns.
+    pub on_batch: Option<&'a (dyn Fn(&[(usize, Translation)]) + Sync)>,
 }
 
 /// What became of one sentence.
@@ -295,7 +299,8 @@ impl Translator {
         if self.compute_type != ComputeType::Exact {
             return Err(ComputeTypeError::AlreadyRuns(self.compute_type).into());
         }
-        let wanted = resolve_compute_type(compute_type, self.device)?;
+        // a switch converts the loaded weights itself: no dtype is asked for here
+        let wanted = resolve_compute_type(compute_type, tch::Kind::Float, self.device)?;
         let (fixed, cache_warning) = fixed_kv_cache(std::env::var(KV_CACHE_ENV).ok().as_deref());
         for model in &mut self.models {
             model.set_compute_type(wanted).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;
@@ -389,7 +394,7 @@ impl Translator {
         batching: &Batching,
         request: &TranslateRequest<'_>,
     ) -> Result<Vec<Translation>, GenerateError> {
-        let TranslateRequest { guides, alignment, on_token } = *request;
+        let TranslateRequest { guides, alignment, on_token, on_batch } = *request;
         if !guides.is_empty() && guides.len() != tokens.len() {
             return Err(GenerateError::InvalidOption(format!(
                 "{} target prefixes or constraints for {} sentences",
@@ -409,6 +414,13 @@ impl Translator {
         let max = self.max_source_positions;
         // fairseq orders the whole buffer first and filters afterwards
         let order = within_max(ordered_indices(&sizes), &sizes, max, &mut results);
+        if let Some(tell) = on_batch {
+            let too_long: Vec<(usize, Translation)> =
+                results.iter().enumerate().filter_map(|(i, r)| Some((i, r.clone()?))).collect();
+            if !too_long.is_empty() {
+                tell(&too_long);
+            }
+        }
         // fairseq-interactive's get_batch_iterator keeps required_batch_size_multiple = 1
         let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
         let batches = batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1);
@@ -437,7 +449,7 @@ impl Translator {
         let opens_with_language = self.language_tokens.target_prefix.is_some();
         let members = batches.clone();
         let src_dict = &self.src_dict;
-        let translated = run_each(&self.models, batches, batching.inter_threads, |models, batch| {
+        let translate_batch = |models: &[TransformerModel], batch: Vec<usize>| {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
             super::fault::panic_if_asked(src_dict, samples.iter().map(|(_, t)| *t));
             let collated = collate(&samples, pad)?;
@@ -474,6 +486,26 @@ impl Translator {
                 }
             }
             Ok::<_, GenerateError>((collated.ids, hypos, seconds))
+        };
+        let translated = run_each(&self.models, batches, batching.inter_threads, |models, batch: Vec<usize>| {
+            let Some(tell) = on_batch else { return translate_batch(models, batch) };
+            let ids = batch.clone();
+            // a panic fails only this batch, and its sentences are told as failed too
+            let outcome = catch_panic(|| translate_batch(models, batch));
+            let done: Vec<(usize, Translation)> = match &outcome {
+                Ok((rows, hypos, seconds)) => rows
+                    .iter()
+                    .zip(hypos)
+                    .map(|(&i, hs)| (i, Translation::Done { src_tokens: tokens_ref[i].clone(), hypos: hs.clone(), seconds: *seconds }))
+                    .collect(),
+                // the caller's error, returned from the whole call
+                Err(GenerateError::InvalidOption(_)) => Vec::new(),
+                Err(e) => ids.iter().map(|&i| (i, Translation::Failed { reason: e.to_string() })).collect(),
+            };
+            if !done.is_empty() {
+                tell(&done);
+            }
+            outcome
         });
         // an option that no batch can take is the caller's error, not a batch's
         let mut translated = translated;

@@ -420,14 +420,14 @@ impl Worker {
                             let _ = tx.send((slots[i].index, dict.symbol(token).to_string()));
                         }
                     };
-                    t.translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: false, on_token: Some(&tell) })
+                    t.translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: false, on_token: Some(&tell), on_batch: None })
                 } else {
-                    t.translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: options.alignment, on_token: None })
+                    t.translate_tokens(&generator, tokens, &batching, &TranslateRequest { guides: &guides, alignment: options.alignment, on_token: None, on_batch: None })
                 };
                 // a failing batch fails only the sentences that fail alone
                 let alone = |s: &Slot| -> Failable {
                     let one_guide = std::slice::from_ref(&s.guide);
-                    let request = TranslateRequest { guides: one_guide, alignment: options.alignment, on_token: None };
+                    let request = TranslateRequest { guides: one_guide, alignment: options.alignment, on_token: None, on_batch: None };
                     let one = t.translate_tokens(&generator, vec![s.tokens.clone()], &batching, &request);
                     one.map_err(|e| e.to_string()).and_then(|mut t| t.pop().ok_or_else(|| "not translated".to_string()))
                 };

@@ -167,6 +167,24 @@ fn each_classic_conversion_bug_fails_naming_what_it_touched() {
     assert_eq!(kinds, 6);
 }
 
+/// A conversion of another architecture stops at the config rows: no weight row (they would
+/// all fail by shape or name), and the report says why.
+#[test]
+fn another_architecture_stops_at_the_config() {
+    let (code, report) = against(&fixture("models/postnorm"), &[], &fixture("models/prenorm"));
+    assert_eq!(code, Some(1), "{report}");
+    let fields: Vec<&str> = report["config"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert!(fields.contains(&"encoder_ffn_embed_dim") && fields.contains(&"activation_fn"), "{report}");
+    assert_eq!(report["weights"], serde_json::json!([]), "{report}");
+    assert_eq!(report["activations"], serde_json::json!([]), "{report}");
+    assert_eq!(report["failed"].as_u64(), Some(fields.len() as u64), "{report}");
+    assert!(report["stopped"].as_str().unwrap().contains("weights, activations and translations not compared"), "{report}");
+    let out = tchseq().args(["verify", "-m"]).arg(fixture("models/postnorm")).arg("--against").arg(fixture("models/prenorm")).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().filter(|l| l.contains("FAIL")).count(), fields.len() + 1, "{text}");
+    assert!(text.ends_with(&format!("not compared\nFAIL: {} failed\n", fields.len())), "{text}");
+}
+
 /// A CTranslate2 directory given as a model is refused in one line that says what it is for.
 #[test]
 fn a_ctranslate2_directory_as_a_model_points_at_verify_against() {

@@ -368,6 +368,25 @@ fn decode_keeps_every_line() {
     check_stream(&got, &want, &recs, "2 input line(s) were not decoded: 1 not dictionary ids, 1 not valid UTF-8");
 }
 
+/// `decode --ids`: an id outside the dictionary (past its end, or negative) is not an id of it,
+/// so its line is an error line as other bad lines are, not `<unk>` with exit 0.
+#[test]
+fn decode_ids_outside_the_dictionary_are_bad_lines() {
+    let decode_ids = |input: &[u8]| {
+        let mut cmd = tchseq();
+        run(cmd.args(["decode", "--ids", "-s", "src", "-t", "tgt", "-m"]).arg(fixture_model()).write_stdin(input))
+    };
+    // the fixture's target dictionary has 48 symbols: ids 0 to 47
+    let want = decode_ids(b"4 5 2\n47 2\n6 2\n");
+    assert_eq!(want.code, Some(0), "{}", want.stderr);
+    let ok = || Rec::Good(String::new());
+    let past = "48 is not a dictionary id (the dictionary has 48 symbols, ids 0 to 47)";
+    let recs = [ok(), Rec::Bad(past), ok(), Rec::Bad("-1 is not a dictionary id"), Rec::Bad("99999999999999999999"), ok()];
+    let got = decode_ids(b"4 5 2\n4 48 2\n47 2\n-1 2\n99999999999999999999\n6 2\n");
+    check_stream(&got, &want, &recs, "3 input line(s) were not decoded: not dictionary ids");
+    assert!(!got.text().contains("<unk>"), "{}", got.text());
+}
+
 /// `score`: every record keeps its place with the reason in `error`, a scored row equals the
 /// good-rows-only run's, and the exit status (2) tells that some rows failed.
 #[test]

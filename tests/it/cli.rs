@@ -41,6 +41,19 @@ fn help_lists_every_subcommand_and_each_has_help() {
     }
 }
 
+/// `translate --buffer-size` shows no `[default: 0]`: its help says the default (the batch
+/// size, or 2048 lines for a file); 0 is only how "not given" is stored.
+#[test]
+fn translate_buffer_size_shows_no_misleading_default() {
+    let out = tchseq().args(["translate", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let start = help.find("--buffer-size <").unwrap_or_else(|| panic!("{help}"));
+    // the flag's entry: its lines up to the blank line before the next flag
+    let entry: String = help[start..].lines().take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join("\n");
+    assert!(entry.contains("default: the batch"), "{entry}");
+    assert!(!entry.contains("[default: 0]"), "{entry}");
+}
+
 #[test]
 fn version_flag_prints_the_crate_version() {
     let out = tchseq().arg("--version").output().unwrap();

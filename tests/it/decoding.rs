@@ -77,6 +77,26 @@ fn prefix_size_is_accepted_and_changes_nothing_as_in_fairseq_interactive() {
     c.assert_ok("--prefix-size 2");
 }
 
+/// A beam wider than the target dictionary is cut to its size minus 1, as fairseq's
+/// SequenceGenerator cuts it (`min(beam_size, vocab_size - 1)`): `--beam 100000` on a model of
+/// 48 target symbols is `--beam 47`, hypothesis for hypothesis, and as fast.
+#[test]
+fn a_beam_wider_than_the_target_dictionary_is_cut_as_fairseq_cuts_it() {
+    let input = fixture("models/inputs.src");
+    let run = |beam: &str| {
+        let out = crate::util::translate_fixture(&fixture("models/postnorm"), &input, "fairseq", &["--beam", beam, "--nbest", "47", "--batch-size", "8"]);
+        result_lines(&crate::util::stdout_ok(&out))
+    };
+    let started = std::time::Instant::now();
+    let wide = run("100000");
+    assert!(started.elapsed().as_secs() < 60, "--beam 100000 took {:?}", started.elapsed());
+    let cut = run("47");
+    assert_eq!(wide, cut);
+    // the nbest list is as long as the beam that ran
+    let first: Vec<&String> = wide.iter().filter(|l| l.starts_with("H-0\t")).collect();
+    assert_eq!(first.len(), 47);
+}
+
 #[test]
 fn search_flags_fairseq_refuses_or_we_do_not_have_are_one_line_errors() {
     for (args, wanted) in [

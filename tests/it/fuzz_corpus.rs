@@ -20,8 +20,14 @@ use crate::util::repo;
 mod columns;
 #[path = "../../fuzz/src/csv_rows.rs"]
 mod csv_rows;
+// the data-bin index parser and the data_bin target's check, likewise
+#[allow(dead_code)]
+#[path = "../../src/data/indexed_dataset.rs"]
+mod indexed_dataset;
+#[path = "../../fuzz/src/data_bin.rs"]
+mod data_bin;
 
-const TARGETS: [&str; 9] = [
+const TARGETS: [&str; 10] = [
     "pickle",
     "container",
     "torch_zip",
@@ -31,6 +37,7 @@ const TARGETS: [&str; 9] = [
     "bpe_codes",
     "sentencepiece_model",
     "csv_rows",
+    "data_bin",
 ];
 
 /// What the text targets encode with what they read (fuzz/src/lib.rs's `SENTENCE`).
@@ -107,6 +114,7 @@ fn replay(target: &str, data: &[u8]) {
             }
         }
         "csv_rows" => csv_rows::csv_rows(data),
+        "data_bin" => data_bin::data_bin(data),
         other => panic!("unknown target {other}"),
     }
 }

@@ -75,6 +75,19 @@ fn inspect_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("inspect {args:?}: not one JSON object: {e}"))
 }
 
+/// Each text-pipeline file is named by its kind: subword-nmt's `bpecodes` as `bpe_codes` (not
+/// also as `sentencepiece_model`), a sentencepiece model as `sentencepiece_model`.
+#[test]
+fn inspect_names_each_pipeline_file_by_its_kind() {
+    let bundled = inspect_json(&["-m", crate::util::repo("weights/multi30k.en-de").to_str().unwrap()]);
+    assert!(bundled["bpe_codes"].as_str().is_some_and(|p| p.ends_with("/bpecodes")), "{}", bundled["bpe_codes"]);
+    assert_eq!(bundled["sentencepiece_model"], Value::Null);
+    let m2m = crate::util::fixture("multilingual/m2m");
+    let m2m = inspect_json(&["-m", m2m.to_str().unwrap(), "-s", "en", "-t", "de"]);
+    assert_eq!(m2m["bpe_codes"], Value::Null);
+    assert!(m2m["sentencepiece_model"].as_str().is_some_and(|p| p.ends_with("/sentencepiece.bpe.model")), "{}", m2m["sentencepiece_model"]);
+}
+
 #[test]
 fn inspect_lists_exactly_fairseqs_state_dict_for_every_fixture() {
     for case in cases() {

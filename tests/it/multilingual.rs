@@ -236,6 +236,25 @@ fn languages_are_listed_and_checked() {
     assert!(stderr.contains("embed_tokens") || stderr.contains("symbols"), "{stderr}");
 }
 
+/// `inspect` is how one learns a multilingual model's pairs: it needs no `-s/-t`, says that no
+/// pair was chosen (JSON: null languages), and lists the pairs (JSON: the list).
+#[test]
+fn inspect_needs_no_languages() {
+    for (model, pairs) in [("multilingual/m2m", "language pairs en-de, de-en, en-fr, fr-en, de-fr, fr-de"), ("multilingual/mbart50", "language pairs")] {
+        let out = tchseq().args(["inspect", "-m"]).arg(fixture(model)).output().unwrap();
+        let text = crate::util::stdout_ok(&out);
+        assert!(text.contains("languages      any pair below (-s SRC -t TGT choose;"), "{model}: {text}");
+        assert!(text.lines().any(|l| l.starts_with(pairs)), "{model}: {text}");
+        let out = tchseq().args(["inspect", "--json", "-m"]).arg(fixture(model)).output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{model}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!((&v["source_lang"], &v["target_lang"]), (&Value::Null, &Value::Null), "{model}: {v}");
+        assert!(v["languages"]["lang_pairs"].as_array().unwrap().len() >= 2, "{model}: {v}");
+    }
+    // with -s/-t, the pair is the one given
+    let out = tchseq().args(["inspect", "-m"]).arg(fixture("multilingual/m2m")).args(["-s", "fr", "-t", "de"]).output().unwrap();
+    assert!(crate::util::stdout_ok(&out).contains("languages      fr -> de\n"));
+}
+
 /// A CSV whose rows name their own languages: each row scores as it does alone in its pair, and
 /// a row in a language the model lacks gets its own error.
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::serve::{http, Server};
-use crate::util::{one_line_error, repo, tchseq, test_threads, write_pairs_csv};
+use crate::util::{fixture, one_line_error, repo, tchseq, test_threads, write_pairs_csv};
 
 const MODEL: &str = "weights/multi30k.en-de";
 /// Words of the bundled model's vocabulary (one BPE symbol each), for sentences of any length.
@@ -317,45 +317,81 @@ fn wait_for_bytes(path: &Path, bytes: u64) {
     }
 }
 
-/// Ctrl-C in `translate --output`: one line saying how many input lines the partial file holds
-/// and how to go on, exit 130, and the partial file holds exactly those lines' output.
+/// `translate --output` with its default batching (a 2,048-line buffer sorted by length):
+/// `run(extra)` is the command.
+fn interruptible_translate(dir: &Path) -> impl Fn(&Path, &[&str]) -> Command {
+    let input = dir.join("in.txt");
+    // 600 lines of varied lengths: batches finish in length order, not in input order
+    std::fs::write(&input, std::fs::read_to_string(fixture("bundled/input.en")).unwrap().repeat(15)).unwrap();
+    move |output: &Path, extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tchseq"));
+        cmd.args(["--threads", &test_threads().to_string(), "translate", "--format", "jsonl", "-m"])
+            .arg(repo(MODEL))
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(output)
+            .args(extra)
+            .env_remove("LD_LIBRARY_PATH")
+            .stderr(Stdio::piped());
+        cmd
+    }
+}
+
+/// A signal after the partial file shows its first finished lines (an event, not a wait): the
+/// partial file keeps them, is a prefix of the whole output, and `--resume` completes it to the
+/// uninterrupted run's output byte for byte. SIGINT and SIGTERM also say on one line how many
+/// lines it holds; a kill leaves the same files without a word.
 #[test]
-fn ctrl_c_in_translate_says_what_the_partial_file_holds() {
+fn an_interrupted_translate_keeps_its_finished_batches_and_resume_completes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.txt");
-    let line = "A man in a blue shirt rides a bike on the grass.";
-    std::fs::write(&input, format!("{line}\n").repeat(3000)).unwrap();
-    let output = dir.path().join("out.txt");
-    let child = Command::new(env!("CARGO_BIN_EXE_tchseq"))
-        .args(["--threads", &test_threads().to_string(), "translate", "--buffer-size", "8", "-m"])
-        .arg(repo(MODEL))
-        .arg("--input")
-        .arg(&input)
-        .arg("--output")
-        .arg(&output)
-        .env_remove("LD_LIBRARY_PATH")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let partial = dir.path().join("out.txt.partial");
-    wait_for_bytes(&partial, 1);
-    // SAFETY: signalling our own child process
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{err}");
-    let n: usize = lines[0]
-        .strip_prefix(&format!("interrupted: {} holds the output of the first ", partial.display()))
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{err}"));
-    assert!(lines[0].contains(&format!("translate cannot resume: translate the rest (`tail -n +{} {}`)", n + 1, input.display())), "{err}");
-    let held = std::fs::read_to_string(&partial).unwrap();
-    assert_eq!(held.lines().count(), n, "{err}");
-    assert!(held.is_empty() || held.ends_with('\n'));
-    assert!(!output.exists());
+    let run = interruptible_translate(dir.path());
+    let whole_path = dir.path().join("whole.jsonl");
+    let whole = run(&whole_path, &[]).output().unwrap();
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let whole = std::fs::read(&whole_path).unwrap();
+    assert_eq!(whole.iter().filter(|&&b| b == b'\n').count(), 600);
+    for (signal, code) in [(libc::SIGINT, Some(130)), (libc::SIGTERM, Some(143)), (libc::SIGKILL, None)] {
+        let output = dir.path().join(format!("out{signal}.jsonl"));
+        let partial = dir.path().join(format!("out{signal}.jsonl.partial"));
+        let child = run(&output, &[]).spawn().unwrap();
+        wait_for_bytes(&partial, 1);
+        // SAFETY: signalling our own child process
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), code, "signal {signal}: {err}");
+        let held = std::fs::read(&partial).unwrap();
+        assert!(!held.is_empty() && whole.starts_with(&held), "signal {signal}: the partial file is not a prefix of the output");
+        assert!(!output.exists());
+        if code.is_some() {
+            let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(lines.len(), 1, "{err}");
+            let n: usize = lines[0]
+                .strip_prefix(&format!("interrupted: {} holds the output of the first ", partial.display()))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{err}"));
+            assert!(n >= 1 && lines[0].ends_with("input lines; run the same command with --resume to go on"), "{err}");
+            assert_eq!(held.iter().filter(|&&b| b == b'\n').count(), n, "{err}");
+            assert!(held.ends_with(b"\n"));
+        }
+        // a changed setting is refused by name, and leaves the partial file as it was
+        let changed = run(&output, &["--resume", "--beam", "4"]).output().unwrap();
+        let changed_err = String::from_utf8_lossy(&changed.stderr);
+        assert_eq!(changed.status.code(), Some(2));
+        assert!(changed_err.contains("--resume: --beam was `5` in the interrupted run and is `4` now"), "{changed_err}");
+        assert!(whole.starts_with(&std::fs::read(&partial).unwrap()));
+        let resumed = run(&output, &["--resume"]).output().unwrap();
+        assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+        assert_eq!(std::fs::read(&output).unwrap(), whole, "signal {signal}: the resumed output");
+        assert!(!partial.exists() && !dir.path().join(format!("out{signal}.jsonl.partial.progress")).exists());
+    }
+    // nothing to resume, and sampling, which cannot resume, say so
+    let err = String::from_utf8_lossy(&run(&dir.path().join("none.jsonl"), &["--resume"]).output().unwrap().stderr).to_string();
+    assert!(err.contains("no interrupted run to go on with"), "{err}");
+    let err = String::from_utf8_lossy(&run(&dir.path().join("s.jsonl"), &["--resume", "--sampling", "--nbest", "5"]).output().unwrap().stderr).to_string();
+    assert!(err.contains("--resume cannot continue --sampling"), "{err}");
 }
 
 /// SIGTERM in `score --output`: one line saying how many rows are complete and that --resume

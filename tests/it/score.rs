@@ -440,3 +440,149 @@ fn the_summary_line_gives_fairseq_s_mean_and_corpus_perplexity() {
     // in log space: the print rounds by at most 5e-5 / ppl there, and the drift is that of a score
     crate::util::tolerance::SUMMARY_FIGURE.assert(figure("corpus perplexity ").ln(), ppl.ln(), "log of the corpus perplexity");
 }
+
+/// `--input -` reads the rows from stdin, as `translate` reads its lines without `--input`:
+/// the same output as from the file (`--lm` too); `--resume` cannot read stdin again, and says so.
+#[test]
+fn input_dash_reads_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("pairs.csv");
+    crate::util::write_pairs_csv(&csv, [("A dog runs in the park.", "Ein Hund rennt im Park."), ("Two men play soccer.", "Zwei Männer spielen Fußball.")]);
+    let bundled = repo("weights/multi30k.en-de");
+    let from_file = crate::util::run_ok(tchseq().args(["score", "-q", "-m"]).arg(&bundled).arg("--input").arg(&csv));
+    let from_stdin = crate::util::run_ok(tchseq().args(["score", "-q", "-m"]).arg(&bundled).args(["--input", "-"]).write_stdin(fs::read(&csv).unwrap()));
+    assert_eq!(from_stdin, from_file);
+    assert_eq!(from_stdin.lines().count(), 3, "{from_stdin}");
+
+    let lm = |input: &str, stdin: Vec<u8>| {
+        crate::util::run_ok(tchseq().args(["score", "--lm", "--format", "jsonl", "-q", "-m"]).arg(fixture("lm/lm-gpt")).args(["--input", input]).write_stdin(stdin))
+    };
+    let text = fs::read(fixture("lm/input.en")).unwrap();
+    assert_eq!(lm("-", text), lm(fixture("lm/input.en").to_str().unwrap(), Vec::new()));
+
+    let out = tchseq()
+        .args(["score", "-m"])
+        .arg(&bundled)
+        .args(["--input", "-", "--resume", "--output"])
+        .arg(dir.path().join("scored.csv"))
+        .write_stdin(fs::read(&csv).unwrap())
+        .output()
+        .unwrap();
+    crate::util::one_line_error(&out, "--resume needs --input FILE (rows read from stdin cannot be read again)");
+}
+
+/// 2,000 rows (the bundled model's 100 score-reference pairs, 20 times) as `DIR/pairs.csv`: a run
+/// with the default batching (`--max-tokens 12000`, one `--buffer-size` chunk) scores them in
+/// several batches, seconds of work on one thread.
+fn interruptible_input(dir: &Path) -> std::path::PathBuf {
+    let src = lines(&fixture("bundled/score_reference/test.bpe.en"));
+    let tgt = lines(&fixture("bundled/score_reference/test.bpe.de"));
+    let csv = dir.join("pairs.csv");
+    crate::util::write_pairs_csv(&csv, (0..20).flat_map(|_| src.iter().map(String::as_str).zip(tgt.iter().map(String::as_str))));
+    csv
+}
+
+/// `tchseq score` on [`interruptible_input`] with the default batching, into `output`.
+fn interruptible_run(csv: &Path, output: &Path, resume: bool) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tchseq"));
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .args(["--threads", &crate::util::test_threads().to_string(), "score", "-q", "--tokenized", "-m"])
+        .arg(repo("weights/multi30k.en-de"))
+        .arg("--input")
+        .arg(csv)
+        .arg("--output")
+        .arg(output);
+    if resume {
+        cmd.arg("--resume");
+    }
+    cmd
+}
+
+/// The uninterrupted run's output on [`interruptible_input`] (computed once for the tests here).
+fn uninterrupted_output() -> &'static [u8] {
+    static CLEAN: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    CLEAN.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("clean.csv");
+        let out = interruptible_run(&interruptible_input(dir.path()), &output, false).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let clean = fs::read(&output).unwrap();
+        assert_eq!(clean.iter().filter(|&&b| b == b'\n').count(), 2001, "a header and 2,000 rows");
+        clean
+    })
+}
+
+/// Starts a run into `DIR/scored.csv`, waits for the event "its progress file records a finished
+/// batch" (rows written, no timer), sends `signal`, and checks what is left: the partial output
+/// is a prefix of the uninterrupted run's, byte for byte, and `--resume` completes it to exactly
+/// that output. Returns the interrupted run's exit status, its stderr, and the rows the partial
+/// output held.
+fn interrupt_and_resume(signal: libc::c_int) -> (Option<i32>, String, usize) {
+    let clean = uninterrupted_output();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = interruptible_input(dir.path());
+    let output = dir.path().join("scored.csv");
+    let (partial, progress, pending) =
+        (dir.path().join("scored.csv.partial"), dir.path().join("scored.csv.partial.progress"), dir.path().join("scored.csv.partial.pending"));
+    let rows_recorded = || -> u64 {
+        let Ok(bytes) = fs::read(&progress) else { return 0 };
+        serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v["summary"]["rows"].as_u64()).unwrap_or(0)
+    };
+    let mut child = interruptible_run(&csv, &output, false).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while rows_recorded() == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its first batch was recorded");
+        assert!(start.elapsed() < std::time::Duration::from_secs(120), "no batch recorded in two minutes");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: signalling our own child process, which has not been waited for
+    unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!output.exists(), "the run finished before the signal: give it more rows");
+
+    let held = fs::read(&partial).unwrap();
+    assert!(clean.starts_with(&held), "the partial output ({} bytes) is a prefix of the uninterrupted run's", held.len());
+    let rows = held.iter().filter(|&&b| b == b'\n').count().saturating_sub(1);
+    let recorded: serde_json::Value = serde_json::from_slice(&fs::read(&progress).unwrap()).unwrap();
+    assert!(recorded["output_bytes"].as_u64().unwrap() <= held.len() as u64, "{recorded}");
+    // the rows scored ahead of their turn in the finished batches are kept for --resume
+    assert!(fs::metadata(&pending).map_or(0, |m| m.len()) > 0, "no rows kept in {}", pending.display());
+
+    let resumed = interruptible_run(&csv, &output, true).output().unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert!(fs::read(&output).unwrap() == clean, "--resume completes to the uninterrupted run's output, byte for byte");
+    for gone in [&partial, &progress, &pending] {
+        assert!(!gone.exists(), "{} is left", gone.display());
+    }
+    (out.status.code(), stderr, rows)
+}
+
+/// Ctrl-C after the first finished batch keeps rows, with the default `--buffer-size` (one chunk
+/// of many batches here): exit 130, a partial output of complete rows that begins the
+/// uninterrupted run's output, and `--resume` ends with exactly that output.
+#[test]
+fn ctrl_c_after_the_first_batch_keeps_rows_and_resume_completes_them() {
+    let (code, stderr, rows) = interrupt_and_resume(libc::SIGINT);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(rows >= 1, "at least one complete row is kept: {stderr}");
+    assert!(stderr.contains(&format!("holds the first {rows} rows, complete; run the same command with --resume")), "{stderr}");
+}
+
+/// The same with SIGTERM: exit 143.
+#[test]
+fn sigterm_after_the_first_batch_keeps_rows_and_resume_completes_them() {
+    let (code, stderr, rows) = interrupt_and_resume(libc::SIGTERM);
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(rows >= 1, "at least one complete row is kept: {stderr}");
+    assert!(stderr.contains(&format!("holds the first {rows} rows, complete; run the same command with --resume")), "{stderr}");
+}
+
+/// kill -9 after the first finished batch: no handler runs, and the partial output (which may end
+/// mid-row) still begins the uninterrupted run's output; `--resume` cuts it back to its last
+/// checkpoint and ends with exactly the uninterrupted run's output.
+#[test]
+fn kill_9_after_the_first_batch_resumes_to_the_uninterrupted_output() {
+    let (code, stderr, _) = interrupt_and_resume(libc::SIGKILL);
+    assert_eq!(code, None, "killed by a signal: {stderr}");
+}

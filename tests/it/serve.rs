@@ -218,6 +218,9 @@ fn every_endpoint_answers_in_its_own_shape() {
     assert_eq!(models["models"][0]["report"]["source_dictionary"]["size"].as_u64().map(|n| n > 4), Some(true));
     // file names, never where the server keeps them
     assert_eq!(models["models"][0]["report"]["source_dictionary"]["path"], "dict.en.txt");
+    // each text-pipeline file under its own kind
+    assert_eq!(models["models"][0]["report"]["bpe_codes"], "bpecodes");
+    assert_eq!(models["models"][0]["report"]["sentencepiece_model"], Value::Null, "{models}");
     assert!(!models.to_string().contains(&*repo("").to_string_lossy()), "{models}");
 
     let cli = cli_best(&SENTENCES[..1]);

@@ -52,10 +52,8 @@ fn every_fixture_option_set_and_batching_matches_fairseq_interactive() {
                     continue;
                 };
                 let batching = strings(&m["batching"][bname]);
-                let mut extra: Vec<&str> = opts.iter().chain(&batching).map(String::as_str).collect();
-                if opts.iter().any(|o| o == "--no-repeat-ngram-size") {
-                    extra.push("--fairseq-compat-ngram");
-                }
+                // (--no-repeat-ngram-size as it is: tchseq's default is fairseq 0.12.2's CPU blocking)
+                let extra: Vec<&str> = opts.iter().chain(&batching).map(String::as_str).collect();
                 let out = translate(&fx.dir, &input, "fairseq", &extra);
                 runs += 1;
                 if !out.status.success() {
@@ -290,11 +288,17 @@ fn bigrams(h: &str) -> Vec<(String, String)> {
     toks.windows(2).map(|w| (w[0].clone(), w[1].clone())).collect()
 }
 
+/// `--no-repeat-ngram-size 2` blocks repeats only with `--ngram-blocking fairseq-cuda` (fairseq's
+/// CUDA kernel); by default, and with the old `--fairseq-compat-ngram`, it is fairseq 0.12.2 on
+/// the CPU, i.e. plain beam search (tests/it/ngram.rs checks sizes 1 to 4 against fairseq).
 #[test]
-fn no_repeat_ngram_blocks_repeats_unless_fairseq_compat() {
+fn no_repeat_ngram_blocks_repeats_only_with_the_cuda_kernel_s_blocking() {
     let (m, fx) = first_fixture();
     let args = ["--beam", "5", "--no-repeat-ngram-size", "2", "--batch-size", "16", "--buffer-size", "1024"];
-    let blocked = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &args)));
+    let mut cuda_args = args.to_vec();
+    cuda_args.extend(["--ngram-blocking", "fairseq-cuda"]);
+    let blocked = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &cuda_args)));
+    let default = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &args)));
     let mut compat_args = args.to_vec();
     compat_args.push("--fairseq-compat-ngram");
     let compat = parse_fairseq(&stdout_ok(&translate(&fx.dir, &inputs(&m), "fairseq", &compat_args)));
@@ -304,15 +308,17 @@ fn no_repeat_ngram_blocks_repeats_unless_fairseq_compat() {
         // the final EOS is forced at max_len, so only count bigrams before it
         b[..b.len() - 1].iter().any(|x| !seen.insert(x.clone()))
     };
-    let compat_repeats = compat.values().filter(|e| repeats(e)).count();
-    assert!(compat_repeats > 0, "the inputs never produce a repeated bigram; the test would prove nothing");
+    let default_repeats = default.values().filter(|e| repeats(e)).count();
+    assert!(default_repeats > 0, "the inputs never produce a repeated bigram; the test would prove nothing");
     for (id, e) in &blocked {
         assert!(!repeats(e), "id {id}: {:?}", e.hyps[0].h_str);
     }
-    // fairseq-compat equals fairseq 0.12.2's CPU output, i.e. plain beam search
+    // the default and --fairseq-compat-ngram equal fairseq 0.12.2's CPU output, i.e. plain beam search
     let plain = golden_batched(&fx, "beam5");
-    let c = compare_settled(&plain, &compat, &fixture_model_args(&fx.dir), &Rule::beam(1.0));
-    c.assert_ok("--fairseq-compat-ngram");
+    for (what, out) in [("default", &default), ("--fairseq-compat-ngram", &compat)] {
+        let c = compare_settled(&plain, out, &fixture_model_args(&fx.dir), &Rule::beam(1.0));
+        c.assert_ok(what);
+    }
 }
 
 fn golden_batched(fx: &Fixture, set: &str) -> BTreeMap<usize, Entry> {

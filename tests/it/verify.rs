@@ -353,6 +353,50 @@ fn activations_without_their_inputs_are_an_input_error() {
     assert!(line.contains("prev_output_tokens"), "{err}");
 }
 
+/// A reference of another architecture (here prenorm's state dict against postnorm) is named
+/// as such, by the facts that differ, and nothing else is compared: not 100 FAIL rows.
+#[test]
+fn a_reference_of_another_architecture_stops_at_the_config() {
+    let (model, reference) = (fixture("models/postnorm"), fixture("models/prenorm/weights.pt"));
+    let out = tchseq().args(["--device", "cpu", "verify", "-m"]).arg(&model).arg("--reference").arg(&reference).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("config encoder_ffn_embed_dim: 64 here, 96 in the reference  FAIL\n"), "{text}");
+    assert!(text.contains("config encoder_learned_pos: false here, true in the reference  FAIL\n"), "{text}");
+    let fails = text.lines().filter(|l| l.contains("FAIL")).count();
+    assert!(text.lines().all(|l| !l.contains("FAIL") || l.starts_with("config ")), "{text}");
+    assert!(text.contains(&format!("the reference is of another architecture ({fails} facts differ): no tensor compared\n")), "{text}");
+    assert_eq!(text.lines().last(), Some(format!("0 passed, {fails} failed").as_str()), "{text}");
+    assert!(fails < 12, "{text}");
+
+    let (code, report, stderr) = verify_json(&model, &reference, Some(crate::util::test_threads()));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(report["tensors"], serde_json::json!([]), "{report}");
+    assert_eq!(report["failed"].as_u64(), Some(report["config"].as_array().unwrap().len() as u64), "{report}");
+    let field = |name: &str| report["config"].as_array().unwrap().iter().find(|r| r["field"] == name).cloned();
+    assert_eq!(field("decoder_ffn_embed_dim"), Some(serde_json::json!({"field": "decoder_ffn_embed_dim", "model": 64, "reference": 48})), "{report}");
+
+    // input ids the model's dictionary cannot hold are the same kind of mismatch, not a crash
+    let f = fixtures().into_iter().next().unwrap();
+    let (_tmp, path) = perturbed_copy(&f, |k, t| Some(if k == "src_tokens" { t + 1000 } else { t.copy() }));
+    let (code, report, stderr) = verify_json(&f.checkpoint, &path, Some(crate::util::test_threads()));
+    assert_eq!(code, Some(1), "{stderr}");
+    let rows = report["config"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows[0]["field"], "source dictionary size", "{report}");
+}
+
+/// `verify -m M` with neither --reference nor --against names both.
+#[test]
+fn verify_without_a_comparison_names_both_kinds() {
+    let out = tchseq().args(["verify", "-m"]).arg(fixture("models/postnorm")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.starts_with("error:"), "{err}");
+    assert!(err.contains("--reference") && err.contains("--against"), "{err}");
+}
+
 #[test]
 fn an_unreadable_reference_is_exit_2() {
     let f = fixtures().into_iter().next().unwrap();

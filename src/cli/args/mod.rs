@@ -6,10 +6,15 @@ use std::path::PathBuf;
 
 use tchseq::kernels::ComputeType;
 
+pub mod fairseq;
+mod help;
 mod model;
+mod parse;
 mod search;
 mod serve;
+pub use help::hide_global_flags_where_meaningless;
 pub use model::{BpeArg, ModelArgs, PipelineArgs, TaskArgs, TokenizerArg};
+pub use parse::parse_from;
 pub use search::SearchArgs;
 pub use serve::ServeArgs;
 
@@ -133,6 +138,12 @@ tchseq attention -m weights/multi30k.en-de \"A dog runs.\" --kind encoder-self -
     /// Plot the model's positional-embedding table (position x dimension) as SVG or PNG.
     #[command(after_help = "Example:\n  tchseq positions -m weights/multi30k.en-de --length 50 --output pe.svg")]
     Positions(PositionsArgs),
+    /// sacreBLEU 2.5's corpus BLEU, chrF and TER, printed as `sacrebleu REF... -i HYP` prints them.
+    #[command(after_help = "sacrebleu's own arguments: REF... -i HYP, -m bleu chrf ter, -tok 13a|intl|char|none|zh, -lc, \
+-f json|text, -w, -b, --chrf-word-order, several references. The signature's version field names the sacreBLEU \
+version reproduced (--sacrebleu-version). --confidence and --paired-bs are not available.\n\n\
+Example:\n  tchseq sacrebleu ref.de -i hyp.de -m bleu chrf")]
+    Sacrebleu(crate::cli::sacrebleu::SacrebleuArgs),
     /// Report the libtorch build, CUDA/cuDNN availability and thread settings.
     #[command(after_help = "Example:\n  tchseq doctor")]
     Doctor(DoctorArgs),
@@ -218,11 +229,20 @@ pub struct TranslateArgs {
     /// size). With no --batch-size, --max-tokens or --buffer-size, a terminal is translated line
     /// by line as fairseq does, and a file, a pipe or sentence arguments with --max-tokens 512
     /// over 2048 lines; give --batch-size 1 for fairseq-interactive's own batching and bits.
-    #[arg(long = "buffer-size", default_value_t = 0)]
+    #[arg(long = "buffer-size", default_value_t = 0, hide_default_value = true)]
     pub buffer_size: usize,
     /// Print hard alignments (A- lines; in jsonl `alignment` and the soft `attention` matrix).
-    #[arg(long = "print-alignment")]
-    pub print_alignment: bool,
+    /// fairseq's `--print-alignment hard` is the same; its `soft` A- lines are not printed.
+    #[arg(long = "print-alignment", value_name = "hard", num_args = 0..=1, require_equals = true,
+        default_missing_value = "hard", value_parser = ["hard"])]
+    pub print_alignment: Option<String>,
+    /// fairseq's --post-process (alias --remove-bpe): with --format fairseq, the S- and H-
+    /// lines are printed with the subword marks removed (and D- decoded from that), as
+    /// fairseq-interactive prints them. Text and JSONL output are detokenized anyway.
+    #[arg(long = "post-process", visible_alias = "remove-bpe", value_name = "SYMBOL", num_args = 0..=1,
+        require_equals = true, default_missing_value = "subword_nmt",
+        value_parser = clap::builder::PossibleValuesParser::new(fairseq::POST_PROCESS.to_vec()))]
+    pub post_process: Option<String>,
     /// The model's dtype with `--compute-type exact`, as fairseq's --fp16 (`fp16`) and --bf16
     /// (`bf16`) set it: weights and computation in that precision. On a CPU, fp16 runs about
     /// 10x slower than fp32.
@@ -235,10 +255,15 @@ pub struct TranslateArgs {
     /// `tchseq doctor` lists what this CPU runs fast).
     #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
     pub compute_type: ComputeType,
+    /// Continue an interrupted `--output` run of the same command (any changed setting is
+    /// refused, by name): the partial file keeps every line finished before the interruption,
+    /// and the rest is appended as one run would have written it. Not with --sampling.
+    #[arg(long)]
+    pub resume: bool,
     /// Lexically constrained decoding (fairseq's LexicallyConstrainedBeamSearch): an input line
     /// is `source<TAB>constraint<TAB>...` (jsonl: a `constraints` list), and every hypothesis
     /// holds every constraint, in the order given (`ordered`, the default) or in any order.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "ordered", value_name = "ORDER")]
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "ordered", value_name = "ORDER")]
     pub constraints: Option<ConstraintsArg>,
 }
 
@@ -290,7 +315,7 @@ pub struct ScoreArgs {
     pub pipeline: PipelineArgs,
     #[command(flatten)]
     pub shard: ShardArgs,
-    /// CSV file with a header row.
+    /// CSV file with a header row (`-`: stdin).
     #[arg(long, value_name = "FILE")]
     pub input: PathBuf,
     /// Output file (default: stdout). Written to a temporary file and renamed at the end.
@@ -375,11 +400,12 @@ pub enum LmBreakMode {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("compared_with").args(["reference", "against"]).required(true)))]
 pub struct VerifyArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Reference tensors (.pt or .safetensors) in the verify reference format.
-    #[arg(long, value_name = "FILE", required_unless_present = "against", conflicts_with = "against")]
+    #[arg(long, value_name = "FILE", conflicts_with = "against")]
     pub reference: Option<PathBuf>,
     /// A conversion of the model to compare it with, in any format tchseq reads: a fairseq
     /// checkpoint or model directory, a Hugging Face directory, a CTranslate2 directory

@@ -2,6 +2,7 @@
 //! `attention`.
 
 use clap::Args;
+use tchseq::generate::NgramMode;
 
 /// fairseq's search flags with their defaults, shared by `translate` and `attention`.
 #[derive(Debug, Args, Clone)]
@@ -27,13 +28,20 @@ pub struct SearchArgs {
     /// Do not normalize scores by length.
     #[arg(long)]
     pub unnormalized: bool,
-    /// Never generate an n-gram of this size twice in a hypothesis (the leading BOS counts),
-    /// as fairseq's CUDA kernel and fairseq <= 0.10 do.
+    /// Block repeated n-grams of this size as --ngram-blocking says. By default that is
+    /// fairseq 0.12.2 on the CPU, where it changes no output, at any size.
     #[arg(long = "no-repeat-ngram-size", default_value_t = 0)]
     pub no_repeat_ngram_size: usize,
-    /// Reproduce fairseq 0.12.2 on CPU, where --no-repeat-ngram-size blocks nothing (its
-    /// Python fallback compares against the pad-filled end of the token buffer). Use it to
-    /// match outputs made with fairseq 0.12.x without the CUDA extension.
+    /// Which of fairseq 0.12.2's n-gram blockers --no-repeat-ngram-size runs. fairseq-cpu: its
+    /// Python code, which fairseq runs on the CPU and wherever its optional CUDA extension is not
+    /// built; it compares against the pad-filled end of the token buffer, so no hypothesis
+    /// changes. fairseq-cuda: its CUDA kernel (and fairseq <= 0.10): no n-gram twice in a
+    /// hypothesis, the leading BOS counted (size 1 is refused where the BOS is EOS: it would ban
+    /// EOS).
+    #[arg(long = "ngram-blocking", value_enum, default_value_t = NgramMode::FairseqCpu)]
+    pub ngram_blocking: NgramMode,
+    /// Accepted for older scripts: asks for --ngram-blocking fairseq-cpu, which is the default
+    /// (fairseq 0.12.2 on the CPU); an error beside --ngram-blocking fairseq-cuda.
     #[arg(long = "fairseq-compat-ngram")]
     pub fairseq_compat_ngram: bool,
     /// Diverse beam search: split the beam into this many groups, each penalised for the tokens

@@ -68,7 +68,12 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
         bail!("--batch-size must be at least 1");
     }
 
-    let reader = BufReader::new(File::open(&a.input).with_context(|| format!("opening {}", a.input.display()))?);
+    // `--input -` is stdin, read as fairseq reads it (`\n` ends a line); a file with universal newlines
+    let (reader, newlines): (Box<dyn std::io::BufRead>, Newlines) = if super::table::is_stdin(&a.input) {
+        (Box::new(std::io::stdin().lock()), Newlines::Lf)
+    } else {
+        (Box::new(BufReader::new(File::open(&a.input).with_context(|| format!("opening {}", a.input.display()))?)), Newlines::Universal)
+    };
     let mut out = OutputSink::open(a.output.as_deref())?;
     let mut totals = Totals { samples: 0, failed: 0, tokens: 0, logprob: 0.0 };
     let mut pending: Vec<(LmRow, Option<String>)> = Vec::new();
@@ -97,7 +102,7 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
         }
         Ok(())
     };
-    for (line_no, line) in lines(reader, Newlines::Universal).enumerate() {
+    for (line_no, line) in lines(reader, newlines).enumerate() {
         let line = line.context("reading input")?;
         let text = match line {
             Ok(text) => text,

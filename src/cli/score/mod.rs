@@ -4,7 +4,7 @@
 //! The CSV/row machinery here does not know about models: it reads rows in chunks of
 //! `--buffer-size`, asks a [`Backend`] to encode each row and to score batches built with
 //! fairseq's ordering and batching, and writes exactly one output row per input row, in input
-//! order.
+//! order, as soon as it and every row before it are scored (progress is kept per batch).
 
 use anyhow::Result;
 use std::io::IsTerminal;
@@ -18,6 +18,7 @@ mod columns;
 mod format;
 mod lm;
 mod options;
+mod pending;
 mod resume;
 mod rows;
 mod sink;
@@ -28,6 +29,7 @@ mod tests;
 use columns::*;
 use format::*;
 use options::*;
+use pending::{Finished, RowTotals};
 use rows::*;
 use sink::*;
 use table::*;

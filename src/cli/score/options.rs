@@ -43,6 +43,9 @@ impl Options {
         if a.resume && a.output.is_none() {
             bail!("--resume needs --output (a run to stdout cannot be resumed)");
         }
+        if a.resume && super::table::is_stdin(&a.input) {
+            bail!("--resume needs --input FILE (rows read from stdin cannot be read again)");
+        }
         let (max_tokens, batch_size) = match (a.batching.max_tokens, a.batching.batch_size) {
             (None, None) => (Some(DEFAULT_MAX_TOKENS), None),
             other => other,

@@ -27,16 +27,16 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub(super) fn add(&mut self, result: &RowResult) {
+    pub(super) fn add(&mut self, totals: &RowTotals) {
         self.rows += 1;
-        match result {
-            Ok(row) => {
+        match totals.0 {
+            Some((logprob, avg_logprob, tokens)) => {
                 self.scored += 1;
-                self.sum_avg_logprob += f64::from(row.scored.avg_logprob);
-                self.sum_logprob += f64::from(row.scored.logprob);
-                self.sum_tokens += row.target.len() as u64;
+                self.sum_avg_logprob += f64::from(avg_logprob);
+                self.sum_logprob += f64::from(logprob);
+                self.sum_tokens += tokens;
             }
-            Err(_) => self.errors += 1,
+            None => self.errors += 1,
         }
     }
 
@@ -59,8 +59,8 @@ impl Summary {
 }
 
 /// What `--resume` needs to continue: the run's settings, and where the input and the partial
-/// output stood after the last complete chunk. Written as JSON beside the partial output
-/// (`<output>.partial.progress`; docs/score.md describes it).
+/// output stood after the last finished batch (or chunk). Written as JSON beside the partial
+/// output (`<output>.partial.progress`; docs/score.md describes it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(super) struct Progress {
     /// Always [`PROGRESS_FORMAT`].
@@ -73,6 +73,22 @@ pub(super) struct Progress {
     pub(super) input_record: u64,
     pub(super) output_bytes: u64,
     pub(super) summary: Summary,
+    /// Set while a chunk is under way (absent in the files of earlier versions, which
+    /// checkpointed only between chunks).
+    #[serde(default)]
+    pub(super) chunk: Option<ChunkProgress>,
+}
+
+/// The chunk of `--buffer-size` rows that holds the next unwritten row: where it starts in the
+/// input (a resume reads it again whole, so that its batches are the interrupted run's), how many
+/// of its rows the partial output holds, and how many bytes of the pending file are complete.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(super) struct ChunkProgress {
+    pub(super) byte: u64,
+    pub(super) line: u64,
+    pub(super) record: u64,
+    pub(super) rows_written: u64,
+    pub(super) pending_bytes: u64,
 }
 
 /// The progress file's `format`: its name and version.
@@ -94,14 +110,28 @@ pub(super) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// The partial output `<output>.partial` and its sidecar `<output>.partial.progress`; renamed to
-/// `<output>` only when every row is written.
+/// The partial output `<output>.partial` and its sidecars `<output>.partial.progress` and
+/// `<output>.partial.pending` (rows scored ahead of their turn: see [`super::pending`]); renamed
+/// to `<output>` only when every row is written.
 pub(super) struct FileSink {
     pub(super) final_path: PathBuf,
     pub(super) partial_path: PathBuf,
     pub(super) progress_path: PathBuf,
     pub(super) file: File,
     pub(super) bytes: u64,
+    pub(super) pending_path: PathBuf,
+    /// Opened at the first append (cut to `pending_bytes` then).
+    pending: Option<File>,
+    /// The pending file's complete bytes: what a checkpoint records.
+    pub(super) pending_bytes: u64,
+}
+
+fn remove_if_there(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    }
 }
 
 impl FileSink {
@@ -111,16 +141,18 @@ impl FileSink {
         (partial, progress)
     }
 
+    pub(super) fn pending_path(output: &Path) -> PathBuf {
+        with_suffix(output, ".partial.pending")
+    }
+
     pub(super) fn create(output: &Path) -> Result<Self> {
         let (partial_path, progress_path) = Self::paths(output);
-        match fs::remove_file(&progress_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", progress_path.display())),
-        }
+        remove_if_there(&progress_path)?;
+        let pending_path = Self::pending_path(output);
+        remove_if_there(&pending_path)?;
         let file = File::create(&partial_path)
             .with_context(|| format!("cannot create {}", partial_path.display()))?;
-        Ok(Self { final_path: output.to_path_buf(), partial_path, progress_path, file, bytes: 0 })
+        Ok(Self { final_path: output.to_path_buf(), partial_path, progress_path, file, bytes: 0, pending_path, pending: None, pending_bytes: 0 })
     }
 
     /// The interrupted run's progress, read without touching its partial output.
@@ -157,9 +189,80 @@ impl FileSink {
                 progress.output_bytes
             );
         }
+        let pending_path = Self::pending_path(output);
+        let pending_bytes = progress.chunk.as_ref().map_or(0, |c| c.pending_bytes);
+        if pending_bytes > 0 {
+            let len = fs::metadata(&pending_path).map_or(0, |m| m.len());
+            if len < pending_bytes {
+                bail!(
+                    "--resume: {} is shorter ({len} bytes) than its progress file says ({pending_bytes} bytes)",
+                    pending_path.display()
+                );
+            }
+        }
         file.set_len(progress.output_bytes)?;
         file.seek(SeekFrom::End(0))?;
-        Ok(Self { final_path: output.to_path_buf(), partial_path, progress_path, file, bytes: progress.output_bytes })
+        Ok(Self {
+            final_path: output.to_path_buf(),
+            partial_path,
+            progress_path,
+            file,
+            bytes: progress.output_bytes,
+            pending_path,
+            pending: None,
+            pending_bytes,
+        })
+    }
+
+    /// The rows of the pending file's complete bytes, with their places in the chunk.
+    pub(super) fn read_pending(&self) -> Result<Vec<(usize, Finished)>> {
+        if self.pending_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let data = fs::read(&self.pending_path).with_context(|| format!("--resume: cannot read {}", self.pending_path.display()))?;
+        let complete = data.get(..usize::try_from(self.pending_bytes)?).unwrap_or(&data);
+        super::pending::decode(complete).map_err(|e| {
+            anyhow::anyhow!("--resume: {} is damaged ({e}); run without --resume to start over", self.pending_path.display())
+        })
+    }
+
+    /// Appends rows scored ahead of their turn (bytes from [`super::pending::encode`]).
+    pub(super) fn append_pending(&mut self, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let path = &self.pending_path;
+        let file = match &mut self.pending {
+            Some(file) => file,
+            None => {
+                let mut file = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                file.set_len(self.pending_bytes)?;
+                file.seek(SeekFrom::End(0))?;
+                self.pending.insert(file)
+            }
+        };
+        file.write_all(data).with_context(|| format!("cannot write {}", path.display()))?;
+        self.pending_bytes += data.len() as u64;
+        Ok(())
+    }
+
+    /// The chunk is written: its pending rows are no longer needed. Call after the checkpoint
+    /// that says so.
+    pub(super) fn clear_pending(&mut self) -> Result<()> {
+        if self.pending_bytes == 0 {
+            return Ok(());
+        }
+        if let Some(file) = &mut self.pending {
+            file.set_len(0).with_context(|| format!("cannot write {}", self.pending_path.display()))?;
+            file.seek(SeekFrom::Start(0))?;
+        }
+        self.pending_bytes = 0;
+        Ok(())
     }
 
     pub(super) fn write(&mut self, data: &[u8]) -> Result<()> {
@@ -187,6 +290,8 @@ impl FileSink {
             format!("cannot rename {} to {}", self.partial_path.display(), self.final_path.display())
         })?;
         let _ = fs::remove_file(&self.progress_path);
+        drop(self.pending);
+        let _ = fs::remove_file(&self.pending_path);
         Ok(())
     }
 }

@@ -15,6 +15,8 @@ struct FakeBackend {
     /// Panic after this many `score` calls (to simulate an interrupted run).
     panic_after: Option<usize>,
     calls: usize,
+    /// What `parallel_batches` says (0: 1).
+    parallel: usize,
 }
 
 fn ids(text: &str) -> Vec<i64> {
@@ -52,6 +54,9 @@ impl Backend for FakeBackend {
                 Scored { logprob: sum, avg_logprob: sum / p.len() as f32, positional_scores: p }
             })
             .collect())
+    }
+    fn parallel_batches(&self) -> usize {
+        self.parallel.max(1)
     }
     fn target_symbol(&self, id: i64) -> String {
         format!("w{id}")
@@ -294,10 +299,15 @@ fn output_appears_only_when_complete_and_resume_continues() {
     assert!(err.contains("--resume: test was `1` in the interrupted run and is `2` now"), "{err}");
     assert_eq!(fs::read(dir.path().join("out.csv.partial")).unwrap(), partial_before, "the partial output is left as it was");
 
+    // rows scored ahead of their turn and kept in the pending file are not this run's either
+    let ahead = progress.chunk.as_ref().filter(|c| c.pending_bytes > 0).map_or(0, |c| {
+        let pending = fs::read(dir.path().join("out.csv.partial.pending")).unwrap();
+        super::pending::decode(&pending[..c.pending_bytes as usize]).unwrap().iter().filter(|(k, _)| *k as u64 >= c.rows_written).count() as u64
+    });
     opts.resume = true;
     let summary = run_fake(&opts, &mut backend()).unwrap();
     assert_eq!(summary.rows, 40);
-    assert_eq!(summary.rows_this_run, 40 - progress.summary.rows);
+    assert_eq!(summary.rows_this_run, 40 - progress.summary.rows - ahead);
     assert_eq!(fs::read(dir.path().join("out.csv")).unwrap(), reference);
     assert!(!dir.path().join("out.csv.partial").exists());
     assert!(!dir.path().join("out.csv.partial.progress").exists());
@@ -329,4 +339,187 @@ fn resume_keeps_a_byte_order_mark_that_starts_a_row() {
     opts.resume = true;
     run_fake(&opts, &mut backend()).unwrap();
     assert_eq!(fs::read(dir.path().join("out.csv")).unwrap(), reference);
+}
+
+/// Progress is kept per batch, not per chunk: a crash inside a chunk of many batches leaves the
+/// rows written in input order (a prefix of the clean run's output) and the rows scored ahead
+/// of their turn in the pending file; `--resume` scores only the batches not finished, and ends
+/// with the clean run's bytes.
+#[test]
+fn a_crash_inside_a_chunk_keeps_every_finished_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = shuffled_rows(63);
+    write_pairs(&dir.path().join("in.csv"), &rows);
+    let mut opts = options(dir.path(), "in.csv", Some("ref.csv"));
+    // one chunk of 63 rows in 21 batches (7 rounds of 3)
+    opts.buffer_size = 1000;
+    let mut clean = backend();
+    run_fake(&opts, &mut clean).unwrap();
+    let reference = fs::read(dir.path().join("ref.csv")).unwrap();
+    assert_eq!(clean.batches.borrow().len(), 21);
+
+    // (rounds of 3 batches side by side: progress is kept per round)
+    for (parallel, crash_after) in [(1, 1), (1, 7), (1, 20), (3, 3), (3, 8), (3, 20)] {
+        opts.output = Some(dir.path().join("out.csv"));
+        opts.resume = false;
+        let crashed = std::panic::catch_unwind(|| {
+            let mut b = backend();
+            b.panic_after = Some(crash_after);
+            b.parallel = parallel;
+            let _ = run_fake(&opts, &mut b);
+        });
+        assert!(crashed.is_err());
+        let progress: Progress =
+            serde_json::from_slice(&fs::read(dir.path().join("out.csv.partial.progress")).unwrap()).unwrap();
+        let chunk = progress.chunk.clone().expect("a checkpoint inside the chunk");
+        // the rounds that finished before the crash
+        let kept = crash_after / parallel * parallel;
+        // the rounds run by their first row: each one finished writes at least one more row
+        assert!(chunk.rows_written >= (kept / parallel) as u64, "{progress:?}");
+        assert_eq!(progress.summary.rows, chunk.rows_written);
+        let partial = fs::read(dir.path().join("out.csv.partial")).unwrap();
+        assert_eq!(partial.len() as u64, progress.output_bytes);
+        assert!(reference.starts_with(&partial), "the partial output is a prefix of the clean run's");
+        let pending = fs::read(dir.path().join("out.csv.partial.pending")).unwrap();
+        let ahead = super::pending::decode(&pending[..chunk.pending_bytes as usize]).unwrap();
+        // every finished batch is kept, written or pending: 3 rows a batch
+        assert_eq!(chunk.rows_written as usize + ahead.iter().filter(|(k, _)| *k as u64 >= chunk.rows_written).count(), 3 * kept);
+
+        opts.resume = true;
+        let mut b = backend();
+        b.parallel = parallel;
+        let summary = run_fake(&opts, &mut b).unwrap();
+        assert_eq!(b.batches.borrow().len(), 21 - kept, "crash after {crash_after}: only the unfinished batches are scored again");
+        assert_eq!(summary.rows, 63);
+        assert_eq!(summary.rows_this_run, 63 - 3 * kept as u64);
+        assert_eq!(fs::read(dir.path().join("out.csv")).unwrap(), reference, "crash after {crash_after}");
+        for leftover in ["out.csv.partial", "out.csv.partial.progress", "out.csv.partial.pending"] {
+            assert!(!dir.path().join(leftover).exists(), "{leftover} is gone");
+        }
+    }
+}
+
+/// A kill -9 can land after rows went to the pending file and before the checkpoint that counts
+/// them: the bytes past the checkpoint's are ignored. A pending file shorter than its checkpoint
+/// says is refused, the partial output left as it was.
+#[test]
+fn resume_reads_the_pending_file_only_as_far_as_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pairs(&dir.path().join("in.csv"), &shuffled_rows(45));
+    let mut opts = options(dir.path(), "in.csv", Some("ref.csv"));
+    opts.buffer_size = 20;
+    run_fake(&opts, &mut backend()).unwrap();
+    let reference = fs::read(dir.path().join("ref.csv")).unwrap();
+
+    opts.output = Some(dir.path().join("out.csv"));
+    let crash = |opts: &Options| {
+        let crashed = std::panic::catch_unwind(|| {
+            let mut b = backend();
+            b.panic_after = Some(9);
+            let _ = run_fake(opts, &mut b);
+        });
+        assert!(crashed.is_err());
+    };
+    crash(&opts);
+    let pending_path = dir.path().join("out.csv.partial.pending");
+    let progress: Progress = serde_json::from_slice(&fs::read(dir.path().join("out.csv.partial.progress")).unwrap()).unwrap();
+    let chunk = progress.chunk.clone().unwrap();
+    assert!(chunk.pending_bytes > 0, "{progress:?}");
+    let mut pending = fs::read(&pending_path).unwrap();
+    // half a record more, as a kill mid-append leaves it
+    pending.extend(&pending[..10].to_vec());
+    fs::write(&pending_path, &pending).unwrap();
+    let mut resumed = opts.clone();
+    resumed.resume = true;
+    run_fake(&resumed, &mut backend()).unwrap();
+    assert_eq!(fs::read(dir.path().join("out.csv")).unwrap(), reference);
+
+    fs::remove_file(dir.path().join("out.csv")).unwrap();
+    crash(&opts);
+    let partial_before = fs::read(dir.path().join("out.csv.partial")).unwrap();
+    let pending = fs::read(&pending_path).unwrap();
+    fs::write(&pending_path, &pending[..pending.len() - 1]).unwrap();
+    let err = run_fake(&resumed, &mut backend()).err().unwrap().to_string();
+    assert!(err.contains("out.csv.partial.pending is shorter"), "{err}");
+    assert_eq!(fs::read(dir.path().join("out.csv.partial")).unwrap(), partial_before);
+}
+
+/// A progress file from before per-batch checkpoints (no `chunk`) is a checkpoint between chunks.
+#[test]
+fn a_progress_file_without_chunk_is_between_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pairs(&dir.path().join("in.csv"), &shuffled_rows(30));
+    let mut opts = options(dir.path(), "in.csv", Some("ref.csv"));
+    opts.buffer_size = 6;
+    run_fake(&opts, &mut backend()).unwrap();
+    let reference = fs::read(dir.path().join("ref.csv")).unwrap();
+    // rows 0..12 (two chunks) written as an earlier version would have left them
+    let text = String::from_utf8(reference.clone()).unwrap();
+    let kept: String = text.split_inclusive('\n').take(13).collect();
+    let data = fs::read(dir.path().join("in.csv")).unwrap();
+    let mut reader = csv_reader(b',', &data[..]);
+    let mut record = csv::ByteRecord::new();
+    for _ in 0..12 {
+        assert!(reader.read_byte_record(&mut record).unwrap());
+    }
+    let pos = reader.position();
+    let mut summary = Summary::default();
+    for line in kept.lines().skip(1) {
+        let fields: Vec<&str> = line.split(',').collect();
+        let (logprob, tokens, avg): (f32, u64, f32) = (fields[3].parse().unwrap(), fields[4].parse().unwrap(), fields[5].parse().unwrap());
+        summary.add(&RowTotals(Some((logprob, avg, tokens))));
+    }
+    let (input_len, input_modified_ns) = input_stamp(&opts.input).unwrap();
+    let progress = serde_json::json!({
+        "format": PROGRESS_FORMAT, "settings": opts.settings, "input_len": input_len, "input_modified_ns": input_modified_ns,
+        "input_byte": pos.byte(), "input_line": pos.line(), "input_record": pos.record(), "output_bytes": kept.len(), "summary": summary,
+    });
+    fs::write(dir.path().join("out.csv.partial"), &kept).unwrap();
+    fs::write(dir.path().join("out.csv.partial.progress"), progress.to_string()).unwrap();
+    opts.output = Some(dir.path().join("out.csv"));
+    opts.resume = true;
+    let done = run_fake(&opts, &mut backend()).unwrap();
+    assert_eq!((done.rows, done.rows_this_run), (30, 18));
+    assert_eq!(fs::read(dir.path().join("out.csv")).unwrap(), reference);
+}
+
+/// Two crashes inside one chunk, the second in the run that resumed the first (rows starting
+/// with a byte order mark, which the resume's seek must keep): the second resume still ends with
+/// the clean run's bytes, and each resume scores only the batches not finished.
+#[test]
+fn a_resumed_run_crashed_again_in_the_same_chunk_resumes_again() {
+    let dir = tempfile::tempdir().unwrap();
+    write_pairs_with_ids(&dir.path().join("in.csv"), &shuffled_rows(45), "\u{feff}");
+    let mut opts = options(dir.path(), "in.csv", Some("ref.csv"));
+    // chunks of 30 and 15 rows, in batches of 3
+    opts.buffer_size = 30;
+    run_fake(&opts, &mut backend()).unwrap();
+    let reference = fs::read(dir.path().join("ref.csv")).unwrap();
+
+    opts.output = Some(dir.path().join("out.csv"));
+    let crash = |opts: &Options, after: usize| {
+        let crashed = std::panic::catch_unwind(|| {
+            let mut b = backend();
+            b.panic_after = Some(after);
+            let _ = run_fake(opts, &mut b);
+        });
+        assert!(crashed.is_err());
+        let progress: Progress = serde_json::from_slice(&fs::read(dir.path().join("out.csv.partial.progress")).unwrap()).unwrap();
+        assert!(reference.starts_with(&fs::read(dir.path().join("out.csv.partial")).unwrap()));
+        progress
+    };
+    // the first chunk, then the second
+    for (first, second) in [(2, 3), (12, 2)] {
+        let _ = fs::remove_file(dir.path().join("out.csv"));
+        opts.resume = false;
+        let one = crash(&opts, first);
+        opts.resume = true;
+        let two = crash(&opts, second);
+        assert_eq!(one.chunk.as_ref().map(|c| c.byte), two.chunk.as_ref().map(|c| c.byte), "the same chunk");
+        assert!(two.summary.rows >= one.summary.rows);
+        let mut b = backend();
+        run_fake(&opts, &mut b).unwrap();
+        assert_eq!(b.batches.borrow().len(), 15 - first - second, "({first}, {second})");
+        assert_eq!(fs::read(dir.path().join("out.csv")).unwrap(), reference, "({first}, {second})");
+    }
 }

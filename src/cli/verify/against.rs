@@ -51,6 +51,10 @@ struct Report {
     activations: Vec<ActivationRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hypotheses: Option<Hypotheses>,
+    /// Why the comparison stopped before the weights: the architectures differ, so every weight
+    /// would fail by shape or name and say nothing the config rows do not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped: Option<String>,
     failed: usize,
     verdict: Status,
 }
@@ -61,8 +65,30 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs, against: &Path) -> Result<Out
     let converted = read_converted(against).map_err(common::hub_error)?;
     let checkpoint = bundle.checkpoints.first().context("the model has no checkpoint")?;
     let config = compare_config(&checkpoint.config, &converted.config);
-    let weights = compare_weights(checkpoint, &converted).map_err(common::hub_error)?;
     let judged = converted.weights.iter().all(|w| w.bound.is_none());
+    if !config.is_empty() {
+        let report = Report {
+            model: bundle.files.checkpoints[0].display().to_string(),
+            against: converted.path.display().to_string(),
+            format: converted.format,
+            failed: config.len(),
+            stopped: Some(format!(
+                "the configs differ in {} architecture field{}: weights, activations and translations not compared",
+                config.len(),
+                if config.len() == 1 { "" } else { "s" }
+            )),
+            config,
+            weights: Vec::new(),
+            model_error: None,
+            judged,
+            activations: Vec::new(),
+            hypotheses: None,
+            verdict: Status::Fail,
+        };
+        print(&report, args.json)?;
+        return Ok(Outcome::CheckFailed);
+    }
+    let weights = compare_weights(checkpoint, &converted).map_err(common::hub_error)?;
     let built = TransformerModel::from_state_dict(&converted.config, &converted.state_dict, device, Kind::Float).map(|(m, _)| m);
     let model_error = built.as_ref().err().map(|e| e.to_string());
     let mut report = Report {
@@ -75,6 +101,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs, against: &Path) -> Result<Out
         judged,
         activations: Vec::new(),
         hypotheses: None,
+        stopped: None,
         failed: 0,
         verdict: Status::Ok,
     };
@@ -181,6 +208,11 @@ fn print(r: &Report, json: bool) -> Result<()> {
     writeln!(out, "{} against {} ({})", r.model, r.against, r.format.name())?;
     for c in &r.config {
         writeln!(out, "config {}: {} here, {} in the conversion  FAIL", c.field, c.reference, c.converted)?;
+    }
+    if let Some(why) = &r.stopped {
+        writeln!(out, "{why}")?;
+        writeln!(out, "FAIL: {} failed", r.failed)?;
+        return Ok(());
     }
     // every weight is in --json; here the failing ones and a summary
     for w in r.weights.iter().filter(|w| w.status == Status::Fail) {

@@ -336,3 +336,55 @@ fn a_temperature_that_is_not_above_zero_is_refused() {
     let cfg = GeneratorConfig { temperature: 0.5, ..GeneratorConfig::default() };
     assert!(SequenceGenerator::new(cfg, V as usize, Specials::default()).is_ok());
 }
+
+/// `--no-repeat-ngram-size n`, n = 1..4, beam search (every bookkeeping) and sampling: by
+/// default (fairseq 0.12.2 on the CPU) the same hypotheses, bit for bit, as without it; with
+/// fairseq's CUDA kernel (`FairseqCuda`, beam search) no hypothesis repeats an n-gram (the BOS
+/// counted), and n = 1 with an EOS BOS is refused instead of failing every sentence at max_len.
+#[test]
+fn no_repeat_ngram_changes_nothing_by_default_and_blocks_with_the_cuda_kernel_s_semantics() {
+    let _rng = crate::generate::rng_lock();
+    let mut model = Markov::new(5);
+    let srcs = sources();
+    let searches = [SearchStrategy::Beam, SearchStrategy::Sampling { topk: -1, topp: -1.0 }];
+    let mut cuda_changed = 0;
+    for search in searches {
+        for bookkeeping in BOOKKEEPINGS {
+            model.bookkeeping = bookkeeping;
+            // long hypotheses over 12 symbols: repeats are likely
+            let base = GeneratorConfig { beam_size: 3, min_len: 7, max_len_b: 9, search, ..GeneratorConfig::default() };
+            let run = |model: &mut Markov, cfg: GeneratorConfig| {
+                tch::manual_seed(1);
+                SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap().generate(model, &batch(&srcs))
+            };
+            let plain = run(&mut model, base.clone()).unwrap();
+            for n in 1..=4 {
+                let default = GeneratorConfig { no_repeat_ngram_size: n, ..base.clone() };
+                assert_eq!(default.ngram_mode, NgramMode::FairseqCpu);
+                assert_eq!(run(&mut model, default).unwrap(), plain, "n = {n}, {search:?}, {bookkeeping:?}");
+                // (sampling with the kernel's bans can leave a row of 12 symbols nothing to draw,
+                // as fairseq would: beam search only)
+                if search != SearchStrategy::Beam {
+                    continue;
+                }
+                let cuda = GeneratorConfig { no_repeat_ngram_size: n, ngram_mode: NgramMode::FairseqCuda, ..base.clone() };
+                if n == 1 {
+                    assert!(matches!(run(&mut model, cuda), Err(GenerateError::InvalidOption(_))));
+                    continue;
+                }
+                let blocked = run(&mut model, cuda).unwrap();
+                cuda_changed += usize::from(blocked != plain);
+                for h in blocked.iter().flatten() {
+                    // BOS, then the hypothesis without its final EOS (forced or chosen, it is
+                    // never blocked by an earlier n-gram: EOS appears nowhere before it)
+                    let mut toks = vec![2];
+                    toks.extend_from_slice(&h.tokens[..h.tokens.len() - 1]);
+                    let grams: Vec<&[i64]> = toks.windows(n).collect();
+                    let distinct: std::collections::HashSet<&[i64]> = grams.iter().copied().collect();
+                    assert_eq!(distinct.len(), grams.len(), "n = {n}: {toks:?}");
+                }
+            }
+        }
+    }
+    assert!(cuda_changed > 0, "the kernel's blocking never changed a hypothesis: the test proves little");
+}

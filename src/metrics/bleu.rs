@@ -1,0 +1,324 @@
+//! sacreBLEU 2.5.1's corpus BLEU (`metrics/bleu.py`), ported exactly.
+
+use std::collections::HashMap;
+
+use super::format::{py_fixed, Score, Signature};
+use super::tokenizers::TokenizerKind;
+use super::{py_lower, py_rstrip, py_split, MetricError};
+
+/// `--smooth-method`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Smooth {
+    None,
+    Floor,
+    AddK,
+    Exp,
+}
+
+impl Smooth {
+    pub fn parse(name: &str) -> Result<Self, MetricError> {
+        match name {
+            "none" => Ok(Self::None),
+            "floor" => Ok(Self::Floor),
+            "add-k" => Ok(Self::AddK),
+            "exp" => Ok(Self::Exp),
+            n => Err(MetricError::UnknownSmoothing(n.to_string())),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Floor => "floor",
+            Self::AddK => "add-k",
+            Self::Exp => "exp",
+        }
+    }
+
+    /// `BLEU.SMOOTH_DEFAULTS`.
+    pub fn default_value(self) -> Option<f64> {
+        match self {
+            Self::Floor => Some(0.1),
+            Self::AddK => Some(1.0),
+            Self::None | Self::Exp => None,
+        }
+    }
+}
+
+/// The arguments of `BLEU(...)`.
+#[derive(Clone, Debug)]
+pub struct BleuOptions {
+    pub lowercase: bool,
+    pub tokenize: TokenizerKind,
+    pub smooth_method: Smooth,
+    pub smooth_value: Option<f64>,
+    pub max_ngram_order: usize,
+    pub effective_order: bool,
+}
+
+impl Default for BleuOptions {
+    fn default() -> Self {
+        Self {
+            lowercase: false,
+            tokenize: TokenizerKind::T13a,
+            smooth_method: Smooth::Exp,
+            smooth_value: None,
+            max_ngram_order: 4,
+            effective_order: false,
+        }
+    }
+}
+
+/// `BLEUScore`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BleuScore {
+    pub score: f64,
+    pub counts: Vec<f64>,
+    pub totals: Vec<f64>,
+    pub precisions: Vec<f64>,
+    pub bp: f64,
+    pub sys_len: usize,
+    pub ref_len: usize,
+}
+
+impl BleuScore {
+    /// `BLEUScore._verbose`.
+    pub fn verbose(&self) -> String {
+        let prec: Vec<String> = self.precisions.iter().map(|&p| py_fixed(p, 1)).collect();
+        let ratio = if self.ref_len > 0 { self.sys_len as f64 / self.ref_len as f64 } else { 0.0 };
+        format!(
+            "{} (BP = {} ratio = {} hyp_len = {} ref_len = {})",
+            prec.join("/"),
+            py_fixed(self.bp, 3),
+            py_fixed(ratio, 3),
+            self.sys_len,
+            self.ref_len
+        )
+    }
+}
+
+/// `my_log`.
+fn my_log(x: f64) -> f64 {
+    if x == 0.0 {
+        -9999999999.0
+    } else {
+        x.ln()
+    }
+}
+
+/// `BLEU.compute_bleu` from sufficient statistics.
+#[allow(clippy::too_many_arguments)]
+pub fn compute_bleu(
+    correct: &[f64],
+    total: &[f64],
+    sys_len: usize,
+    ref_len: usize,
+    smooth_method: Smooth,
+    smooth_value: Option<f64>,
+    effective_order: bool,
+    max_ngram_order: usize,
+) -> BleuScore {
+    let smooth_value = smooth_value.or(smooth_method.default_value()).unwrap_or(0.0);
+    let mut correct = correct.to_vec();
+    let mut total = total.to_vec();
+    let mut bp = 1.0;
+    if sys_len < ref_len {
+        bp = if sys_len > 0 { (1.0 - ref_len as f64 / sys_len as f64).exp() } else { 0.0 };
+    }
+    let mut precisions = vec![0.0; max_ngram_order];
+    let done = |score, correct, total, precisions| BleuScore { score, counts: correct, totals: total, precisions, bp, sys_len, ref_len };
+    if !correct.iter().any(|&c| c != 0.0) {
+        return done(0.0, correct, total, precisions);
+    }
+    let mut smooth_mteval = 1.0f64;
+    let mut eff_order = max_ngram_order;
+    for n in 1..=max_ngram_order {
+        if smooth_method == Smooth::AddK && n > 1 {
+            correct[n - 1] += smooth_value;
+            total[n - 1] += smooth_value;
+        }
+        if total[n - 1] == 0.0 {
+            break;
+        }
+        if effective_order {
+            eff_order = n;
+        }
+        if correct[n - 1] == 0.0 {
+            match smooth_method {
+                Smooth::Exp => {
+                    smooth_mteval *= 2.0;
+                    precisions[n - 1] = 100.0 / (smooth_mteval * total[n - 1]);
+                }
+                Smooth::Floor => precisions[n - 1] = 100.0 * smooth_value / total[n - 1],
+                _ => {}
+            }
+        } else {
+            precisions[n - 1] = 100.0 * correct[n - 1] / total[n - 1];
+        }
+    }
+    let mut sum = 0.0;
+    for &p in &precisions[..eff_order] {
+        sum += my_log(p);
+    }
+    let score = bp * (sum / eff_order as f64).exp();
+    done(score, correct, total, precisions)
+}
+
+type Ngrams = HashMap<String, usize>;
+
+/// `extract_all_word_ngrams`: n-gram counts (keyed by the tokens joined with a space, which no
+/// token contains) and the number of tokens.
+fn extract_all_word_ngrams(line: &str, min_order: usize, max_order: usize) -> (Ngrams, usize) {
+    let tokens = py_split(line);
+    let mut ngrams = Ngrams::new();
+    for n in min_order..=max_order {
+        if tokens.len() + 1 > n {
+            for i in 0..tokens.len() + 1 - n {
+                *ngrams.entry(tokens[i..i + n].join(" ")).or_default() += 1;
+            }
+        }
+    }
+    (ngrams, tokens.len())
+}
+
+fn ngram_order(key: &str) -> usize {
+    key.matches(' ').count() + 1
+}
+
+struct RefInfo {
+    ngrams: Ngrams,
+    lens: Vec<usize>,
+}
+
+/// `BLEU`: a configured metric.
+pub struct Bleu {
+    pub opts: BleuOptions,
+}
+
+impl Bleu {
+    pub fn new(opts: BleuOptions) -> Self {
+        Self { opts }
+    }
+
+    fn preprocess(&self, sent: &str) -> String {
+        let sent = if self.opts.lowercase { py_lower(sent) } else { sent.to_string() };
+        self.opts.tokenize.tokenize(py_rstrip(&sent))
+    }
+
+    fn reference_info(&self, refs: &[&str]) -> RefInfo {
+        let mut ngrams: Option<Ngrams> = None;
+        let mut lens = Vec::with_capacity(refs.len());
+        for r in refs {
+            let (this, len) = extract_all_word_ngrams(&self.preprocess(r), 1, self.opts.max_ngram_order);
+            lens.push(len);
+            match ngrams.as_mut() {
+                None => ngrams = Some(this),
+                Some(acc) => {
+                    for (k, v) in this {
+                        let e = acc.entry(k).or_default();
+                        *e = (*e).max(v);
+                    }
+                }
+            }
+        }
+        RefInfo { ngrams: ngrams.unwrap_or_default(), lens }
+    }
+
+    /// `_get_closest_ref_len`.
+    fn closest_ref_len(hyp_len: usize, ref_lens: &[usize]) -> i64 {
+        let (mut closest_diff, mut closest_len) = (-1i64, -1i64);
+        for &r in ref_lens {
+            let diff = (hyp_len as i64 - r as i64).abs();
+            if closest_diff == -1 || diff < closest_diff {
+                closest_diff = diff;
+                closest_len = r as i64;
+            } else if diff == closest_diff && (r as i64) < closest_len {
+                closest_len = r as i64;
+            }
+        }
+        closest_len
+    }
+
+    /// Segment statistics: `[hyp_len, ref_len, correct.., total..]`.
+    fn segment_stats(&self, hyp: &str, info: &RefInfo) -> Vec<i64> {
+        let order = self.opts.max_ngram_order;
+        let (hyp_ngrams, hyp_len) = extract_all_word_ngrams(&self.preprocess(hyp), 1, order);
+        let ref_len = Self::closest_ref_len(hyp_len, &info.lens);
+        let mut correct = vec![0i64; order];
+        let mut total = vec![0i64; order];
+        for (ng, &count) in &hyp_ngrams {
+            let n = ngram_order(ng) - 1;
+            total[n] += count as i64;
+            if let Some(&r) = info.ngrams.get(ng) {
+                correct[n] += count.min(r) as i64;
+            }
+        }
+        let mut out = vec![hyp_len as i64, ref_len];
+        out.extend(correct);
+        out.extend(total);
+        out
+    }
+
+    /// `corpus_score(hyps, refs)`: `refs[k][i]` is the k-th reference of segment i.
+    pub fn corpus_score(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<BleuScore, MetricError> {
+        super::check_lengths(hyps, refs)?;
+        let order = self.opts.max_ngram_order;
+        let mut sums = vec![0i64; 2 + 2 * order];
+        for (i, hyp) in hyps.iter().enumerate() {
+            let seg_refs: Vec<&str> = refs.iter().map(|r| r[i].as_str()).collect();
+            let info = self.reference_info(&seg_refs);
+            for (s, v) in sums.iter_mut().zip(self.segment_stats(hyp, &info)) {
+                *s += v;
+            }
+        }
+        let correct: Vec<f64> = sums[2..2 + order].iter().map(|&v| v as f64).collect();
+        let total: Vec<f64> = sums[2 + order..].iter().map(|&v| v as f64).collect();
+        Ok(compute_bleu(
+            &correct,
+            &total,
+            sums[0] as usize,
+            sums[1] as usize,
+            self.opts.smooth_method,
+            self.opts.smooth_value,
+            self.opts.effective_order,
+            order,
+        ))
+    }
+
+    /// `BLEUSignature`.
+    pub fn signature(&self, num_refs: usize, version: &str) -> Signature {
+        let mut smooth = self.opts.smooth_method.name().to_string();
+        if let Some(def) = self.opts.smooth_method.default_value() {
+            smooth += &format!("[{}]", py_fixed(self.opts.smooth_value.unwrap_or(def), 2));
+        }
+        let mut sig = Signature::new(num_refs, version);
+        sig.push("case", "c", if self.opts.lowercase { "lc" } else { "mixed" });
+        sig.push("eff", "e", if self.opts.effective_order { "yes" } else { "no" });
+        sig.push("tok", "tok", self.opts.tokenize.signature());
+        sig.push("smooth", "s", &smooth);
+        sig
+    }
+
+    /// The score in the form the printer takes.
+    pub fn to_score(score: &BleuScore) -> Score {
+        Score { name: "BLEU".to_string(), score: score.score, verbose: score.verbose() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn perfect_and_zero() {
+        let b = Bleu::new(BleuOptions::default());
+        let r = b.corpus_score(&s(&["this is a test"]), &[s(&["this is a test"])]).unwrap();
+        assert!((r.score - 100.0).abs() < 1e-9);
+        let r = b.corpus_score(&s(&["this is a test", "another test"]), &[s(&["ref1", "ref2"])]).unwrap();
+        assert_eq!(r.score, 0.0);
+    }
+}
