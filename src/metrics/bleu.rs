@@ -1,10 +1,9 @@
 //! sacreBLEU 2.5.1's corpus BLEU (`metrics/bleu.py`), ported exactly.
 
-use std::collections::HashMap;
 
 use super::format::{py_fixed, Score, Signature};
 use super::tokenizers::TokenizerKind;
-use super::{py_lower, py_rstrip, py_split, MetricError};
+use super::{py_lower, py_rstrip, py_split, FxMap, MetricError};
 
 /// `--smooth-method`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,30 +163,16 @@ pub fn compute_bleu(
     done(score, correct, total, precisions)
 }
 
-type Ngrams = HashMap<String, usize>;
+/// N-gram counts, keyed by the n-gram's tokens.
+type Ngrams<'a> = FxMap<&'a [&'a str], usize>;
 
-/// `extract_all_word_ngrams`: n-gram counts (keyed by the tokens joined with a space, which no
-/// token contains) and the number of tokens.
-fn extract_all_word_ngrams(line: &str, min_order: usize, max_order: usize) -> (Ngrams, usize) {
-    let tokens = py_split(line);
-    let mut ngrams = Ngrams::new();
-    for n in min_order..=max_order {
-        if tokens.len() + 1 > n {
-            for i in 0..tokens.len() + 1 - n {
-                *ngrams.entry(tokens[i..i + n].join(" ")).or_default() += 1;
-            }
+/// `extract_all_word_ngrams` (orders `1..=max_order`) over a line's tokens, added to `ngrams`.
+fn extract_all_word_ngrams<'a>(tokens: &'a [&'a str], max_order: usize, ngrams: &mut Ngrams<'a>) {
+    for n in 1..=max_order.min(tokens.len()) {
+        for w in tokens.windows(n) {
+            *ngrams.entry(w).or_default() += 1;
         }
     }
-    (ngrams, tokens.len())
-}
-
-fn ngram_order(key: &str) -> usize {
-    key.matches(' ').count() + 1
-}
-
-struct RefInfo {
-    ngrams: Ngrams,
-    lens: Vec<usize>,
 }
 
 /// `BLEU`: a configured metric.
@@ -205,25 +190,6 @@ impl Bleu {
         self.opts.tokenize.tokenize(py_rstrip(&sent))
     }
 
-    fn reference_info(&self, refs: &[&str]) -> RefInfo {
-        let mut ngrams: Option<Ngrams> = None;
-        let mut lens = Vec::with_capacity(refs.len());
-        for r in refs {
-            let (this, len) = extract_all_word_ngrams(&self.preprocess(r), 1, self.opts.max_ngram_order);
-            lens.push(len);
-            match ngrams.as_mut() {
-                None => ngrams = Some(this),
-                Some(acc) => {
-                    for (k, v) in this {
-                        let e = acc.entry(k).or_default();
-                        *e = (*e).max(v);
-                    }
-                }
-            }
-        }
-        RefInfo { ngrams: ngrams.unwrap_or_default(), lens }
-    }
-
     /// `_get_closest_ref_len`.
     fn closest_ref_len(hyp_len: usize, ref_lens: &[usize]) -> i64 {
         let (mut closest_diff, mut closest_len) = (-1i64, -1i64);
@@ -239,24 +205,39 @@ impl Bleu {
         closest_len
     }
 
-    /// Segment statistics: `[hyp_len, ref_len, correct.., total..]`.
-    fn segment_stats(&self, hyp: &str, info: &RefInfo) -> Vec<i64> {
+    /// Adds one segment's statistics to `sums` (`[hyp_len, ref_len, correct.., total..]`).
+    fn add_segment_stats(&self, hyp: &str, refs: &[&str], sums: &mut [i64]) {
         let order = self.opts.max_ngram_order;
-        let (hyp_ngrams, hyp_len) = extract_all_word_ngrams(&self.preprocess(hyp), 1, order);
-        let ref_len = Self::closest_ref_len(hyp_len, &info.lens);
-        let mut correct = vec![0i64; order];
-        let mut total = vec![0i64; order];
-        for (ng, &count) in &hyp_ngrams {
-            let n = ngram_order(ng) - 1;
-            total[n] += count as i64;
-            if let Some(&r) = info.ngrams.get(ng) {
-                correct[n] += count.min(r) as i64;
+        let ref_toks: Vec<String> = refs.iter().map(|r| self.preprocess(r)).collect();
+        let ref_words: Vec<Vec<&str>> = ref_toks.iter().map(|t| py_split(t)).collect();
+        let ref_lens: Vec<usize> = ref_words.iter().map(Vec::len).collect();
+        // The references' n-gram counts, merged by taking the maximum (`_extract_reference_info`).
+        let mut ref_ngrams = Ngrams::default();
+        for (k, words) in ref_words.iter().enumerate() {
+            if k == 0 {
+                extract_all_word_ngrams(words, order, &mut ref_ngrams);
+            } else {
+                let mut this = Ngrams::default();
+                extract_all_word_ngrams(words, order, &mut this);
+                for (ng, v) in this {
+                    let e = ref_ngrams.entry(ng).or_default();
+                    *e = (*e).max(v);
+                }
             }
         }
-        let mut out = vec![hyp_len as i64, ref_len];
-        out.extend(correct);
-        out.extend(total);
-        out
+        let hyp_tok = self.preprocess(hyp);
+        let hyp_words = py_split(&hyp_tok);
+        let mut hyp_ngrams = Ngrams::default();
+        extract_all_word_ngrams(&hyp_words, order, &mut hyp_ngrams);
+        sums[0] += hyp_words.len() as i64;
+        sums[1] += Self::closest_ref_len(hyp_words.len(), &ref_lens);
+        for (ng, &count) in &hyp_ngrams {
+            let n = ng.len() - 1;
+            sums[2 + order + n] += count as i64;
+            if let Some(&r) = ref_ngrams.get(ng) {
+                sums[2 + n] += count.min(r) as i64;
+            }
+        }
     }
 
     /// `corpus_score(hyps, refs)`: `refs[k][i]` is the k-th reference of segment i.
@@ -266,10 +247,7 @@ impl Bleu {
         let mut sums = vec![0i64; 2 + 2 * order];
         for (i, hyp) in hyps.iter().enumerate() {
             let seg_refs: Vec<&str> = refs.iter().map(|r| r[i].as_str()).collect();
-            let info = self.reference_info(&seg_refs);
-            for (s, v) in sums.iter_mut().zip(self.segment_stats(hyp, &info)) {
-                *s += v;
-            }
+            self.add_segment_stats(hyp, &seg_refs, &mut sums);
         }
         let correct: Vec<f64> = sums[2..2 + order].iter().map(|&v| v as f64).collect();
         let total: Vec<f64> = sums[2 + order..].iter().map(|&v| v as f64).collect();

@@ -1,9 +1,9 @@
 //! sacreBLEU 2.5.1's corpus chrF / chrF++ (`metrics/chrf.py`), ported exactly.
 
-use std::collections::HashMap;
+use std::hash::Hash;
 
 use super::format::{Score, Signature};
-use super::{py_lower, py_split, MetricError};
+use super::{py_lower, py_split, FxMap, MetricError};
 
 /// The arguments of `CHRF(...)`.
 #[derive(Clone, Debug)]
@@ -24,17 +24,36 @@ impl Default for ChrfOptions {
 
 const PUNCTS: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 
-type Counter = HashMap<String, usize>;
+type Counter<K> = FxMap<K, usize>;
 
-/// `extract_all_char_ngrams`.
-fn char_ngrams(line: &str, max_order: usize, whitespace: bool) -> Vec<Counter> {
-    let chars: Vec<char> = if whitespace { line.chars().collect() } else { py_split(line).concat().chars().collect() };
+/// One sentence's n-gram counts: character n-grams (orders `1..=char_order`, as slices of the
+/// text they were taken from), then word n-grams (orders `1..=word_order`).
+struct SentNgrams<'a> {
+    chars: Vec<Counter<&'a str>>,
+    words: Vec<Counter<&'a [String]>>,
+}
+
+/// The text `extract_all_char_ngrams` takes its n-grams from (whitespace removed unless kept).
+fn char_text(line: &str, whitespace: bool) -> String {
+    if whitespace {
+        line.to_string()
+    } else {
+        py_split(line).concat()
+    }
+}
+
+/// `extract_all_char_ngrams` on [`char_text`]'s result.
+fn char_ngrams(text: &str, max_order: usize) -> Vec<Counter<&str>> {
+    let mut bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    bounds.push(text.len());
+    let len = bounds.len() - 1;
     (1..=max_order)
         .map(|n| {
-            let mut c = Counter::new();
-            if chars.len() + 1 > n {
-                for i in 0..chars.len() + 1 - n {
-                    *c.entry(chars[i..i + n].iter().collect()).or_default() += 1;
+            let mut c = Counter::default();
+            if len + 1 > n {
+                c.reserve(len + 1 - n);
+                for i in 0..len + 1 - n {
+                    *c.entry(&text[bounds[i]..bounds[i + n]]).or_default() += 1;
                 }
             }
             c
@@ -43,11 +62,11 @@ fn char_ngrams(line: &str, max_order: usize, whitespace: bool) -> Vec<Counter> {
 }
 
 /// `extract_word_ngrams`.
-fn word_ngrams(tokens: &[String], n: usize) -> Counter {
-    let mut c = Counter::new();
-    if tokens.len() + 1 > n {
-        for i in 0..tokens.len() + 1 - n {
-            *c.entry(tokens[i..i + n].join(" ")).or_default() += 1;
+fn word_ngrams(tokens: &[String], n: usize) -> Counter<&[String]> {
+    let mut c = Counter::default();
+    if n > 0 && tokens.len() + 1 > n {
+        for w in tokens.windows(n) {
+            *c.entry(w).or_default() += 1;
         }
     }
     c
@@ -77,7 +96,7 @@ fn remove_punctuation(sent: &str) -> Vec<String> {
 }
 
 /// `CHRF._get_match_statistics`.
-fn match_stats(hyp: &Counter, r: &Counter) -> [usize; 3] {
+fn match_stats<K: Hash + Eq>(hyp: &Counter<K>, r: &Counter<K>) -> [usize; 3] {
     let (mut matched, mut hyp_count) = (0, 0);
     for (ng, &count) in hyp {
         hyp_count += count;
@@ -110,15 +129,17 @@ impl Chrf {
         }
     }
 
-    fn all_ngrams(&self, sent: &str) -> Vec<Counter> {
-        let mut stats = char_ngrams(sent, self.opts.char_order, self.opts.whitespace);
-        if self.opts.word_order > 0 {
-            let words = remove_punctuation(sent);
-            for n in 1..=self.opts.word_order {
-                stats.push(word_ngrams(&words, n));
-            }
-        }
-        stats
+    /// `_extract_corpus_statistics`'s per-sentence part, on the texts [`Chrf::texts`] made.
+    fn all_ngrams<'a>(&self, texts: &'a (String, Vec<String>)) -> SentNgrams<'a> {
+        let chars = char_ngrams(&texts.0, self.opts.char_order);
+        let words = (1..=self.opts.word_order).map(|n| word_ngrams(&texts.1, n)).collect();
+        SentNgrams { chars, words }
+    }
+
+    /// The character text and the words (punctuation split off) of a preprocessed sentence.
+    fn texts(&self, sent: &str) -> (String, Vec<String>) {
+        let words = if self.opts.word_order > 0 { remove_punctuation(sent) } else { Vec::new() };
+        (char_text(sent, self.opts.whitespace), words)
     }
 
     /// `CHRF._compute_f_score`.
@@ -159,13 +180,15 @@ impl Chrf {
         }
     }
 
-    fn segment_stats(&self, hyp: &str, refs: &[Vec<Counter>]) -> Vec<usize> {
-        let hyp_ngrams = self.all_ngrams(hyp);
+    fn segment_stats(&self, hyp: &SentNgrams, refs: &[SentNgrams]) -> Vec<usize> {
         let mut best: Vec<usize> = Vec::new();
         let mut best_f = -1.0;
         for r in refs {
             let mut stats = Vec::with_capacity(3 * self.order());
-            for (h, rr) in hyp_ngrams.iter().zip(r) {
+            for (h, rr) in hyp.chars.iter().zip(&r.chars) {
+                stats.extend(match_stats(h, rr));
+            }
+            for (h, rr) in hyp.words.iter().zip(&r.words) {
                 stats.extend(match_stats(h, rr));
             }
             let f = self.f_score(&stats);
@@ -182,8 +205,10 @@ impl Chrf {
         super::check_lengths(hyps, refs)?;
         let mut sums = vec![0usize; 3 * self.order()];
         for (i, hyp) in hyps.iter().enumerate() {
-            let seg_refs: Vec<Vec<Counter>> = refs.iter().map(|r| self.all_ngrams(&self.preprocess(&r[i]))).collect();
-            let stats = self.segment_stats(&self.preprocess(hyp), &seg_refs);
+            let ref_texts: Vec<_> = refs.iter().map(|r| self.texts(&self.preprocess(&r[i]))).collect();
+            let seg_refs: Vec<SentNgrams> = ref_texts.iter().map(|t| self.all_ngrams(t)).collect();
+            let hyp_texts = self.texts(&self.preprocess(hyp));
+            let stats = self.segment_stats(&self.all_ngrams(&hyp_texts), &seg_refs);
             for (s, v) in sums.iter_mut().zip(stats) {
                 *s += v;
             }

@@ -69,16 +69,51 @@ fn re(pattern: &str) -> Regex {
     Regex::new(pattern).expect("static regex")
 }
 
-/// `TokenizerRegexp`'s rules, shared by 13a and zh.
-static RE_POST: LazyLock<[(Regex, &'static str); 4]> = LazyLock::new(|| {
-    [
-        // ([\{-\~\[-\` -\&\(-\+\:-\@\/])
-        (re(r"([\x7B-\x7E\x5B-\x60\x20-\x26\x28-\x2B\x3A-\x40/])"), " ${1} "),
-        (re(r"([^0-9])([\.,])"), "${1} ${2} "),
-        (re(r"([\.,])([^0-9])"), " ${1} ${2}"),
-        (re(r"([0-9])(-)"), "${1} ${2} "),
-    ]
-});
+/// `TokenizerRegexp`'s first rule, `([\{-\~\[-\` -\&\(-\+\:-\@\/])` -> `" \1 "`: the
+/// ASCII bytes it puts spaces around.
+fn post_rule1(b: u8) -> bool {
+    matches!(b, 0x7B..=0x7E | 0x5B..=0x60 | 0x20..=0x26 | 0x28..=0x2B | 0x3A..=0x40 | b'/')
+}
+
+/// One `re.sub` of a two-character pattern `(A)(B)`, as leftmost non-overlapping matches:
+/// `hit(x, y)` says whether bytes `x`, `y` match, and `emit` writes the replacement. Working on
+/// bytes is exact here: every rule's `B` (or `A` in the third) is ASCII, so a match's ASCII side
+/// pins it to a character boundary, and the other side (`[^0-9]`, any non-digit character) is
+/// the adjacent byte of a whole character; continuation bytes never match either side alone.
+fn sub_pairs(s: &[u8], hit: impl Fn(u8, u8) -> bool, emit: impl Fn(&mut Vec<u8>, u8, u8)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + s.len() / 4 + 8);
+    let mut i = 0;
+    while i < s.len() {
+        if i + 1 < s.len() && hit(s[i], s[i + 1]) {
+            emit(&mut out, s[i], s[i + 1]);
+            i += 2;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `TokenizerRegexp`'s four rules (without the final split/join).
+fn apply_post(line: &str) -> String {
+    let mut b = Vec::with_capacity(line.len() * 2);
+    for &c in line.as_bytes() {
+        if post_rule1(c) {
+            b.extend_from_slice(&[b' ', c, b' ']);
+        } else {
+            b.push(c);
+        }
+    }
+    let sep = |c: u8| c == b'.' || c == b',';
+    // ([^0-9])([\.,]) -> "\1 \2 "
+    let b = sub_pairs(&b, |x, y| !x.is_ascii_digit() && sep(y), |o, x, y| o.extend_from_slice(&[x, b' ', y, b' ']));
+    // ([\.,])([^0-9]) -> " \1 \2"  (a multi-byte second character keeps its other bytes as they are)
+    let b = sub_pairs(&b, |x, y| sep(x) && !y.is_ascii_digit(), |o, x, y| o.extend_from_slice(&[b' ', x, b' ', y]));
+    // ([0-9])(-) -> "\1 \2 "
+    let b = sub_pairs(&b, |x, y| x.is_ascii_digit() && y == b'-', |o, x, y| o.extend_from_slice(&[x, b' ', y, b' ']));
+    String::from_utf8(b).expect("ASCII-only edits keep UTF-8 valid")
+}
 
 /// Code points the `regex` module (2026.11.19, Unicode 17) puts in \p{P}, \p{S}, \p{N} and Rust's
 /// regex crate (Unicode 16) does not (tests/it/sacrebleu.rs checks all of them, from
@@ -118,12 +153,15 @@ fn apply(rules: &[(Regex, &'static str)], line: &str) -> String {
 
 /// `TokenizerRegexp.__call__`.
 pub fn tokenize_re(line: &str) -> String {
-    apply(&RE_POST[..], line)
+    py_split(&apply_post(line)).join(" ")
 }
 
 /// `Tokenizer13a.__call__`.
 pub fn tokenize_13a(line: &str) -> String {
-    let mut line = line.replace("<skipped>", "").replace("-\n", "").replace('\n', " ");
+    let mut line = line.replace("<skipped>", "");
+    if line.contains('\n') {
+        line = line.replace("-\n", "").replace('\n', " ");
+    }
     if line.contains('&') {
         line = line
             .replace("&quot;", "\"")
