@@ -163,16 +163,22 @@ pub fn compute_bleu(
     done(score, correct, total, precisions)
 }
 
-/// N-gram counts, keyed by the n-gram's tokens.
-type Ngrams<'a> = FxMap<&'a [&'a str], usize>;
+/// N-gram counts, keyed by the n-gram's tokens: `[in the references (the maximum over them), in
+/// the hypothesis]`.
+type Ngrams<'a> = FxMap<&'a [&'a str], [usize; 2]>;
 
-/// `extract_all_word_ngrams` (orders `1..=max_order`) over a line's tokens, added to `ngrams`.
-fn extract_all_word_ngrams<'a>(tokens: &'a [&'a str], max_order: usize, ngrams: &mut Ngrams<'a>) {
+/// `extract_all_word_ngrams` (orders `1..=max_order`) over a line's tokens, counted in slot `k`.
+fn count_ngrams<'a>(tokens: &'a [&'a str], max_order: usize, ngrams: &mut Ngrams<'a>, k: usize) {
     for n in 1..=max_order.min(tokens.len()) {
         for w in tokens.windows(n) {
-            *ngrams.entry(w).or_default() += 1;
+            ngrams.entry(w).or_default()[k] += 1;
         }
     }
+}
+
+/// How many n-grams of orders `1..=max_order` a line of `len` tokens has.
+fn ngram_capacity(len: usize, max_order: usize) -> usize {
+    (1..=max_order.min(len)).map(|n| len + 1 - n).sum()
 }
 
 /// `BLEU`: a configured metric.
@@ -211,32 +217,30 @@ impl Bleu {
         let ref_toks: Vec<String> = refs.iter().map(|r| self.preprocess(r)).collect();
         let ref_words: Vec<Vec<&str>> = ref_toks.iter().map(|t| py_split(t)).collect();
         let ref_lens: Vec<usize> = ref_words.iter().map(Vec::len).collect();
-        // The references' n-gram counts, merged by taking the maximum (`_extract_reference_info`).
-        let mut ref_ngrams = Ngrams::default();
+        let hyp_tok = self.preprocess(hyp);
+        let hyp_words = py_split(&hyp_tok);
+        let cap = ref_lens.iter().chain([&hyp_words.len()]).map(|&l| ngram_capacity(l, order)).sum();
+        let mut ngrams = Ngrams::with_capacity_and_hasher(cap, Default::default());
+        // The references' counts, merged by taking the maximum (`_extract_reference_info`).
         for (k, words) in ref_words.iter().enumerate() {
             if k == 0 {
-                extract_all_word_ngrams(words, order, &mut ref_ngrams);
+                count_ngrams(words, order, &mut ngrams, 0);
             } else {
-                let mut this = Ngrams::default();
-                extract_all_word_ngrams(words, order, &mut this);
-                for (ng, v) in this {
-                    let e = ref_ngrams.entry(ng).or_default();
+                let mut this = Ngrams::with_capacity_and_hasher(ngram_capacity(words.len(), order), Default::default());
+                count_ngrams(words, order, &mut this, 0);
+                for (ng, [v, _]) in this {
+                    let e = &mut ngrams.entry(ng).or_default()[0];
                     *e = (*e).max(v);
                 }
             }
         }
-        let hyp_tok = self.preprocess(hyp);
-        let hyp_words = py_split(&hyp_tok);
-        let mut hyp_ngrams = Ngrams::default();
-        extract_all_word_ngrams(&hyp_words, order, &mut hyp_ngrams);
+        count_ngrams(&hyp_words, order, &mut ngrams, 1);
         sums[0] += hyp_words.len() as i64;
         sums[1] += Self::closest_ref_len(hyp_words.len(), &ref_lens);
-        for (ng, &count) in &hyp_ngrams {
+        for (ng, &[r, count]) in &ngrams {
             let n = ng.len() - 1;
             sums[2 + order + n] += count as i64;
-            if let Some(&r) = ref_ngrams.get(ng) {
-                sums[2 + n] += count.min(r) as i64;
-            }
+            sums[2 + n] += count.min(r) as i64;
         }
     }
 
@@ -244,11 +248,12 @@ impl Bleu {
     pub fn corpus_score(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<BleuScore, MetricError> {
         super::check_lengths(hyps, refs)?;
         let order = self.opts.max_ngram_order;
-        let mut sums = vec![0i64; 2 + 2 * order];
-        for (i, hyp) in hyps.iter().enumerate() {
-            let seg_refs: Vec<&str> = refs.iter().map(|r| r[i].as_str()).collect();
-            self.add_segment_stats(hyp, &seg_refs, &mut sums);
-        }
+        let sums = super::sum_segments(hyps.len(), 2 + 2 * order, |range, sums: &mut [i64]| {
+            for i in range {
+                let seg_refs: Vec<&str> = refs.iter().map(|r| r[i].as_str()).collect();
+                self.add_segment_stats(&hyps[i], &seg_refs, sums);
+            }
+        });
         let correct: Vec<f64> = sums[2..2 + order].iter().map(|&v| v as f64).collect();
         let total: Vec<f64> = sums[2 + order..].iter().map(|&v| v as f64).collect();
         Ok(compute_bleu(

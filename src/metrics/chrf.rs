@@ -203,16 +203,17 @@ impl Chrf {
     /// `corpus_score(hyps, refs)`: `refs[k][i]` is the k-th reference of segment i.
     pub fn corpus_score(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<f64, MetricError> {
         super::check_lengths(hyps, refs)?;
-        let mut sums = vec![0usize; 3 * self.order()];
-        for (i, hyp) in hyps.iter().enumerate() {
-            let ref_texts: Vec<_> = refs.iter().map(|r| self.texts(&self.preprocess(&r[i]))).collect();
-            let seg_refs: Vec<SentNgrams> = ref_texts.iter().map(|t| self.all_ngrams(t)).collect();
-            let hyp_texts = self.texts(&self.preprocess(hyp));
-            let stats = self.segment_stats(&self.all_ngrams(&hyp_texts), &seg_refs);
-            for (s, v) in sums.iter_mut().zip(stats) {
-                *s += v;
+        let sums = super::sum_segments(hyps.len(), 3 * self.order(), |range, sums: &mut [usize]| {
+            for i in range {
+                let ref_texts: Vec<_> = refs.iter().map(|r| self.texts(&self.preprocess(&r[i]))).collect();
+                let seg_refs: Vec<SentNgrams> = ref_texts.iter().map(|t| self.all_ngrams(t)).collect();
+                let hyp_texts = self.texts(&self.preprocess(&hyps[i]));
+                let stats = self.segment_stats(&self.all_ngrams(&hyp_texts), &seg_refs);
+                for (s, v) in sums.iter_mut().zip(stats) {
+                    *s += v;
+                }
             }
-        }
+        });
         Ok(self.f_score(&sums))
     }
 

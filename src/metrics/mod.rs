@@ -67,6 +67,39 @@ impl std::hash::Hasher for FxHasher {
 /// A `HashMap` with [`FxHasher`].
 pub(crate) type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
+/// Sums per-segment integer statistics over segments `0..n`: `add(range, sums)` adds those of a
+/// range of segments to `sums` (of length `width`). Ranges run on up to
+/// `available_parallelism` threads; integer sums make the result independent of the split.
+pub(crate) fn sum_segments<T>(n: usize, width: usize, add: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync) -> Vec<T>
+where
+    T: Copy + Default + std::ops::AddAssign + Send,
+{
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(8);
+    let threads = if n < 2000 { 1 } else { threads };
+    let chunk = n.div_ceil(threads.max(1)).max(1);
+    let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
+        let add = &add;
+        let handles: Vec<_> = (0..n)
+            .step_by(chunk)
+            .map(|start| {
+                scope.spawn(move || {
+                    let mut sums = vec![T::default(); width];
+                    add(start..(start + chunk).min(n), &mut sums);
+                    sums
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("metric thread panicked")).collect()
+    });
+    let mut sums = vec![T::default(); width];
+    for part in parts {
+        for (s, v) in sums.iter_mut().zip(part) {
+            *s += v;
+        }
+    }
+    sums
+}
+
 /// The sacreBLEU version whose output this module reproduces.
 pub const SACREBLEU_VERSION: &str = "2.5.1";
 
