@@ -500,7 +500,9 @@ def main():
     # --batch-size 1 run ~3 (a DataLoader with a worker process per line), a batched run ~1.
     # A fixture's score jobs go with the preprocessing of their test split, in one unit.
     def cost(j):
-        bs = j["fairseq"][j["fairseq"].index("--batch-size") + 1]
+        argv = j["fairseq"]
+        flag = next((f for f in ("--batch-size", "--max-sentences") if f in argv), None)
+        bs = argv[argv.index(flag) + 1] if flag else "1"
         return 5.0 if j["kind"] == "score" else 3.0 if bs == "1" else 1.0
 
     prep_by_dir = {p["argv"][p["argv"].index("--destdir") + 1]: p for p in prep}
