@@ -119,6 +119,12 @@ impl SequenceGenerator {
     }
 
     /// The effective beam size (`min(beam, V - 1)`).
+    /// The search draws from libtorch's generator (sampling): its batches must run in
+    /// fairseq's order, one after the other, for fairseq's draws.
+    pub fn draws_at_random(&self) -> bool {
+        matches!(self.cfg.search, SearchStrategy::Sampling { .. })
+    }
+
     pub fn beam_size(&self) -> usize {
         self.beam_size as usize
     }

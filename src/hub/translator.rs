@@ -423,7 +423,13 @@ impl Translator {
         }
         // fairseq-interactive's get_batch_iterator keeps required_batch_size_multiple = 1
         let order_sizes: Vec<usize> = order.iter().map(|&i| sizes[i]).collect();
-        let batches = batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1);
+        let mut batches = batch_by_size(&order, &order_sizes, batching.max_tokens, batching.batch_size, 1);
+        if on_batch.is_some() && !generator.draws_at_random() {
+            // a caller that writes in input order writes a batch once every sentence before it
+            // is done: the batch of the first sentence goes first. Each batch is computed alone,
+            // so the order changes no result (as --inter-threads shows).
+            batches.sort_by_key(|b| b.iter().min().copied());
+        }
         // fairseq-interactive's per-buffer DataLoader iterator draws from the generator
         replay_dataloader_iter()?;
         let (device, pad) = (self.device, self.src_dict.pad());

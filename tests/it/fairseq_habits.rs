@@ -119,3 +119,43 @@ fn input_dash_is_stdin() {
     assert_eq!(piped, plain);
     assert_eq!(piped.lines().count(), 1);
 }
+
+/// A caller that writes in input order (`on_batch`) gets the batch of the buffer's first
+/// sentence first, so the first finished batch can always be written; the translations are
+/// those of a call without it. Sampling keeps fairseq's batch order, which its draws follow.
+#[test]
+fn the_batch_of_the_first_sentence_is_told_first() {
+    use std::sync::Mutex;
+    use tchseq::hub::{Batching, LoadOptions, ModelBundle, ModelSpec, TextMode, TranslateOptions, TranslateRequest, Translation, Translator};
+    let spec = ModelSpec { model: Some(repo("weights/multi30k.en-de")), ..Default::default() };
+    let bundle = ModelBundle::load(&spec, &LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+    let translator = Translator::new(bundle, tch::Device::Cpu, TextMode::Raw).unwrap();
+    // the longest sentence first: sorted by length, its batch would run last
+    let lines: Vec<String> = std::iter::once("A man in a blue shirt and a woman in a red dress are walking along the beach at sunset .".to_string())
+        .chain(fs::read_to_string(fixture("bundled/input.en")).unwrap().lines().map(str::to_string))
+        .collect();
+    let tokens: Vec<Vec<i64>> = lines.iter().map(|l| translator.encode(l)).collect();
+    let texts = |ts: &[Translation]| -> Vec<String> {
+        ts.iter()
+            .map(|t| match t {
+                Translation::Done { hypos, .. } => translator.hypothesis_text(&hypos[0]).unwrap().text,
+                t => panic!("{:?}", t.error()),
+            })
+            .collect()
+    };
+    for (sampling, first_told_holds_sentence_0) in [(false, true), (true, false)] {
+        let options = TranslateOptions { sampling, nbest: if sampling { 5 } else { 1 }, ..Default::default() };
+        let (generator, batching) = translator.search(&options, Batching::new(None, Some(4), 1).unwrap()).unwrap();
+        let told: Mutex<Vec<Vec<usize>>> = Mutex::new(Vec::new());
+        let on_batch = |done: &[(usize, Translation)]| told.lock().unwrap().push(done.iter().map(|(i, _)| *i).collect());
+        tch::manual_seed(1);
+        let request = TranslateRequest { on_batch: Some(&on_batch), ..Default::default() };
+        let streamed = translator.translate_tokens(&generator, tokens.clone(), &batching, &request).unwrap();
+        tch::manual_seed(1);
+        let plain = translator.translate_tokens(&generator, tokens.clone(), &batching, &TranslateRequest::default()).unwrap();
+        assert_eq!(texts(&streamed), texts(&plain), "sampling {sampling}");
+        let told = told.into_inner().unwrap();
+        assert_eq!(told.iter().map(Vec::len).sum::<usize>(), lines.len());
+        assert_eq!(told[0].contains(&0), first_told_holds_sentence_0, "sampling {sampling}: {told:?}");
+    }
+}
