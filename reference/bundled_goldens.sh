@@ -27,8 +27,8 @@ interactive --batch-size 1 > "$G/interactive_batch1.txt"
 interactive --buffer-size 1024 --batch-size 16 --remove-bpe > "$G/interactive_batch16_remove_bpe.txt"
 # a fairseq-interactive command line as scripts write it (tchseq translate takes the same flags;
 # FAIRSEQ_ARGV is shared with reference/parity.py): no-ops, a negative number, aliases
-FAIRSEQ_ARGV=(--lenpen -0.5 --log-format simple --no-progress-bar --skip-invalid-size-inputs-valid-test
-  --dataset-impl raw --num-workers 0 --bf16 --max-sentences 16 --buffer-size 1024 --unkpen 0.5
+FAIRSEQ_ARGV=(--lenpen 0.6 --unkpen -0.5 --log-format simple --no-progress-bar --skip-invalid-size-inputs-valid-test
+  --dataset-impl raw --num-workers 0 --bf16 --max-sentences 16 --buffer-size 1024
   --print-alignment hard --nbest 2)
 interactive "${FAIRSEQ_ARGV[@]}" > "$G/interactive_fairseq_argv.txt"
 

@@ -281,9 +281,9 @@ def build_jobs():
                       + [o if o != "--fp16" else "--dtype=fp16" for o in opts],
         })
     # a fairseq-interactive command line given to tchseq translate as it is (reference/bundled_goldens.sh)
-    fairseq_argv = ["--lenpen", "-0.5", "--log-format", "simple", "--no-progress-bar",
+    fairseq_argv = ["--lenpen", "0.6", "--unkpen", "-0.5", "--log-format", "simple", "--no-progress-bar",
                     "--skip-invalid-size-inputs-valid-test", "--dataset-impl", "raw", "--num-workers", "0",
-                    "--bf16", "--max-sentences", "16", "--buffer-size", "1024", "--unkpen", "0.5",
+                    "--bf16", "--max-sentences", "16", "--buffer-size", "1024",
                     "--print-alignment", "hard", "--nbest", "2"]
     jobs.append({
         "name": "bundled/fairseq_argv",

@@ -9,9 +9,9 @@ use crate::util::{fixture, repo, run_ok, tchseq};
 
 /// reference/bundled_goldens.sh's FAIRSEQ_ARGV.
 const FAIRSEQ_ARGV: &[&str] = &[
-    "--lenpen", "-0.5", "--log-format", "simple", "--no-progress-bar", "--skip-invalid-size-inputs-valid-test",
-    "--dataset-impl", "raw", "--num-workers", "0", "--bf16", "--max-sentences", "16", "--buffer-size", "1024",
-    "--unkpen", "0.5", "--print-alignment", "hard", "--nbest", "2",
+    "--lenpen", "0.6", "--unkpen", "-0.5", "--log-format", "simple", "--no-progress-bar",
+    "--skip-invalid-size-inputs-valid-test", "--dataset-impl", "raw", "--num-workers", "0", "--bf16",
+    "--max-sentences", "16", "--buffer-size", "1024", "--print-alignment", "hard", "--nbest", "2",
 ];
 
 /// fairseq-interactive's own arguments after the data directory, as the golden's run had them.
