@@ -50,6 +50,22 @@ impl OutputPath {
     }
 }
 
+/// `<path>.partial`.
+fn partial_of(path: &Path) -> PathBuf {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    PathBuf::from(partial)
+}
+
+/// The regular file `output` names (after its symlinks), which an interrupted run wrote as
+/// `<path>.partial`.
+fn resumable(output: &Path) -> Result<PathBuf> {
+    match OutputPath::resolve(output)? {
+        OutputPath::Atomic(path) => Ok(path),
+        _ => bail!("--resume needs --output to name a regular file"),
+    }
+}
+
 /// Opens an [`OutputPath::InPlace`] path for writing as it is (no create, no truncate).
 pub fn open_in_place(path: &Path) -> Result<File> {
     OpenOptions::new().write(true).open(path).with_context(|| format!("cannot open {}", path.display()))
@@ -70,9 +86,7 @@ impl PartialFile {
         match output.map(OutputPath::resolve).transpose()? {
             None | Some(OutputPath::Stdout) => Ok(None),
             Some(OutputPath::Atomic(path)) => {
-                let mut partial = path.as_os_str().to_owned();
-                partial.push(".partial");
-                let partial = PathBuf::from(partial);
+                let partial = partial_of(&path);
                 let file = File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
                 Ok(Some(PartialFile { file: Some(BufWriter::new(file)), written: 0, partial: Some(partial), path }))
             }
@@ -85,25 +99,15 @@ impl PartialFile {
 
     /// `<path>.partial` of the regular file `output` names (after its symlinks).
     pub fn partial_path(output: &Path) -> Result<PathBuf> {
-        match OutputPath::resolve(output)? {
-            OutputPath::Atomic(path) => {
-                let mut partial = path.into_os_string();
-                partial.push(".partial");
-                Ok(PathBuf::from(partial))
-            }
-            _ => bail!("--resume needs --output to name a regular file"),
-        }
+        Ok(partial_of(&resumable(output)?))
     }
 
     /// The partial file of an interrupted run, cut back to its first `bytes` bytes (its
     /// complete records) and open for appending.
     pub fn reopen(output: &Path, bytes: u64) -> Result<Self> {
         use std::io::{Seek, SeekFrom};
-        let partial = Self::partial_path(output)?;
-        let path = match OutputPath::resolve(output)? {
-            OutputPath::Atomic(path) => path,
-            _ => bail!("--resume needs --output to name a regular file"),
-        };
+        let path = resumable(output)?;
+        let partial = partial_of(&path);
         let mut file = OpenOptions::new().write(true).open(&partial).with_context(|| format!("--resume: cannot open {}", partial.display()))?;
         let len = file.metadata().with_context(|| format!("--resume: cannot stat {}", partial.display()))?.len();
         if len < bytes {
