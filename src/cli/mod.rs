@@ -10,6 +10,7 @@ mod common;
 mod decode;
 mod doctor;
 mod encode;
+mod generate;
 mod lines;
 mod memory;
 mod merge;
@@ -116,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
             translate_lm::run(&cli.global, &a)
         }
         Command::Translate(a) => translate::run(&cli.global, &a),
+        Command::Generate(a) => generate::run(&cli.global, &a),
         Command::Score(a) => score::run(&cli.global, &a),
         Command::Serve(a) => serve::run(&cli.global, &a),
         Command::Merge(a) => merge::run(&a),

@@ -14,6 +14,7 @@ mod constrained_search;
 pub mod constraints;
 mod diverse;
 pub mod ensemble;
+pub mod epoch;
 pub mod lm_samples;
 pub mod lm_step;
 pub mod ngram;

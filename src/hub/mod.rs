@@ -15,6 +15,7 @@ mod options;
 mod pairs;
 mod pipeline;
 mod scorer;
+mod translate_batches;
 mod translator;
 
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@
 
 pub mod bleu;
 pub mod chrf;
+pub mod fairseq_scorers;
 pub mod format;
 pub mod ter;
 pub mod tokenizers;

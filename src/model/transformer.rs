@@ -366,4 +366,9 @@ impl TransformerModel {
     pub fn max_source_positions(&self) -> usize {
         self.encoder.max_positions()
     }
+
+    /// fairseq's `model.max_positions()[1]`.
+    pub fn max_target_positions(&self) -> usize {
+        self.decoder.max_positions()
+    }
 }

@@ -15,6 +15,7 @@ mod fairseq_habits;
 mod faults;
 mod fixed_cache;
 mod fuzz_corpus;
+mod generate;
 mod hf;
 mod hub;
 mod install;

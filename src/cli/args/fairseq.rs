@@ -51,6 +51,33 @@ pub fn lookup(name: &str) -> Option<&'static FairseqFlag> {
     FLAGS.iter().find(|f| f.name == name)
 }
 
+/// What `tchseq generate` does where it differs from `translate` (fairseq-generate's own
+/// options, and those that mean something else without a text input).
+pub const GENERATE_FLAGS: &[FairseqFlag] = &[
+    f("--buffer-size", Arity::Value, Treatment::Ignored("fairseq-interactive's: fairseq-generate reads its split batch by batch")),
+    f("--constraints", Arity::Optional(&["ordered", "unordered"]), Treatment::Refused("a binarized split holds no constraints: give text lines to `tchseq translate --constraints`")),
+    f("--dataset-impl", Arity::Value, Treatment::Same),
+    f("--distributed-rank", Arity::Value, Treatment::Becomes(&["--shard-id"])),
+    f("--distributed-world-size", Arity::Value, Treatment::Becomes(&["--num-shards"])),
+    f("--gen-subset", Arity::Value, Treatment::Same),
+    f("--input", Arity::Value, Treatment::Refused("fairseq-generate reads the data-bin DATA; `tchseq translate --input FILE` reads text")),
+    f("--max-source-positions", Arity::Value, Treatment::Same),
+    f("--max-target-positions", Arity::Value, Treatment::Same),
+    f("--no-progress-bar", Arity::Flag, Treatment::Ignored("the progress bar shows only on a terminal; fairseq-generate's --quiet is tchseq's too")),
+    f("--required-batch-size-multiple", Arity::Value, Treatment::Same),
+    f("--results-path", Arity::Value, Treatment::Same),
+    f("--sacrebleu", Arity::Flag, Treatment::Ignored("fairseq-generate 0.12.2 only silences a warning with it: the scorer is --scoring's")),
+    f("--scoring", Arity::Value, Treatment::Same),
+    f("--skip-invalid-size-inputs-valid-test", Arity::Flag, Treatment::Same),
+    f("--truncate-source", Arity::Flag, Treatment::Refused("tchseq generate does not cut sources: leave long pairs out with --skip-invalid-size-inputs-valid-test")),
+];
+
+/// [`lookup`] for `command`: `generate`'s own treatment first.
+pub fn lookup_for(command: &str, name: &str) -> Option<&'static FairseqFlag> {
+    let own = if command == "generate" { GENERATE_FLAGS.iter().find(|f| f.name == name) } else { None };
+    own.or_else(|| lookup(name))
+}
+
 /// The command line after fairseq's flags were rewritten, and how many arguments came after a
 /// literal `--` (text given explicitly, never a flag).
 #[derive(Debug)]
@@ -60,7 +87,7 @@ pub struct Rewritten {
 }
 
 /// The commands that take fairseq's generation flags.
-const TAKES_FAIRSEQ_FLAGS: &[&str] = &["translate"];
+const TAKES_FAIRSEQ_FLAGS: &[&str] = &["translate", "generate"];
 
 /// Global flags that take a value (they may come before the command's name).
 const GLOBAL_WITH_VALUE: &[&str] = &["--threads", "--inter-threads", "--device"];
@@ -86,11 +113,11 @@ pub fn rewrite(argv: Vec<OsString>) -> Result<Rewritten, String> {
         }
     }
     let rest: Vec<OsString> = args.collect();
-    if !command.as_deref().is_some_and(|c| TAKES_FAIRSEQ_FLAGS.contains(&c)) {
+    let Some(command) = command.filter(|c| TAKES_FAIRSEQ_FLAGS.contains(&c.as_str())) else {
         let explicit = rest.iter().position(|a| a == "--").map_or(0, |i| rest.len() - i - 1);
         out.extend(rest);
         return Ok(Rewritten { argv: out, explicit_positionals: explicit });
-    }
+    };
     let mut rest = rest.into_iter().peekable();
     while let Some(arg) = rest.next() {
         let Some(text) = arg.to_str().filter(|t| t.starts_with("--")) else {
@@ -107,7 +134,7 @@ pub fn rewrite(argv: Vec<OsString>) -> Result<Rewritten, String> {
             Some((name, value)) => (name, Some(value.to_string())),
             None => (text, None),
         };
-        let Some(flag) = lookup(name) else {
+        let Some(flag) = lookup_for(&command, name) else {
             out.push(arg);
             continue;
         };
@@ -154,11 +181,12 @@ pub fn rewrite(argv: Vec<OsString>) -> Result<Rewritten, String> {
     Ok(Rewritten { argv: out, explicit_positionals: 0 })
 }
 
-/// The table as docs/commands.md prints it.
+/// The table as docs/commands.md prints it (`generate`: the rows where it differs).
 #[cfg(test)]
-pub fn markdown_table() -> String {
-    let mut s = String::from("| fairseq flag | what `tchseq translate` does |\n|---|---|\n");
-    for flag in FLAGS {
+pub fn markdown_table(command: &str) -> String {
+    let rows = if command == "generate" { GENERATE_FLAGS } else { FLAGS };
+    let mut s = format!("| fairseq flag | what `tchseq {command}` does |\n|---|---|\n");
+    for flag in rows {
         let what = match flag.treatment {
             Treatment::Same => "the same flag".to_string(),
             Treatment::Becomes(words) => format!("`{}`", words.join(" ")),

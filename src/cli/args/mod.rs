@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use tchseq::kernels::ComputeType;
 
 pub mod fairseq;
+pub mod generate;
 mod help;
 mod model;
 mod parse;
@@ -87,6 +88,9 @@ and a lone `\\r` each end a line (Python's universal newlines); on stdin only `\
 line is translated (its source is EOS alone).\n\n\
 Example:\n  echo 'A man is riding a bike.' | tchseq translate -m weights/multi30k.en-de\n  tchseq translate -m weights/multi30k.en-de --format fairseq --beam 5 \"Two dogs play.\"")]
     Translate(TranslateArgs),
+    /// Translate a split of a binarized data-bin and score it, exactly as fairseq-generate does.
+    #[command(after_help = "Example:\n  tchseq generate data-bin/wmt --path checkpoints/checkpoint_best.pt --beam 5 --remove-bpe --scoring sacrebleu")]
+    Generate(generate::GenerateArgs),
     /// Score (source, target) pairs from a CSV file: per-row log-probabilities.
     #[command(after_help = "Example:\n  tchseq score -m weights/multi30k.en-de --input pairs.csv --output scored.csv")]
     Score(ScoreArgs),

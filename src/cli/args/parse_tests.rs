@@ -83,7 +83,7 @@ fn every_row_of_the_table_does_what_it_says() {
         }
     }
     let docs = repo_file("docs/commands.md");
-    assert!(docs.contains(&markdown_table()), "docs/commands.md does not print the table of src/cli/args/fairseq_table.rs");
+    assert!(docs.contains(&markdown_table("translate")), "docs/commands.md does not print the table of src/cli/args/fairseq_table.rs");
 }
 
 #[test]
@@ -177,4 +177,45 @@ fn sacrebleu_takes_its_two_letter_options() {
     let cli = parse_from(["tchseq", "sacrebleu", "-i", "hyp.de", "--", "-lc"]).unwrap();
     let Command::Sacrebleu(a) = cli.command else { unreachable!() };
     assert!(!a.lowercase);
+}
+
+fn generate(extra: &[&str]) -> Result<Cli, ParseError> {
+    parse_from(["tchseq", "generate", "data-bin", "--path", "m.pt"].iter().chain(extra))
+}
+
+/// `generate`'s own rows: fairseq-generate's options it honours, and the differences from
+/// `translate`; docs/commands.md prints them.
+#[test]
+fn fairseq_generate_command_lines_parse_as_fairseq_reads_them() {
+    use super::super::fairseq::GENERATE_FLAGS;
+    for flag in GENERATE_FLAGS {
+        assert!(lookup(flag.name).is_some(), "{} is not one of fairseq's options", flag.name);
+    }
+    let Command::Generate(a) = generate(&[
+        "--cpu", "--fp16", "--gen-subset", "valid", "--dataset-impl", "lazy", "--results-path", "out", "--scoring", "chrf",
+        "--remove-bpe", "--distributed-world-size", "3", "--distributed-rank", "2", "--required-batch-size-multiple", "1",
+        "--skip-invalid-size-inputs-valid-test", "--max-source-positions", "100", "--lenpen", "-0.5", "--sacrebleu",
+        "--buffer-size", "10", "--bf16", "--num-workers", "2", "--max-sentences", "9",
+    ])
+    .unwrap()
+    .command
+    else {
+        unreachable!()
+    };
+    assert_eq!((a.gen_subset.as_str(), a.dataset_impl.as_deref()), ("valid", Some("lazy")));
+    assert_eq!((a.num_shards, a.shard_id, a.required_batch_size_multiple), (3, 2, 1));
+    assert_eq!(a.scoring, super::super::generate::ScoringArg::Chrf);
+    assert_eq!(a.post_process.as_deref(), Some("subword_nmt"));
+    assert_eq!((a.search.lenpen, a.batching.batch_size, a.max_source_positions), (-0.5, Some(9), 100));
+    assert_eq!(a.dtype, super::super::DtypeArg::Fp16);
+    assert!(a.skip_invalid_size_inputs_valid_test && a.results_path.is_some());
+    for (refused, says) in [("--constraints", "no constraints"), ("--truncate-source", "does not cut"), ("--input", "data-bin")] {
+        let e = message(generate(&[refused, "x"]).unwrap_err());
+        assert!(e.contains(refused) && e.contains(says), "{refused}: {e}");
+    }
+    // translate keeps its own treatment of the same flags
+    let Command::Translate(t) = translate(&["--buffer-size", "10", "--gen-subset", "valid"]).unwrap().command else { unreachable!() };
+    assert_eq!(t.buffer_size, 10);
+    let docs = repo_file("docs/commands.md");
+    assert!(docs.contains(&markdown_table("generate")), "docs/commands.md does not print generate's rows of src/cli/args/fairseq.rs");
 }
