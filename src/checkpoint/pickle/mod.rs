@@ -7,7 +7,7 @@
 //! (`torch._utils` rebuild functions, storage classes, `OrderedDict`, `torch.Size`,
 //! `_codecs.encode`, `set`/`frozenset`/`bytearray`) is interpreted, every other callable becomes
 //! an opaque [`Node::Object`] that keeps its class name, arguments and `BUILD` state.
-//! What the tree keeps is enough to write it back; where it keeps only part of a
+//! What the tree keeps is enough to write it back ([`write`]); where it keeps only part of a
 //! construct, [`Pickle::lossy`] says so.
 //!
 //! This module depends on std only (plus `thiserror`), so it can be fuzzed without libtorch.
@@ -18,6 +18,7 @@ use std::rc::Rc;
 mod literals;
 mod torch;
 mod vm;
+pub mod write;
 #[cfg(test)]
 mod tests;
 
