@@ -17,6 +17,7 @@
 //! layer's own weights, as fairseq's loading does, which adds one copy of each encoder layer's
 //! attention input projection.
 
+pub mod average;
 pub mod container;
 pub mod ctranslate2;
 mod file_storage;

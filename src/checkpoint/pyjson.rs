@@ -41,7 +41,7 @@ fn convert(p: &Pickle, v: &Value, depth: usize) -> Result<Json, PyJsonError> {
             }
             Some(Node::Dict(d)) => dict_json(p, d, depth)?,
             Some(Node::Storage(_)) | Some(Node::Tensor(_)) => Json::String("<tensor>".into()),
-            Some(Node::Object { class, args, state }) => object(p, class, args, state.as_ref(), depth)?,
+            Some(Node::Object { class, args, state, .. }) => object(p, class, args, state.as_ref(), depth)?,
         },
     })
 }

@@ -6,6 +6,7 @@
 
 pub mod args;
 mod attention;
+mod average;
 mod common;
 mod decode;
 mod doctor;
@@ -121,6 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Score(a) => score::run(&cli.global, &a),
         Command::Serve(a) => serve::run(&cli.global, &a),
         Command::Merge(a) => merge::run(&a),
+        Command::Average(a) => average::run(&a),
         Command::Verify(a) => match &a.against {
             Some(against) => verify::against::run(&cli.global, &a, against),
             None => verify::run(&cli.global, &a),

@@ -9,6 +9,7 @@
 pub mod legacy;
 pub mod safetensors;
 pub mod torch_zip;
+pub mod torch_zip_write;
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -69,7 +69,7 @@ pub fn read(data: &[u8]) -> Result<RawFile, ContainerError> {
         pickle.nodes.push(Node::Storage(StorageRef { key: name.clone(), dtype, location: "cpu".into(), numel }));
         let storage = pickle.nodes.len() - 1;
         pickle.storages.insert(name.clone(), storage);
-        pickle.nodes.push(Node::Tensor(TensorRef { storage, storage_offset: 0, size: shape, stride }));
+        pickle.nodes.push(Node::Tensor(TensorRef { storage, storage_offset: 0, size: shape, stride, requires_grad: false }));
         root.insert(Value::Str(name.as_str().into()), Value::Node(pickle.nodes.len() - 1));
     }
     pickle.nodes.push(Node::Dict(root));

@@ -90,3 +90,48 @@ pub(super) fn unescape_raw_unicode(line: &[u8]) -> Option<String> {
     }
     Some(out)
 }
+
+/// A protocol-0 `LONG` literal's decimal digits (optionally `-`) as `LONG1` stores the number:
+/// little-endian two's complement, in the fewest bytes that keep the sign.
+pub(super) fn decimal_to_le(t: &str) -> Vec<u8> {
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, t),
+    };
+    let mut magnitude: Vec<u8> = Vec::new();
+    for d in digits.bytes() {
+        let mut carry = u32::from(d - b'0');
+        for byte in &mut magnitude {
+            let v = u32::from(*byte) * 10 + carry;
+            *byte = v as u8;
+            carry = v >> 8;
+        }
+        if carry > 0 {
+            magnitude.push(carry as u8);
+        }
+    }
+    if negative {
+        // two's complement: invert and add one
+        let mut carry = 1u16;
+        for byte in &mut magnitude {
+            let v = u16::from(!*byte) + carry;
+            *byte = v as u8;
+            carry = v >> 8;
+        }
+        if magnitude.last().is_none_or(|&b| b & 0x80 == 0) {
+            magnitude.push(0xff);
+        }
+    } else if magnitude.last().is_some_and(|&b| b & 0x80 != 0) {
+        magnitude.push(0);
+    }
+    while magnitude.len() > 1 {
+        let n = magnitude.len();
+        let (last, prev) = (magnitude[n - 1], magnitude[n - 2]);
+        if (last == 0 && prev & 0x80 == 0) || (last == 0xff && prev & 0x80 != 0) {
+            magnitude.pop();
+        } else {
+            break;
+        }
+    }
+    magnitude
+}

@@ -7,6 +7,8 @@
 //! (`torch._utils` rebuild functions, storage classes, `OrderedDict`, `torch.Size`,
 //! `_codecs.encode`, `set`/`frozenset`/`bytearray`) is interpreted, every other callable becomes
 //! an opaque [`Node::Object`] that keeps its class name, arguments and `BUILD` state.
+//! What the tree keeps is enough to write it back ([`write`]); where it keeps only part of a
+//! construct, [`Pickle::lossy`] says so.
 //!
 //! This module depends on std only (plus `thiserror`), so it can be fuzzed without libtorch.
 
@@ -16,6 +18,7 @@ use std::rc::Rc;
 mod literals;
 mod torch;
 mod vm;
+pub mod write;
 #[cfg(test)]
 mod tests;
 
@@ -51,7 +54,8 @@ pub enum Value {
     None,
     Bool(bool),
     Int(i64),
-    /// An integer too large for i64, little-endian two's complement (as `LONG1`/`LONG4` store it).
+    /// An integer too large for i64, little-endian two's complement (as `LONG1`/`LONG4` store it;
+    /// a protocol-0 `LONG` literal is converted to the same form).
     BigInt(Rc<[u8]>),
     Float(f64),
     Str(Rc<str>),
@@ -156,6 +160,8 @@ pub struct TensorRef {
     pub storage_offset: i64,
     pub size: Vec<i64>,
     pub stride: Vec<i64>,
+    /// `requires_grad` as pickled (false for `_rebuild_tensor` and for state dicts).
+    pub requires_grad: bool,
 }
 
 /// Ordered dict with any keys; string and int keys are indexed for `SETITEM` replacement.
@@ -163,6 +169,20 @@ pub struct TensorRef {
 pub struct Dict {
     pub entries: Vec<(Value, Value)>,
     index: HashMap<HashKey, usize>,
+    /// The class it was made by when not a plain `dict` (`collections.OrderedDict`, ...).
+    pub class: Option<DictClass>,
+}
+
+/// A dict made by calling a class, e.g. `collections.OrderedDict()` or
+/// `collections.defaultdict(list)`, then filled by `SETITEMS`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DictClass {
+    /// `module.name`, as pickled.
+    pub name: Rc<str>,
+    /// The call's arguments other than the items (a defaultdict's factory).
+    pub args: Vec<Value>,
+    /// `BUILD` state: an `OrderedDict`'s attributes, e.g. a module state dict's `_metadata`.
+    pub state: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -219,7 +239,14 @@ pub enum Node {
     Set(Vec<Value>),
     /// An instance of a class outside the allow-list (or `argparse.Namespace`, omegaconf
     /// containers...): never constructed, only described.
-    Object { class: String, args: Vec<Value>, state: Option<Value> },
+    Object {
+        class: String,
+        args: Vec<Value>,
+        state: Option<Value>,
+        /// Made by `NEWOBJ` (`class.__new__(class, *args)`, also `OBJ`/`INST` without
+        /// arguments) rather than called by `REDUCE`.
+        newobj: bool,
+    },
     Storage(StorageRef),
     Tensor(TensorRef),
 }
@@ -231,6 +258,9 @@ pub struct Pickle {
     pub root: Value,
     /// Storages by key, so that tensors sharing a storage (tied embeddings) share one node.
     pub storages: HashMap<String, NodeId>,
+    /// The first construct the tree keeps only in part (an `nn.Parameter` read as its tensor, a
+    /// `frozenset` read as a set, ...): the tree reads the same, but written back it would not be.
+    pub lossy: Option<String>,
 }
 
 impl Pickle {

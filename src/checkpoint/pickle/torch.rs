@@ -33,17 +33,25 @@ impl Vm<'_> {
         match &*name {
             "collections.OrderedDict" | "collections.defaultdict" | "builtins.dict" | "__builtin__.dict" => {
                 let mut d = Dict::default();
-                if name.as_ref() != "collections.defaultdict" {
-                    if let Some(first) = args.first() {
-                        if let Some(Node::List(pairs)) | Some(Node::Tuple(pairs)) = self.out.node(first) {
-                            for p in pairs.clone() {
-                                match self.out.node(&p) {
-                                    Some(Node::Tuple(kv)) | Some(Node::List(kv)) if kv.len() == 2 => d.insert(kv[0].clone(), kv[1].clone()),
-                                    _ => return Err(self.err(at, "OrderedDict argument is not a list of pairs")),
-                                }
+                if name.as_ref() == "collections.defaultdict" {
+                    d.class = Some(DictClass { name: name.clone(), args, state: None });
+                    return Ok(self.new_node(Node::Dict(d)));
+                }
+                if let Some(first) = args.first() {
+                    if let Some(Node::List(pairs)) | Some(Node::Tuple(pairs)) = self.out.node(first) {
+                        for p in pairs.clone() {
+                            match self.out.node(&p) {
+                                Some(Node::Tuple(kv)) | Some(Node::List(kv)) if kv.len() == 2 => d.insert(kv[0].clone(), kv[1].clone()),
+                                _ => return Err(self.err(at, "OrderedDict argument is not a list of pairs")),
                             }
                         }
+                    } else {
+                        let what = self.out.type_name(first);
+                        self.note_lossy(|| format!("{name}() of a {what}"));
                     }
+                }
+                if name.as_ref() == "collections.OrderedDict" {
+                    d.class = Some(DictClass { name: name.clone(), args: Vec::new(), state: None });
                 }
                 Ok(self.new_node(Node::Dict(d)))
             }
@@ -64,9 +72,15 @@ impl Vm<'_> {
                 if size.len() != stride.len() {
                     return Err(self.err(at, format!("tensor size {size:?} and stride {stride:?} differ in rank")));
                 }
-                Ok(self.new_node(Node::Tensor(TensorRef { storage, storage_offset, size, stride })))
+                let requires_grad = matches!(args.get(4), Some(Value::Bool(true)));
+                // backward hooks (torch pickles an empty OrderedDict) and conj/neg metadata
+                if args.iter().skip(5).any(|a| *a != Value::None && self.out.dict(a).is_none_or(|d| !d.is_empty())) {
+                    self.note_lossy(|| "a tensor with backward hooks or metadata".into());
+                }
+                Ok(self.new_node(Node::Tensor(TensorRef { storage, storage_offset, size, stride, requires_grad })))
             }
             "torch._utils._rebuild_parameter" | "torch._utils._rebuild_parameter_with_state" => {
+                self.note_lossy(|| "an nn.Parameter (read as its tensor)".into());
                 args.into_iter().next().ok_or_else(|| self.err(at, format!("{name} without arguments")))
             }
             "torch._tensor._rebuild_from_type_v2" => {
@@ -74,6 +88,7 @@ impl Vm<'_> {
                 if args.len() < 3 {
                     return Err(self.err(at, "_rebuild_from_type_v2 needs 3 arguments"));
                 }
+                self.note_lossy(|| "a tensor subclass or a tensor with attributes (read as a plain tensor)".into());
                 let inner = self.tuple_items(at, &args[2])?;
                 self.call(at, &args[0], inner)
             }
@@ -100,6 +115,9 @@ impl Vm<'_> {
                 Ok(Value::Bytes(Rc::from(bytes)))
             }
             "builtins.set" | "builtins.frozenset" | "__builtin__.set" | "__builtin__.frozenset" => {
+                if name.ends_with("frozenset") {
+                    self.note_lossy(|| "a frozenset (read as a set)".into());
+                }
                 let items = match args.first() {
                     Some(v) => match self.out.node(v) {
                         Some(Node::List(l)) | Some(Node::Tuple(l)) | Some(Node::Set(l)) => l.clone(),
@@ -109,12 +127,15 @@ impl Vm<'_> {
                 };
                 Ok(self.new_node(Node::Set(items)))
             }
-            "builtins.bytearray" | "__builtin__.bytearray" => match args.first() {
-                None => Ok(Value::Bytes(Rc::from(&[][..]))),
-                Some(Value::Bytes(b)) => Ok(Value::Bytes(b.clone())),
-                Some(other) => Err(self.err(at, format!("bytearray() of a {}", self.out.type_name(other)))),
-            },
-            _ => Ok(self.new_node(Node::Object { class: name.to_string(), args, state: None })),
+            "builtins.bytearray" | "__builtin__.bytearray" => {
+                self.note_lossy(|| "a bytearray (read as bytes)".into());
+                match args.first() {
+                    None => Ok(Value::Bytes(Rc::from(&[][..]))),
+                    Some(Value::Bytes(b)) => Ok(Value::Bytes(b.clone())),
+                    Some(other) => Err(self.err(at, format!("bytearray() of a {}", self.out.type_name(other)))),
+                }
+            }
+            _ => Ok(self.new_node(Node::Object { class: name.to_string(), args, state: None, newobj: false })),
         }
     }
 

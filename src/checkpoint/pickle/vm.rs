@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::literals::{bytes_or_str, long_from_le, parse_memo_index, unescape_raw_unicode, unquote_py_string};
+use super::literals::{bytes_or_str, decimal_to_le, long_from_le, parse_memo_index, unescape_raw_unicode, unquote_py_string};
 use super::*;
 
 pub(super) struct Vm<'a> {
@@ -207,7 +207,7 @@ impl Vm<'_> {
                             if t.is_empty() || !t.trim_start_matches('-').bytes().all(|c| c.is_ascii_digit()) {
                                 return Err(self.err(at, format!("bad LONG literal {t:?}")));
                             }
-                            Value::BigInt(Rc::from(t.as_bytes()))
+                            Value::BigInt(Rc::from(decimal_to_le(t)))
                         }
                     };
                     self.push(v)?;
@@ -393,13 +393,17 @@ impl Vm<'_> {
                 b'c' => {
                     let module = String::from_utf8_lossy(self.line()?).into_owned();
                     let name = String::from_utf8_lossy(self.line()?).into_owned();
+                    self.note_dotted_name(&module, &name);
                     self.push(Value::Global(Rc::from(format!("{module}.{name}").as_str())))?;
                 }
                 0x93 => {
                     let name = self.pop(at)?;
                     let module = self.pop(at)?;
                     match (module, name) {
-                        (Value::Str(m), Value::Str(n)) => self.push(Value::Global(Rc::from(format!("{m}.{n}").as_str())))?,
+                        (Value::Str(m), Value::Str(n)) => {
+                            self.note_dotted_name(&m, &n);
+                            self.push(Value::Global(Rc::from(format!("{m}.{n}").as_str())))?
+                        }
                         _ => return Err(self.err(at, "STACK_GLOBAL needs two strings")),
                     }
                 }
@@ -416,14 +420,20 @@ impl Vm<'_> {
                     let cls = self.pop(at)?;
                     let args = self.tuple_items(at, &args)?;
                     let v = self.call(at, &cls, args)?;
+                    self.mark_newobj(&v, true);
                     self.push(v)?;
                 }
                 0x92 => {
-                    let _kwargs = self.pop(at)?;
+                    let kwargs = self.pop(at)?;
                     let args = self.pop(at)?;
                     let cls = self.pop(at)?;
                     let args = self.tuple_items(at, &args)?;
                     let v = self.call(at, &cls, args)?;
+                    if self.out.dict(&kwargs).is_none_or(|d| !d.is_empty()) {
+                        let class = self.out.type_name(&v);
+                        self.note_lossy(|| format!("a {class} made with keyword arguments (NEWOBJ_EX)"));
+                    }
+                    self.mark_newobj(&v, true);
                     self.push(v)?;
                 }
                 b'o' => {
@@ -432,25 +442,35 @@ impl Vm<'_> {
                         return Err(self.err(at, "OBJ without a class"));
                     }
                     let cls = items.remove(0);
+                    let newobj = items.is_empty();
                     let v = self.call(at, &cls, items)?;
+                    self.mark_newobj(&v, newobj);
                     self.push(v)?;
                 }
                 b'i' => {
                     let module = String::from_utf8_lossy(self.line()?).into_owned();
                     let name = String::from_utf8_lossy(self.line()?).into_owned();
                     let items = self.pop_mark(at)?;
+                    self.note_dotted_name(&module, &name);
                     let cls = Value::Global(Rc::from(format!("{module}.{name}").as_str()));
+                    let newobj = items.is_empty();
                     let v = self.call(at, &cls, items)?;
+                    self.mark_newobj(&v, newobj);
                     self.push(v)?;
                 }
                 b'b' => {
                     let state = self.pop(at)?;
                     let target = self.top(at)?.clone();
-                    if let Some(Node::Object { state: s, .. }) = self.node_mut(&target) {
-                        *s = Some(state);
+                    match self.node_mut(&target) {
+                        Some(Node::Object { state: s, .. }) => *s = Some(state),
+                        // an OrderedDict's attributes (a module state dict's `_metadata`)
+                        Some(Node::Dict(Dict { class: Some(class), .. })) => class.state = Some(state),
+                        // a tensor's Python-side attributes: nothing a state dict needs
+                        _ => {
+                            let what = self.out.type_name(&target);
+                            self.note_lossy(|| format!("the BUILD state of a {what}"));
+                        }
                     }
-                    // BUILD on an OrderedDict (module `_metadata`) or a tensor (Python-side
-                    // attributes) carries nothing a state dict needs.
                 }
                 b'P' => {
                     let line = self.line()?.to_vec();
@@ -465,6 +485,27 @@ impl Vm<'_> {
                 }
                 _ => return Err(PickleError::UnknownOpcode { opcode: op, offset: self.base + at }),
             }
+        }
+    }
+
+    /// Records the first construct that the tree keeps only in part ([`Pickle::lossy`]).
+    pub(super) fn note_lossy(&mut self, what: impl FnOnce() -> String) {
+        if self.out.lossy.is_none() {
+            self.out.lossy = Some(what());
+        }
+    }
+
+    /// A global whose name holds a dot (a nested class) is joined to its module with a dot too,
+    /// so the two parts cannot be told apart again.
+    fn note_dotted_name(&mut self, module: &str, name: &str) {
+        if name.contains('.') {
+            self.note_lossy(|| format!("the nested global {module} {name}"));
+        }
+    }
+
+    fn mark_newobj(&mut self, v: &Value, newobj: bool) {
+        if let Some(Node::Object { newobj: n, .. }) = self.node_mut(v) {
+            *n = newobj;
         }
     }
 
@@ -489,8 +530,10 @@ impl Vm<'_> {
                 Ok(())
             }
             // `list` subclasses rebuilt as opaque objects (e.g. omegaconf internals): keep the items.
-            Some(Node::Object { args, .. }) => {
+            Some(Node::Object { class, args, .. }) => {
                 args.extend(items);
+                let what = format!("the items appended to a {class}");
+                self.note_lossy(|| what);
                 Ok(())
             }
             _ => Err(self.err(at, "APPEND target is not a list")),
@@ -521,7 +564,9 @@ impl Vm<'_> {
                 Ok(())
             }
             // dict subclasses rebuilt as opaque objects: keep the items as a state dict.
-            Some(Node::Object { .. }) => {
+            Some(Node::Object { class, .. }) => {
+                let what = format!("the items set on a {class}");
+                self.note_lossy(|| what);
                 let mut d = Dict::default();
                 let mut it = items.into_iter();
                 while let (Some(k), Some(v)) = (it.next(), it.next()) {

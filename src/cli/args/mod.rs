@@ -148,6 +148,8 @@ tchseq attention -m weights/multi30k.en-de \"A dog runs.\" --kind encoder-self -
 version reproduced (--sacrebleu-version). --confidence and --paired-bs are not available.\n\n\
 Example:\n  tchseq sacrebleu ref.de -i hyp.de -m bleu chrf")]
     Sacrebleu(crate::cli::sacrebleu::SacrebleuArgs),
+    /// Average the parameters of checkpoints, as fairseq's scripts/average_checkpoints.py does.
+    Average(crate::cli::average::AverageArgs),
     /// Report the libtorch build, CUDA/cuDNN availability and thread settings.
     #[command(after_help = "Example:\n  tchseq doctor")]
     Doctor(DoctorArgs),

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fairseq_out;
+pub mod sha256;
 pub mod tolerance;
 
 use std::path::{Path, PathBuf};
