@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: tchseq vs fairseq 0.12.2 vs CTranslate2 (translate, latency, score, start-up),
 # at the bundled model's size and at transformer-base, transformer-big and M2M-100-418M sizes
-# (bench/sizes.py); writes bench/results.md. Then
+# (bench/sizes.py); writes bench/results.md; then generate and sacrebleu beside fairseq-generate
+# and sacrebleu (bench/generate.py, bench/generate-results.md). Then
 # bench/memory.py (peak RSS and throughput of score at 10k/100k/1M rows and translate at 10k/100k
 # lines, about an hour more) writes bench/memory-results.md, and a greedy translate of 10k/100k/1M
 # lines with its resident size at each (about 50 minutes more) bench/memory-results-greedy.md;
@@ -16,6 +17,8 @@ source reference/env.sh
 # without reference/ on PYTHONPATH: its fixes import torch, and a child's peak RSS (wait4) starts
 # from its parent's; bench.py puts it back for fairseq's own processes
 env -u PYTHONPATH python bench/bench.py "$@"
+# tchseq generate beside fairseq-generate, tchseq sacrebleu beside sacrebleu: bench/generate-results.md
+env -u PYTHONPATH python bench/generate.py
 if [ "${BENCH_MEMORY:-1}" != 0 ]; then
     env -u PYTHONPATH python bench/memory.py
     env -u PYTHONPATH python bench/memory.py --score-rows '' --translate-lines 10000,100000,1000000 --beam 1 --trace \

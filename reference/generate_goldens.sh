@@ -83,7 +83,7 @@ runs = [
                         "--batch-size", "16"]),
     ("fairseq_noops", base + ["--bf16", "--task", "translation", "--dataset-impl", "mmap", "--num-workers", "0",
                               "--log-format", "simple", "--no-progress-bar", "--max-sentences", "16",
-                              "--left-pad-source", "--sacrebleu"]),
+                              "--sacrebleu", "--eval-bleu"]),
 ]
 for fx in m["fixtures"]:
     runs.append((f"models_{fx['name']}", [f"{out}/models/{fx['name']}", "--path", f"{fx['dir']}/model.pt", "--cpu",

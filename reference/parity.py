@@ -10,7 +10,10 @@ Jobs (built from the manifests, nothing from the committed goldens' outputs):
   * the wild models' interactive runs (tests/fixtures/wild/manifest.json);
   * the bundled model (weights/multi30k.en-de) on raw text: the two fairseq-interactive runs of
     reference/bundled_goldens.sh plus one with --nbest 2, and --score-reference on
-    tests/fixtures/bundled/score_reference (batch sizes 1 and 16).
+    tests/fixtures/bundled/score_reference (batch sizes 1 and 16);
+  * fairseq-generate beside `tchseq generate` (reference/parity_generate.py): the command lines
+    of tests/fixtures/generate/runs.json, every fixture on its binarized test split, and the
+    bundled model on tests/fixtures/bundled/score_reference/data-bin.
 
 fairseq runs in one Python process per worker (as reference/run_cli.py does: each job calls the
 console script's cli_main with sys.argv, log lines dropped) with OMP/MKL_NUM_THREADS = --threads;
@@ -43,7 +46,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import parity_kinds  # noqa: E402  (reference/, this script's directory)
+import parity_generate  # noqa: E402  (reference/, this script's directory)
+import parity_kinds  # noqa: E402
 import parity_multilingual  # noqa: E402
 
 from parity_paths import BUNDLED, BUNDLED_INPUT, BUNDLED_SR, ROOT, WORK  # noqa: E402
@@ -308,6 +312,7 @@ def build_jobs():
         })
     jobs += parity_kinds.jobs(load)
     jobs += parity_multilingual.jobs()
+    jobs += parity_generate.jobs(m["fixtures"])
     for bs in ("1", "16"):
         jobs.append({
             "name": f"bundled/score_reference.b{bs}",
@@ -474,7 +479,7 @@ def main():
     prep, jobs = build_jobs()
     if a.only:
         jobs = [j for j in jobs if re.search(a.only, j["name"])]
-        needed = {j["fairseq"][1] for j in jobs if j["kind"] == "score"}
+        needed = {j["fairseq"][1] for j in jobs}
         prep = [p for p in prep if p["argv"][p["argv"].index("--destdir") + 1] in needed]
     if not jobs:
         sys.exit("error: no job selected")

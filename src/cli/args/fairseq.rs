@@ -61,6 +61,8 @@ pub const GENERATE_FLAGS: &[FairseqFlag] = &[
     f("--distributed-world-size", Arity::Value, Treatment::Becomes(&["--num-shards"])),
     f("--gen-subset", Arity::Value, Treatment::Same),
     f("--input", Arity::Value, Treatment::Refused("fairseq-generate reads the data-bin DATA; `tchseq translate --input FILE` reads text")),
+    f("--left-pad-source", Arity::Flag, Treatment::Refused("fairseq-generate reads it as its default's opposite (sources padded on the right), which tchseq does not do: drop it for fairseq's default, left padding")),
+    f("--left-pad-target", Arity::Flag, Treatment::Refused("fairseq-generate reads it as its default's opposite (references padded on the left, which --prefix-size then takes as tokens): drop it")),
     f("--max-source-positions", Arity::Value, Treatment::Same),
     f("--max-target-positions", Arity::Value, Treatment::Same),
     f("--no-progress-bar", Arity::Flag, Treatment::Ignored("the progress bar shows only on a terminal; fairseq-generate's --quiet is tchseq's too")),
