@@ -51,12 +51,14 @@ def main():
     model = ROOT / "weights" / "multi30k.en-de" / "model.pt"
     env = thread_env(args.threads)
     rows = []
-    for tag, opts in [("fairseq's defaults (--max-tokens 12000)", []),
-                      ("--batch-size 32 --remove-bpe --scoring sacrebleu",
-                       ["--batch-size", "32", "--remove-bpe", "--scoring", "sacrebleu"])]:
+    batch32 = ["--batch-size", "32", "--remove-bpe", "--scoring", "sacrebleu"]
+    for tag, opts, ours in [("fairseq's defaults (--max-tokens 12000)", [], ["--threads", str(args.threads)]),
+                            ("--batch-size 32 --remove-bpe --scoring sacrebleu", batch32, ["--threads", str(args.threads)]),
+                            ("the same, tchseq `--threads 1 --inter-threads 2`", batch32,
+                             ["--threads", "1", "--inter-threads", str(args.threads)])]:
         common = [str(bin_dir), "--path", str(model), "--cpu", "-s", "en", "-t", "de", "--beam", "5"] + opts
         fs = timed(["fairseq-generate"] + common, env=env, reps=args.reps)
-        ts = timed([str(TCHSEQ), "--threads", str(args.threads), "generate"] + common, env=env, reps=args.reps)
+        ts = timed([str(TCHSEQ)] + ours + ["generate"] + common, env=env, reps=args.reps)
         same = lines_of(fs[2]) == lines_of(ts[2])
         closing = next((l for l in lines_of(ts[2]) if l.startswith("Generate ")), "")
         rows.append((tag, fs[0], ts[0], same, closing))

@@ -171,3 +171,48 @@ fn bad_generate_command_lines_are_one_line_errors() {
         assert!(err.to_lowercase().contains(&needle.to_lowercase()), "{args:?}: {err}");
     }
 }
+
+/// Ctrl-C with --results-path: generate-SUBSET.txt is never written, its `.partial` keeps every
+/// finished batch (a prefix of the whole output, whole sentences), and one line says so.
+#[test]
+fn an_interrupted_generate_keeps_its_finished_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |results: &Path| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tchseq"));
+        cmd.current_dir(repo(""))
+            .args(["--threads", "1", "generate", "tests/fixtures/bundled/score_reference/data-bin", "--path"])
+            .args(["weights/multi30k.en-de/model.pt", "-s", "en", "-t", "de", "--batch-size", "1", "--results-path"])
+            .arg(results)
+            .env_remove("LD_LIBRARY_PATH")
+            .stderr(std::process::Stdio::piped());
+        cmd
+    };
+    let whole_dir = dir.path().join("whole");
+    let whole = run(&whole_dir).output().unwrap();
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let whole = fs::read_to_string(whole_dir.join("generate-test.txt")).unwrap();
+    assert_eq!(whole.lines().filter(|l| l.starts_with("S-")).count(), 100);
+    let results = dir.path().join("cut");
+    let partial = results.join("generate-test.txt.partial");
+    let child = run(&results).spawn().unwrap();
+    let start = std::time::Instant::now();
+    // a second batch written means the first one's progress was recorded
+    while fs::read_to_string(&partial).map_or(0, |t| t.matches("\nS-").count()) < 1 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "{} did not grow", partial.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: signalling our own child process
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(!results.join("generate-test.txt").exists());
+    let held = fs::read_to_string(&partial).unwrap();
+    assert!(!held.is_empty() && whole.starts_with(&held) && held.ends_with('\n'), "{held}");
+    let sentences = held.lines().filter(|l| l.starts_with("S-")).count();
+    // every sentence it holds is whole: S-, T-, H-, D-, P-
+    assert_eq!(held.lines().count(), 5 * sentences, "{held}");
+    let note = err.lines().find(|l| l.starts_with("interrupted: ")).unwrap_or_else(|| panic!("{err}"));
+    let want = format!("interrupted: {} holds the output of the first {sentences} sentences in batch order", partial.display());
+    assert!(note.starts_with(&want), "{note}");
+}
