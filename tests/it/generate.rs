@@ -64,7 +64,7 @@ fn prints_words(argv: &[String]) -> bool {
 #[test]
 fn every_fairseq_generate_command_line_prints_what_fairseq_printed() {
     let runs = runs();
-    assert!(runs.len() >= 25, "runs.json lists {} runs", runs.len());
+    assert!(runs.len() >= 29, "runs.json lists {} runs", runs.len());
     // ids whose top hypothesis is a proven near-tie in the plain run on this CPU: the runs of
     // the same search that print words instead of subwords skip them
     let mut near_tie_ids: BTreeSet<usize> = BTreeSet::new();
@@ -161,6 +161,8 @@ fn bad_generate_command_lines_are_one_line_errors() {
         (&[data, "--path", model, "-s", "en", "-t", "de", "--num-shards", "2", "--shard-id", "2"], "--shard-id 2"),
         (&[data, "--path", model, "-s", "en", "-t", "de", "--constraints"], "holds no constraints"),
         (&[data, "--path", model, "-s", "en", "-t", "de", "--truncate-source"], "--truncate-source"),
+        (&[data, "--path", model, "-s", "en", "-t", "de", "--score-reference", "--print-alignment"], "--score-reference"),
+        (&[data, "--path", model, "-s", "en", "-t", "de", "--left-pad-source"], "right"),
         (&[data, "--path", model, "-s", "en", "-t", "de", "--bpe", "subword_nmt"], "--bpe-codes"),
         (&[data, "--path", model, "-s", "en", "-t", "de", "--prefix-size", "500"], "--prefix-size 500"),
         (&[data, "--path", "tests/fixtures/models/postnorm/model.pt", "-s", "en", "-t", "de"], "dictionar"),

@@ -69,6 +69,7 @@ pub const GENERATE_FLAGS: &[FairseqFlag] = &[
     f("--required-batch-size-multiple", Arity::Value, Treatment::Same),
     f("--results-path", Arity::Value, Treatment::Same),
     f("--sacrebleu", Arity::Flag, Treatment::Ignored("fairseq-generate 0.12.2 only silences a warning with it: the scorer is --scoring's")),
+    f("--score-reference", Arity::Flag, Treatment::Same),
     f("--scoring", Arity::Value, Treatment::Same),
     f("--skip-invalid-size-inputs-valid-test", Arity::Flag, Treatment::Same),
     f("--truncate-source", Arity::Flag, Treatment::Refused("tchseq generate does not cut sources: leave long pairs out with --skip-invalid-size-inputs-valid-test")),

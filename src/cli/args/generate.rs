@@ -115,6 +115,10 @@ pub struct GenerateArgs {
     /// Score characters with the wer scorer.
     #[arg(long = "wer-char-level")]
     pub wer_char_level: bool,
+    /// Score the references instead of generating (fairseq's SequenceScorer): H- and P- show
+    /// each reference with its average log-probability (base 2).
+    #[arg(long = "score-reference")]
+    pub score_reference: bool,
     /// Print hard alignments (A- lines).
     #[arg(long = "print-alignment", value_name = "hard", num_args = 0..=1, require_equals = true,
         default_missing_value = "hard", value_parser = ["hard"])]

@@ -5,6 +5,7 @@
 //! scorer's line last (`output.rs`).
 
 mod output;
+mod reference;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -162,10 +163,12 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
     // fairseq's random draws (sampling) happen in batch order
     let inter_threads = if a.sampling { 1 } else { global.inter_threads };
     let started = Instant::now();
-    let translated = if epoch.batches.is_empty() {
-        Ok(Vec::new())
+    let translated = if a.score_reference {
+        reference::score(&translator, &data, &epoch.batches, inter_threads, &on_batch)
+    } else if epoch.batches.is_empty() {
+        Ok(())
     } else {
-        translator.translate_batches(&generator, tokens, epoch.batches, inter_threads, &request)
+        translator.translate_batches(&generator, tokens, epoch.batches, inter_threads, &request).map(drop).map_err(Into::into)
     };
     let w = writer.into_inner().unwrap_or_else(|e| e.into_inner());
     translated?;
@@ -250,6 +253,9 @@ fn validate(a: &GenerateArgs) -> Result<()> {
     }
     if a.required_batch_size_multiple == 0 {
         bail!("--required-batch-size-multiple must be at least 1");
+    }
+    if a.score_reference && a.print_alignment.is_some() {
+        bail!("--print-alignment is not supported with --score-reference");
     }
     if a.sampling && a.nbest != a.search.beam {
         bail!("--sampling requires --nbest to be equal to --beam");
