@@ -286,8 +286,10 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
     let before = std::fs::read(&partial).unwrap();
     let checkpoint = Path::new(&copy).join("model.pt");
     let bytes = std::fs::read(&checkpoint).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&checkpoint, bytes).unwrap();
+    // a later time whatever the file system's mtime resolution
+    let later = std::fs::metadata(&checkpoint).unwrap().modified().unwrap() + Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&checkpoint).unwrap().set_modified(later).unwrap();
     let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
     args.push("--resume");
     let line = one_line_error(&resume(&args), "--resume: the model's files changed");
