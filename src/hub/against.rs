@@ -94,7 +94,7 @@ pub fn read_converted(path: &Path) -> Result<Converted, HubError> {
         return read_ctranslate2(&ct2_bin);
     }
     let file = match path.is_dir() {
-        true => find_checkpoint(path).ok_or_else(|| HubError::ModelDir(format!("{}: no checkpoint, Hugging Face weights or CTranslate2 model.bin", path.display())))?,
+        true => find_checkpoint(path)?.ok_or_else(|| HubError::ModelDir(format!("{}: no checkpoint, Hugging Face weights or CTranslate2 model.bin", path.display())))?,
         false => path.to_path_buf(),
     };
     if hf::architecture(&file).is_some() {

@@ -37,6 +37,8 @@ pub use model_bin::{DataType, ModelBin, ModelBinError, Variable};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Ct2Error {
+    #[error("{} is a Git LFS pointer, not the weights: run `git lfs pull`", path.display())]
+    LfsPointer { path: PathBuf },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
@@ -265,6 +267,9 @@ pub fn load(path: &Path) -> Result<Ct2Model, Ct2Error> {
         move |source| Ct2Error::Io { path: p.clone(), source }
     };
     let bytes = std::fs::read(&bin_path).map_err(io(&bin_path))?;
+    if crate::checkpoint::hf_dir::is_lfs_pointer(&bytes) {
+        return Err(Ct2Error::LfsPointer { path: bin_path });
+    }
     let config_path = dir.join("config.json");
     let config = match std::fs::read(&config_path) {
         Ok(b) => serde_json::from_slice(&b).map_err(|source| Ct2Error::Json { path: config_path.clone(), source })?,
