@@ -122,8 +122,8 @@ pub struct NameMap {
 }
 
 /// The vocabulary files (`shared_vocabulary`, else `source_vocabulary` or `source_N_vocabulary`
-/// and `target_vocabulary`, each `.json` or `.txt`, as `load_vocabularies` looks for them). The
-/// tokens are the file's; the converter wrote fairseq's `<pad>` as `<blank>`.
+/// and `target_vocabulary`, or a language model's one `vocabulary`, each `.json` or `.txt`, as
+/// `load_vocabularies` looks for them). The tokens are the file's; the converter wrote fairseq's `<pad>` as `<blank>`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Vocabularies {
     pub files: Vec<String>,
@@ -317,6 +317,11 @@ fn read_vocabularies(dir: &Path) -> Result<Vocabularies, Ct2Error> {
         v.files.push(file);
         v.shared = true;
         v.source.push(tokens.clone());
+        v.target = tokens;
+        return Ok(v);
+    }
+    if let Some((file, tokens)) = read_vocabulary(dir, "vocabulary")? {
+        v.files.push(file);
         v.target = tokens;
         return Ok(v);
     }
@@ -568,5 +573,7 @@ impl Ct2Model {
     }
 }
 
+#[cfg(test)]
+mod storage_tests;
 #[cfg(test)]
 mod tests;
