@@ -493,7 +493,8 @@ impl Ct2Model {
 
     /// Max |stored table - fairseq's sinusoidal table| for `encoder.embed_positions` or
     /// `decoder.embed_positions` (rows `padding_idx + 1 ..` of
-    /// `SinusoidalPositionalEmbedding.get_embedding`); None when none is stored.
+    /// `SinusoidalPositionalEmbedding.get_embedding`), beyond the rounding of a 16-bit table;
+    /// None when none is stored.
     pub fn sinusoidal_max_abs_diff(&self, module: &str) -> Result<Option<f64>, Ct2Error> {
         let Some(table) = self.position_encodings.get(module) else { return Ok(None) };
         let torch = |source| Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source };
@@ -507,8 +508,19 @@ impl Ct2Model {
             // no sinusoidal table of this width exists (fewer than 4 columns)
             return Ok(Some(f64::INFINITY));
         };
-        let diff = reference.f_narrow(0, pad + 1, rows).and_then(|r| r.f_sub(table)).and_then(|d| d.f_abs()).and_then(|d| d.f_max()).map_err(torch)?;
-        Ok(Some(diff.f_double_value(&[]).map_err(torch)?))
+        let reference = reference.f_narrow(0, pad + 1, rows).map_err(torch)?;
+        let mut diff = reference.f_sub(table).and_then(|d| d.f_abs()).map_err(torch)?;
+        // a table stored in float16 or bfloat16 (CTranslate2's `--quantization float16`) is the
+        // sinusoids rounded to it: what exceeds that rounding (half a unit in the last place) counts
+        for (kind, u, subnormal) in [(Kind::Half, 2f64.powi(-11), 2f64.powi(-25)), (Kind::BFloat16, 2f64.powi(-8), 2f64.powi(-134))] {
+            let stored_as = table.f_to_kind(kind).and_then(|t| t.f_to_kind(Kind::Float)).and_then(|t| t.f_equal(table)).map_err(torch)?;
+            if stored_as {
+                let rounding = reference.f_abs().and_then(|r| r.f_mul_scalar(u)).and_then(|r| r.f_add_scalar(subnormal)).map_err(torch)?;
+                diff = diff.f_sub(&rounding).and_then(|d| d.f_clamp_min(0.0)).map_err(torch)?;
+                break;
+            }
+        }
+        Ok(Some(diff.f_max().and_then(|d| d.f_double_value(&[])).map_err(torch)?))
     }
 
     /// The fairseq model options this conversion implies (`--arch transformer` and every

@@ -120,6 +120,12 @@ fn ctranslate2_int16_and_float16_files_read_as_ctranslate2_stored_them() {
         let checked = check_goldens(name, &m);
         let quantized = check_against_fairseq(name, &m, "tests/fixtures/models/postnorm-untied-2018/model.pt", |_| true);
         assert!(checked >= 20 && quantized >= 20, "{name}: {checked} goldens, {quantized} quantized");
+        for module in ["encoder.embed_positions", "decoder.embed_positions"] {
+            let d = m.sinusoidal_max_abs_diff(module).unwrap().unwrap();
+            assert!(d <= SINUSOIDAL_TOLERANCE, "{name} {module}: {d} past the table's rounding");
+        }
+        let args = m.fairseq_args().unwrap();
+        assert_eq!((&args["encoder_learned_pos"], &args["decoder_learned_pos"]), (&Json::Bool(false), &Json::Bool(false)), "{name}");
     }
 }
 
