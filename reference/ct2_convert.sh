@@ -20,6 +20,58 @@ MANIFEST=$OUT/manifest.json
 MODELS="${MODELS:-m2m postnorm postnorm-untied-2018 untied}"
 mkdir -p "$OUT"
 
+# CTranslate2's own float16 and int16 storage: postnorm-untied-2018 with --quantization int16 and
+# float16, and the decoder-only spec of a fairseq language model (lm-gpt, float16). The
+# converter's `_load` sets attributes on `checkpoint["args"] or checkpoint["cfg"]["model"]`, which
+# fails on the plain dict a cfg-only checkpoint holds, so lm-gpt is converted from a copy whose
+# `args` is that dict as an argparse Namespace (reference/work/ct2/lm-gpt-args). Goldens of what
+# each model.bin stores: tests/fixtures/ct2/storage.json (reference/ct2_storage.py).
+storage() {
+  mkdir -p reference/work/ct2
+  local lm=tests/fixtures/lm/lm-gpt args=reference/work/ct2/lm-gpt-args specs=()
+  mkdir -p "$args"
+  cp "$lm/dict.txt" "$args/"
+  python - "$lm/model.pt" "$args/model.pt" <<'PY'
+import argparse, sys, torch
+c = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
+model = dict(c["cfg"]["model"])
+model["arch"] = model.pop("_name")
+task = {k: v for k, v in dict(c["cfg"].get("task") or {}).items() if k != "_name"}
+c["args"] = argparse.Namespace(**{**task, "task": "language_modeling", **model})
+c["cfg"] = None
+torch.save(c, sys.argv[2])
+PY
+  local jobs=(
+    "postnorm-untied-2018-int16|tests/fixtures/models/postnorm-untied-2018|int16|--source_lang src --target_lang tgt"
+    "postnorm-untied-2018-float16|tests/fixtures/models/postnorm-untied-2018|float16|--source_lang src --target_lang tgt"
+    "lm-gpt-float16|$args|float16|"
+  )
+  local job name dir q extra
+  for job in "${jobs[@]}"; do
+    IFS='|' read -r name dir q extra <<< "$job"
+    local dst="$OUT/$name"
+    rm -rf "$dst"
+    # shellcheck disable=SC2206
+    local argv=(ct2-fairseq-converter --model_path "$dir/model.pt" --data_dir "$dir" $extra
+                --unsafe_deserialization --output_dir "$dst" --quantization "$q")
+    echo "+ ${argv[*]}" >&2
+    "${argv[@]}" > "reference/work/ct2/$name.log" 2>&1 || { cat "reference/work/ct2/$name.log" >&2; exit 1; }
+    for f in "$dst"/*; do
+      case "$(basename "$f")" in
+        model.bin|config.json|*vocabulary.json|*vocabulary.txt) ;;
+        *) rm -rf "$f" ;;
+      esac
+    done
+    specs+=("$name=$dst:$(python -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${argv[@]}")")
+  done
+  python reference/ct2_storage.py "$OUT/storage.json" "${specs[@]}"
+}
+if [ "${1:-}" = storage ]; then
+  storage
+  du -sh "$OUT"/*16
+  exit 0
+fi
+
 convert() { # name kind q fairseq_dir extra-args...
   local name=$1 kind=$2 q=$3 dir=$4; shift 4
   local dst="$OUT/$name-$q"

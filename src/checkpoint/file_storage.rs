@@ -67,6 +67,9 @@ pub(super) fn open(path: &Path, read_all: bool) -> Result<Arc<FileBytes>, Checkp
     // is outside what any loader can defend against (torch.load included), and `detach` ends
     // every tensor's use of it once loading is done.
     let map = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.map_err(io)?;
+    if super::hf_dir::is_lfs_pointer(&map) {
+        return Err(CheckpointError::LfsPointer { path: path.to_path_buf() });
+    }
     #[cfg(unix)]
     if read_all {
         // advice only: a kernel that declines it reads the pages as they are touched

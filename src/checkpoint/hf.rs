@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tch::Tensor;
 
+use super::hf_dir::{self, HfDirError};
 use super::pickle::Node;
 use super::{invalid, open, read_container, upgrade, Checkpoint, CheckpointError, CheckpointSummary, ConfigSource, Materializer};
 use crate::config::TransformerConfig;
@@ -37,7 +38,6 @@ pub enum HfArchitecture {
 /// `config.json`, the fields that decide fairseq's config.
 #[derive(Debug, Deserialize)]
 struct HfConfig {
-    model_type: String,
     d_model: i64,
     encoder_layers: i64,
     decoder_layers: i64,
@@ -72,11 +72,8 @@ fn config_beside(weights: &Path) -> Option<PathBuf> {
 pub fn architecture(weights: &Path) -> Option<HfArchitecture> {
     let text = std::fs::read(config_beside(weights)?).ok()?;
     let v: Value = serde_json::from_slice(&text).ok()?;
-    match v.get("model_type")?.as_str()? {
-        "m2m_100" => Some(HfArchitecture::M2m100),
-        "fsmt" => Some(HfArchitecture::Fsmt),
-        _ => None,
-    }
+    let model_type = v.get("model_type")?.as_str()?;
+    hf_dir::MODEL_TYPES.iter().find(|(t, _)| *t == model_type).map(|(_, a)| *a)
 }
 
 /// The weights file of `dir`, if it is a Hugging Face directory this reader knows.
@@ -84,15 +81,19 @@ pub fn find_weights(dir: &Path) -> Option<PathBuf> {
     WEIGHTS_FILES.iter().map(|n| dir.join(n)).find(|p| p.is_file() && architecture(p).is_some())
 }
 
+/// Whether `path` is the weights file of a Hugging Face directory (a `config.json` beside it),
+/// readable or not: [`load`] says what is wrong with one it cannot read.
+pub fn is_weights_file(path: &Path) -> bool {
+    config_beside(path).is_some()
+}
+
 fn read_config(weights: &Path) -> Result<(HfArchitecture, HfConfig), CheckpointError> {
     let path = config_beside(weights).ok_or_else(|| invalid(weights, "no config.json beside it"))?;
+    let value = hf_dir::read_config_json(&path)?;
+    let arch = hf_dir::architecture_of(&path, &value)?;
     let text = std::fs::read(&path).map_err(|source| CheckpointError::Io { path: path.clone(), source })?;
-    let config: HfConfig = serde_json::from_slice(&text).map_err(|e| invalid(&path, format!("not a transformers config: {e}")))?;
-    let arch = match config.model_type.as_str() {
-        "m2m_100" => HfArchitecture::M2m100,
-        "fsmt" => HfArchitecture::Fsmt,
-        other => return Err(invalid(&path, format!("model_type {other:?} is not a fairseq translation model (m2m_100, fsmt)"))),
-    };
+    let config: HfConfig = serde_json::from_slice(&text).map_err(|source| HfDirError::Config { path: path.clone(), source })?;
+    hf_dir::check_tokenizer_files(weights.parent().unwrap_or(Path::new(".")), arch)?;
     Ok((arch, config))
 }
 
@@ -125,7 +126,8 @@ fn vocabulary_langs(vocab: &std::collections::HashMap<String, i64>) -> Vec<Strin
 /// fairseq's four specials), then the added tokens of `tokenizer_config.json` at their ids (the
 /// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`).
 pub fn is_nllb(dir: &Path) -> bool {
-    !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file()
+    let m2m100 = || hf_dir::tokenizer_class(dir).is_some_and(|c| c == "M2M100Tokenizer");
+    !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file() && !m2m100()
 }
 
 /// The file an NLLB directory's dictionary is read from.

@@ -22,6 +22,7 @@ pub mod container;
 pub mod ctranslate2;
 mod file_storage;
 pub mod hf;
+pub mod hf_dir;
 pub mod pickle;
 pub mod pyjson;
 pub mod upgrade;
@@ -82,6 +83,10 @@ pub enum CheckpointError {
     Torch { path: PathBuf, name: String, source: tch::TchError },
     #[error("{path}: {source}")]
     Upgrade { path: PathBuf, source: upgrade::UpgradeError },
+    #[error(transparent)]
+    HuggingFace(#[from] hf_dir::HfDirError),
+    #[error("{path} is a Git LFS pointer, not the weights: run `git lfs pull`")]
+    LfsPointer { path: PathBuf },
 }
 
 /// A loaded checkpoint: config plus fairseq's post-upgrade state dict.
@@ -399,7 +404,7 @@ fn model_dict<'a>(path: &Path, p: &'a Pickle, root: &'a pickle::Dict) -> Result<
 }
 
 pub fn load_checkpoint(path: &Path) -> Result<Checkpoint, CheckpointError> {
-    if hf::architecture(path).is_some() {
+    if hf::is_weights_file(path) {
         return hf::load(path);
     }
     let file = open(path, true)?;
@@ -456,7 +461,7 @@ impl Checkpoint {
 
 /// Parses the container and the config only (storages are not read).
 pub fn read_summary(path: &Path) -> Result<CheckpointSummary, CheckpointError> {
-    if hf::architecture(path).is_some() {
+    if hf::is_weights_file(path) {
         return hf::read_summary(path);
     }
     let file = open(path, false)?;

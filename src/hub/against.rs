@@ -94,7 +94,7 @@ pub fn read_converted(path: &Path) -> Result<Converted, HubError> {
         return read_ctranslate2(&ct2_bin);
     }
     let file = match path.is_dir() {
-        true => find_checkpoint(path).ok_or_else(|| HubError::ModelDir(format!("{}: no checkpoint, Hugging Face weights or CTranslate2 model.bin", path.display())))?,
+        true => find_checkpoint(path)?.ok_or_else(|| HubError::ModelDir(format!("{}: no checkpoint, Hugging Face weights or CTranslate2 model.bin", path.display())))?,
         false => path.to_path_buf(),
     };
     if hf::architecture(&file).is_some() {
@@ -312,8 +312,17 @@ fn positions_row(p: &StoredPositions, config: &TransformerConfig) -> Result<Weig
     };
     // positions before the first real one (the padding row) are not compared
     let from = (PADDING_IDX + 1 - p.first).clamp(0, rows);
-    let diff = fairseq.f_narrow(0, from, rows - from)?.f_sub(&p.table.f_narrow(0, from, rows - from)?)?.f_abs()?;
+    let (fairseq, table) = (fairseq.f_narrow(0, from, rows - from)?, p.table.f_narrow(0, from, rows - from)?);
+    let diff = fairseq.f_sub(&table)?.f_abs()?;
     let max_abs = if diff.numel() == 0 { 0.0 } else { diff.f_max()?.double_value(&[]) };
+    // a table stored in float16 or bfloat16 is the sinusoids rounded to it: half a unit in its
+    // last place more
+    for (kind, u) in [(Kind::Half, 2f64.powi(-11)), (Kind::BFloat16, 2f64.powi(-8))] {
+        if diff.numel() > 0 && table.f_to_kind(kind)?.f_to_kind(Kind::Float)?.f_equal(&table)? {
+            row.bound += u * fairseq.f_abs()?.f_max()?.double_value(&[]);
+            break;
+        }
+    }
     row.max_abs_diff = Some(max_abs);
     // sin and cos of the same float32 arguments from two math libraries
     if max_abs <= row.bound {

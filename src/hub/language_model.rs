@@ -64,7 +64,7 @@ pub fn language_model_checkpoint(spec: &ModelSpec) -> Option<PathBuf> {
     let path = match (&spec.path, &spec.model) {
         (Some(list), _) => PathBuf::from(list.split(':').next()?),
         (None, Some(m)) if m.is_file() => m.clone(),
-        (None, Some(m)) => find_checkpoint(m)?,
+        (None, Some(m)) => find_checkpoint(m).ok().flatten()?,
         _ => return None,
     };
     read_summary(&path).ok().filter(|s| s.config.is_language_model()).map(|_| path)

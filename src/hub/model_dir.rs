@@ -72,12 +72,13 @@ const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoi
 
 /// The checkpoint of a model directory: `model.pt`, else `checkpoint_best.pt`, else
 /// `checkpoint_last.pt`; in `DIR` and then in `DIR/checkpoints`. A Hugging Face directory's
-/// checkpoint is its weights file.
-pub(super) fn find_checkpoint(dir: &Path) -> Option<PathBuf> {
-    [dir.to_path_buf(), dir.join("checkpoints")]
-        .iter()
-        .find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()))
-        .or_else(|| crate::checkpoint::hf::find_weights(dir))
+/// checkpoint is its weights file; one that cannot be read is an error, never "no checkpoint".
+pub(super) fn find_checkpoint(dir: &Path) -> Result<Option<PathBuf>, HubError> {
+    let fairseq = [dir.to_path_buf(), dir.join("checkpoints")].iter().find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()));
+    match fairseq {
+        Some(found) => Ok(Some(found)),
+        None => crate::checkpoint::hf_dir::find(dir).map_err(|e| HubError::Checkpoint(e.into())),
+    }
 }
 
 /// `dict.<lang>.txt` languages present in `dir`, sorted.
@@ -125,7 +126,7 @@ impl ModelFiles {
                 })
                 .collect(),
             (None, Some(m)) if m.is_file() => vec![m.to_path_buf()],
-            (None, Some(m)) => vec![find_checkpoint(m).ok_or_else(|| match m.join("model.bin").is_file() {
+            (None, Some(m)) => vec![find_checkpoint(m)?.ok_or_else(|| match m.join("model.bin").is_file() {
                 true => err(format!("{}: a CTranslate2 model, which tchseq reads only to compare it with the model it came from (`tchseq verify -m MODEL --against {}`)", m.display(), m.display())),
                 false => err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display())),
             })?],

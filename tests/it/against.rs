@@ -63,11 +63,13 @@ fn faithful_conversions_pass() {
         (fixture("models/untied"), &[], fixture("ct2/untied-int8")),
         (fixture("models/postnorm-untied-2018"), &[], fixture("ct2/postnorm-untied-2018-float32")),
         (fixture("models/postnorm-untied-2018"), &[], fixture("ct2/postnorm-untied-2018-int8")),
+        (fixture("models/postnorm-untied-2018"), &[], fixture("ct2/postnorm-untied-2018-int16")),
+        (fixture("models/postnorm-untied-2018"), &[], fixture("ct2/postnorm-untied-2018-float16")),
     ];
     for (model, langs, conversion) in cases {
         let (code, report) = against(&model, langs, &conversion);
         assert_eq!((code, failures(&report)), (Some(0), Vec::<String>::new()), "{}: {report}", conversion.display());
-        let quantized = conversion.to_string_lossy().ends_with("int8");
+        let quantized = ["int8", "int16", "float16"].iter().any(|q| conversion.to_string_lossy().ends_with(q));
         assert_eq!(report["judged"], !quantized, "{}", conversion.display());
         let weights = report["weights"].as_array().unwrap();
         if quantized {
@@ -79,7 +81,7 @@ fn faithful_conversions_pass() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 10);
+    assert_eq!(checked, 12);
 }
 
 /// A copy of a Hugging Face fixture with its weights edited by `edit` and its config by

@@ -97,7 +97,7 @@ fn a_broken_hugging_face_directory_is_one_error() {
     copy(dir.path());
     let config = fs::read_to_string(dir.path().join("config.json")).unwrap().replace("\"model_type\": \"fsmt\"", "\"model_type\": \"bart\"");
     fs::write(dir.path().join("config.json"), config).unwrap();
-    crate::util::one_line_error(&run(dir.path()), "no model.pt, checkpoint_best.pt or checkpoint_last.pt");
+    crate::util::one_line_error(&run(dir.path()), "model_type \"bart\" is not a model tchseq reads");
 
     let dir = tempfile::tempdir().unwrap();
     copy(dir.path());

@@ -410,3 +410,92 @@ fn damaged_checkpoints_through_the_cli_are_one_line_and_exit_2() {
     }
     assert!(runs > 150, "{runs} damaged checkpoints");
 }
+
+const LFS_POINTER: &str = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 1034\n";
+
+/// A copy of `tests/fixtures/<fixture>` in a temporary directory, `damage` done to it.
+fn broken_copy(fixture: &str, damage: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(repo("tests/fixtures").join(fixture)).unwrap() {
+        let f = f.unwrap();
+        if f.path().is_file() {
+            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+        }
+    }
+    damage(dir.path());
+    dir
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{}: no {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// `translate` and `inspect` of a broken model directory: one `error:` line naming every `want`.
+fn dir_error(case: &str, dir: &Path, want: &[&str]) {
+    for args in [&["translate", "-s", "en", "-t", "de", "Hello"][..], &["inspect", "-s", "en", "-t", "de"]] {
+        let out = tchseq().arg(args[0]).arg("-m").arg(dir).args(&args[1..]).output().unwrap();
+        let line = crate::util::one_line_error(&out, want[0]);
+        for w in want {
+            assert!(line.contains(w), "{case} ({}): {w:?} not in {line}", args[0]);
+        }
+        assert!(!line.contains("no model.pt"), "{case}: {line}");
+    }
+}
+
+/// A Hugging Face directory copied without a file, with a broken `config.json`, or with Git LFS
+/// pointers in place of its files: the error names the cause, never fairseq's "no model.pt".
+#[test]
+fn a_broken_hugging_face_directory_names_the_cause() {
+    let rm = |f: &'static str| move |d: &Path| std::fs::remove_file(d.join(f)).unwrap();
+    let name = |d: &tempfile::TempDir| d.path().display().to_string();
+
+    let d = broken_copy("hf/m2m", rm("vocab.json"));
+    dir_error("vocab.json", d.path(), &["no vocab.json, which M2M100Tokenizer needs", &name(&d)]);
+    let d = broken_copy("hf/m2m", rm("sentencepiece.bpe.model"));
+    dir_error("sentencepiece", d.path(), &["no sentencepiece.bpe.model", &name(&d)]);
+    let d = broken_copy("hf/random-nllb", rm("sentencepiece.bpe.model"));
+    dir_error("nllb sentencepiece", d.path(), &["no sentencepiece.bpe.model", &name(&d)]);
+    for f in ["merges.txt", "vocab-tgt.json"] {
+        let d = broken_copy("hf/fsmt-postnorm", rm(f));
+        dir_error(f, d.path(), &[&format!("no {f}, which FSMTTokenizer needs"), &name(&d)]);
+    }
+
+    let d = broken_copy("hf/m2m", |d| edit(&d.join("config.json"), "\"d_model\":", "\"d_model\"  "));
+    dir_error("bad json", d.path(), &["config.json: not a valid transformers config", "line "]);
+    let d = broken_copy("hf/m2m", |d| edit(&d.join("config.json"), "\"d_model\":", "\"width\":"));
+    dir_error("missing field", d.path(), &["config.json: not a valid transformers config: missing field `d_model`", "line "]);
+    let d = broken_copy("hf/m2m", |d| edit(&d.join("config.json"), "\"model_type\": \"m2m_100\"", "\"model_type\": \"marian\""));
+    dir_error("model_type", d.path(), &["model_type \"marian\" is not a model tchseq reads (it reads m2m_100, fsmt)"]);
+
+    let d = broken_copy("hf/m2m", rm("model.safetensors"));
+    dir_error("no weights", d.path(), &["no weights: looked for model.safetensors and pytorch_model.bin", &name(&d)]);
+    let d = broken_copy("hf/m2m", |d| {
+        std::fs::remove_file(d.join("model.safetensors")).unwrap();
+        std::fs::write(d.join("model.safetensors.index.json"), "{\"weight_map\": {}}").unwrap();
+    });
+    dir_error("sharded", d.path(), &["model.safetensors.index.json: sharded weights"]);
+
+    let d = broken_copy("hf/m2m", |d| std::fs::write(d.join("model.safetensors"), LFS_POINTER).unwrap());
+    dir_error("lfs weights", d.path(), &["model.safetensors is a Git LFS pointer, not the weights: run `git lfs pull`"]);
+    let d = broken_copy("hf/m2m", |d| std::fs::write(d.join("sentencepiece.bpe.model"), LFS_POINTER).unwrap());
+    dir_error("lfs spm", d.path(), &["sentencepiece.bpe.model is a Git LFS pointer, not the sentencepiece model: run `git lfs pull`"]);
+
+    // the weights file named itself reads the directory the same way
+    let d = broken_copy("hf/m2m", |d| edit(&d.join("config.json"), "\"model_type\": \"m2m_100\"", "\"model_type\": \"marian\""));
+    dir_error("weights file", &d.path().join("model.safetensors"), &["model_type \"marian\""]);
+}
+
+/// A Git LFS pointer in place of a fairseq checkpoint or of a CTranslate2 `model.bin`.
+#[test]
+fn a_git_lfs_pointer_is_named_as_one() {
+    let out = |d: &Path| tchseq().args(["inspect", "-m"]).arg(d).output().unwrap();
+    let d = broken_copy("models/postnorm", |d| std::fs::write(d.join("model.pt"), LFS_POINTER).unwrap());
+    crate::util::one_line_error(&out(d.path()), "model.pt is a Git LFS pointer, not the weights: run `git lfs pull`");
+
+    let d = broken_copy("ct2/postnorm-float32", |d| std::fs::write(d.join("model.bin"), LFS_POINTER).unwrap());
+    let model = repo("tests/fixtures/models/postnorm");
+    let out = tchseq().args(["verify", "-m"]).arg(model).arg("--against").arg(d.path()).output().unwrap();
+    crate::util::one_line_error(&out, "model.bin is a Git LFS pointer, not the weights: run `git lfs pull`");
+}

@@ -37,6 +37,8 @@ pub use model_bin::{DataType, ModelBin, ModelBinError, Variable};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Ct2Error {
+    #[error("{} is a Git LFS pointer, not the weights: run `git lfs pull`", path.display())]
+    LfsPointer { path: PathBuf },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
@@ -120,8 +122,8 @@ pub struct NameMap {
 }
 
 /// The vocabulary files (`shared_vocabulary`, else `source_vocabulary` or `source_N_vocabulary`
-/// and `target_vocabulary`, each `.json` or `.txt`, as `load_vocabularies` looks for them). The
-/// tokens are the file's; the converter wrote fairseq's `<pad>` as `<blank>`.
+/// and `target_vocabulary`, or a language model's one `vocabulary`, each `.json` or `.txt`, as
+/// `load_vocabularies` looks for them). The tokens are the file's; the converter wrote fairseq's `<pad>` as `<blank>`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Vocabularies {
     pub files: Vec<String>,
@@ -265,6 +267,9 @@ pub fn load(path: &Path) -> Result<Ct2Model, Ct2Error> {
         move |source| Ct2Error::Io { path: p.clone(), source }
     };
     let bytes = std::fs::read(&bin_path).map_err(io(&bin_path))?;
+    if crate::checkpoint::hf_dir::is_lfs_pointer(&bytes) {
+        return Err(Ct2Error::LfsPointer { path: bin_path });
+    }
     let config_path = dir.join("config.json");
     let config = match std::fs::read(&config_path) {
         Ok(b) => serde_json::from_slice(&b).map_err(|source| Ct2Error::Json { path: config_path.clone(), source })?,
@@ -312,6 +317,11 @@ fn read_vocabularies(dir: &Path) -> Result<Vocabularies, Ct2Error> {
         v.files.push(file);
         v.shared = true;
         v.source.push(tokens.clone());
+        v.target = tokens;
+        return Ok(v);
+    }
+    if let Some((file, tokens)) = read_vocabulary(dir, "vocabulary")? {
+        v.files.push(file);
         v.target = tokens;
         return Ok(v);
     }
@@ -483,7 +493,8 @@ impl Ct2Model {
 
     /// Max |stored table - fairseq's sinusoidal table| for `encoder.embed_positions` or
     /// `decoder.embed_positions` (rows `padding_idx + 1 ..` of
-    /// `SinusoidalPositionalEmbedding.get_embedding`); None when none is stored.
+    /// `SinusoidalPositionalEmbedding.get_embedding`), beyond the rounding of a 16-bit table;
+    /// None when none is stored.
     pub fn sinusoidal_max_abs_diff(&self, module: &str) -> Result<Option<f64>, Ct2Error> {
         let Some(table) = self.position_encodings.get(module) else { return Ok(None) };
         let torch = |source| Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source };
@@ -497,8 +508,19 @@ impl Ct2Model {
             // no sinusoidal table of this width exists (fewer than 4 columns)
             return Ok(Some(f64::INFINITY));
         };
-        let diff = reference.f_narrow(0, pad + 1, rows).and_then(|r| r.f_sub(table)).and_then(|d| d.f_abs()).and_then(|d| d.f_max()).map_err(torch)?;
-        Ok(Some(diff.f_double_value(&[]).map_err(torch)?))
+        let reference = reference.f_narrow(0, pad + 1, rows).map_err(torch)?;
+        let mut diff = reference.f_sub(table).and_then(|d| d.f_abs()).map_err(torch)?;
+        // a table stored in float16 or bfloat16 (CTranslate2's `--quantization float16`) is the
+        // sinusoids rounded to it: what exceeds that rounding (half a unit in the last place) counts
+        for (kind, u, subnormal) in [(Kind::Half, 2f64.powi(-11), 2f64.powi(-25)), (Kind::BFloat16, 2f64.powi(-8), 2f64.powi(-134))] {
+            let stored_as = table.f_to_kind(kind).and_then(|t| t.f_to_kind(Kind::Float)).and_then(|t| t.f_equal(table)).map_err(torch)?;
+            if stored_as {
+                let rounding = reference.f_abs().and_then(|r| r.f_mul_scalar(u)).and_then(|r| r.f_add_scalar(subnormal)).map_err(torch)?;
+                diff = diff.f_sub(&rounding).and_then(|d| d.f_clamp_min(0.0)).map_err(torch)?;
+                break;
+            }
+        }
+        Ok(Some(diff.f_max().and_then(|d| d.f_double_value(&[])).map_err(torch)?))
     }
 
     /// The fairseq model options this conversion implies (`--arch transformer` and every
@@ -563,5 +585,7 @@ impl Ct2Model {
     }
 }
 
+#[cfg(test)]
+mod storage_tests;
 #[cfg(test)]
 mod tests;

@@ -367,9 +367,9 @@ fn binary_versions_before_4_store_item_sizes() {
 
 type Var = (String, Vec<u32>, DataType, Vec<u8>);
 
-/// A fixture's model.bin rewritten as `spec`: `edit` gets each variable and returns its
-/// replacement (none to drop it); aliases go with their name and their target.
-fn rewrite_as(src: &str, spec: Option<(&str, u32)>, edit: impl Fn(&str, &[u32], DataType, &[u8]) -> Vec<Var>) -> Vec<u8> {
+/// A fixture's model.bin rewritten: `edit` gets each variable and returns its replacement (none
+/// to drop it); aliases go with their name and their target.
+fn rewrite(src: &str, edit: impl Fn(&str, &[u32], DataType, &[u8]) -> Vec<Var>) -> Vec<u8> {
     let bytes = std::fs::read(ct2_dir(src).join("model.bin")).unwrap();
     let bin = model_bin::parse(&bytes).unwrap();
     let vars: Vec<Var> = bin.variables.values().flat_map(|v| edit(&v.name, &v.shape, v.dtype, v.data)).collect();
@@ -381,12 +381,7 @@ fn rewrite_as(src: &str, spec: Option<(&str, u32)>, edit: impl Fn(&str, &[u32], 
         .map(|(a, t)| (a.as_str(), t.as_str()))
         .collect();
     let refs: Vec<(&str, &[u32], DataType, &[u8])> = vars.iter().map(|(n, s, d, b)| (n.as_str(), s.as_slice(), *d, b.as_slice())).collect();
-    let (spec, revision) = spec.unwrap_or((&bin.spec, bin.revision));
-    model_bin::write(spec, revision, &refs, &aliases)
-}
-
-fn rewrite(src: &str, edit: impl Fn(&str, &[u32], DataType, &[u8]) -> Vec<Var>) -> Vec<u8> {
-    rewrite_as(src, None, edit)
+    model_bin::write(&bin.spec, bin.revision, &refs, &aliases)
 }
 
 fn keep(name: &str, shape: &[u32], dtype: DataType, data: &[u8]) -> Vec<Var> {
@@ -441,70 +436,6 @@ fn flipped_bytes_never_panic() {
         errors += from_bytes(Path::new("model.bin"), &b, Json::Null, Vocabularies::default()).is_err() as usize;
     }
     assert!(errors > 0, "{errors}");
-}
-
-#[test]
-fn a_decoder_only_spec_maps_its_decoder() {
-    // postnorm without its encoder and encoder attention, as TransformerDecoderSpec
-    let decoder_only = |n: &str| !n.starts_with("encoder/") && !n.contains("/attention/");
-    let b = rewrite_as("postnorm-float32", Some(("TransformerDecoderSpec", 8)), |n, s, d, b| if decoder_only(n) { keep(n, s, d, b) } else { vec![] });
-    let m = from_bytes(Path::new("model.bin"), &b, Json::Null, Vocabularies::default()).unwrap();
-    assert!(m.flags.encoder.is_none() && !m.flags.with_encoder_attention);
-    assert!(m.flags.tied_projection && !m.flags.shared_embeddings);
-    assert!(m.unmapped.is_empty(), "{:?}", m.unmapped);
-    let ckpt = load_checkpoint(&root().join("tests/fixtures/models/postnorm/model.pt")).unwrap();
-    let want: Vec<&String> = ckpt.state_dict.keys().filter(|k| k.starts_with("decoder.") && !k.contains("encoder_attn") && !derived(k)).collect();
-    assert_eq!(m.state_dict.keys().collect::<Vec<_>>(), want);
-    for (k, t) in &m.state_dict {
-        assert!(same_bits(t, &ckpt.state_dict[k]), "{k}");
-    }
-    assert!(matches!(m.fairseq_args(), Err(Ct2Error::Unsupported { .. })));
-}
-
-/// What `_quantize` does for float16 and int16 (`model_spec.py`), applied to a float32 fixture.
-fn requantize(dtype: DataType) -> Vec<u8> {
-    rewrite("postnorm-untied-2018-float32", move |n, s, d, b| {
-        let quantizable = n.ends_with("/weight") && s.len() == 2;
-        if d != DataType::Float32 || s.is_empty() || (dtype == DataType::Int16 && !quantizable) {
-            return keep(n, s, d, b);
-        }
-        let t = Tensor::from_slice(&b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>());
-        let bytes = |t: &Tensor, size: usize| {
-            let mut out = vec![0u8; t.numel() * size];
-            t.contiguous().copy_data_u8(&mut out, t.numel());
-            out
-        };
-        if dtype == DataType::Float16 {
-            return keep(n, s, DataType::Float16, &bytes(&t.to_kind(Kind::Half), 2));
-        }
-        let scale = Tensor::from(1024f32) / t.abs().max();
-        let q = (&t * &scale).round().clamp(-32768, 32767).to_kind(Kind::Int16);
-        vec![(n.to_string(), s.to_vec(), DataType::Int16, bytes(&q, 2)), (format!("{n}_scale"), vec![], DataType::Float32, bytes(&scale, 4))]
-    })
-}
-
-#[test]
-fn float16_and_int16_storage_dequantize_within_their_bounds() {
-    let ckpt = load_checkpoint(&root().join("tests/fixtures/models/postnorm-untied-2018/model.pt")).unwrap();
-    for dtype in [DataType::Float16, DataType::Int16] {
-        let m = load(dir_with("postnorm-untied-2018-float32", &requantize(dtype)).path()).unwrap();
-        assert!(m.unmapped.is_empty(), "{:?}", m.unmapped);
-        assert_eq!(m.state_dict.len(), ckpt.state_dict.keys().filter(|k| !derived(k)).count());
-        for (name, t) in &m.state_dict {
-            let want = &ckpt.state_dict[name];
-            let Some(q) = m.quantized.get(name) else {
-                assert!(dtype == DataType::Int16 && t.dim() == 1 && same_bits(t, want), "{dtype} {name}");
-                continue;
-            };
-            assert_eq!(q.dtype, dtype);
-            let err = (t - want).abs();
-            assert!(bool::try_from(err.le_tensor(&q.max_abs_error().unwrap()).all()).unwrap(), "{dtype} {name}: {}", max_abs(&err));
-            if dtype == DataType::Float16 {
-                assert!(same_bits(t, &want.to_kind(Kind::Half).to_kind(Kind::Float)), "{name}");
-            }
-        }
-        assert_eq!(m.position_encodings["decoder.embed_positions"].kind(), Kind::Float);
-    }
 }
 
 #[test]

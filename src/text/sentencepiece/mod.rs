@@ -15,6 +15,8 @@ use proto::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SentencePieceError {
+    #[error("{} is a Git LFS pointer, not the sentencepiece model: run `git lfs pull`", path.display())]
+    LfsPointer { path: PathBuf },
     #[error("cannot read sentencepiece model {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("invalid sentencepiece model: {0}")]
@@ -99,6 +101,9 @@ impl ByteTrie {
 impl SentencePieceModel {
     pub fn load(path: &Path) -> Result<Self, SentencePieceError> {
         let bytes = std::fs::read(path).map_err(|source| SentencePieceError::Io { path: path.to_path_buf(), source })?;
+        if crate::checkpoint::hf_dir::is_lfs_pointer(&bytes) {
+            return Err(SentencePieceError::LfsPointer { path: path.to_path_buf() });
+        }
         Self::from_bytes(&bytes)
     }
 

@@ -1,0 +1,199 @@
+//! What a Hugging Face model directory must hold, checked before anything is read from it, so
+//! that a broken copy is named by what is wrong with it: its `config.json`, its `model_type`, a
+//! missing tokenizer or weights file, or a Git LFS pointer left where a file's content belongs.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::hf::{HfArchitecture, WEIGHTS_FILES};
+
+/// The first line of a Git LFS pointer file.
+pub const LFS_POINTER_START: &[u8] = b"version https://git-lfs.github.com/spec/v1";
+
+/// Whether `bytes` are a Git LFS pointer (a small text file) rather than the content it stands for.
+pub fn is_lfs_pointer(bytes: &[u8]) -> bool {
+    bytes.len() <= 1024 && bytes.starts_with(LFS_POINTER_START)
+}
+
+/// Whether the file at `path` is a Git LFS pointer (false when it cannot be read).
+pub fn file_is_lfs_pointer(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    if file.metadata().map_or(true, |m| m.len() > 1024) {
+        return false;
+    }
+    let mut head = Vec::new();
+    file.take(1024).read_to_end(&mut head).is_ok() && is_lfs_pointer(&head)
+}
+
+/// The `model_type`s read, with their architectures.
+pub const MODEL_TYPES: [(&str, HfArchitecture); 2] = [("m2m_100", HfArchitecture::M2m100), ("fsmt", HfArchitecture::Fsmt)];
+
+/// The sharded weights indexes transformers writes.
+const WEIGHTS_INDEXES: [&str; 2] = ["model.safetensors.index.json", "pytorch_model.bin.index.json"];
+
+/// Files a tokenizer of a Hugging Face directory leaves beside `config.json`.
+const TOKENIZER_FILES: [&str; 7] =
+    ["tokenizer_config.json", "vocab.json", "sentencepiece.bpe.model", "vocab-src.json", "vocab-tgt.json", "merges.txt", "tokenizer.json"];
+
+fn supported() -> String {
+    MODEL_TYPES.map(|(t, _)| t).join(", ")
+}
+
+/// Why a Hugging Face directory cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HfDirError {
+    /// `config.json` could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `config.json` is not JSON, or not a transformers config (the error names the line).
+    #[error("{}: not a valid transformers config: {source}", path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// serde_json's error, with its line and column.
+        source: serde_json::Error,
+    },
+    /// `config.json` names no `model_type`.
+    #[error("{}: no model_type (tchseq reads {})", path.display(), supported())]
+    NoModelType {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A `model_type` that is not one of fairseq's translation models.
+    #[error("{}: model_type {model_type:?} is not a model tchseq reads (it reads {})", path.display(), supported())]
+    UnknownModelType {
+        /// The file.
+        path: PathBuf,
+        /// What it names.
+        model_type: String,
+    },
+    /// A file the model's tokenizer needs is not there.
+    #[error("{}: no {file}, which {needed_by} needs", dir.display())]
+    MissingFile {
+        /// The model directory.
+        dir: PathBuf,
+        /// The file's name.
+        file: &'static str,
+        /// The tokenizer (or model) that reads it.
+        needed_by: &'static str,
+    },
+    /// No weights file.
+    #[error("{}: no weights: looked for {} (a Hugging Face {model_type} model)", dir.display(), WEIGHTS_FILES.join(" and "))]
+    NoWeights {
+        /// The model directory.
+        dir: PathBuf,
+        /// Its `model_type`.
+        model_type: String,
+    },
+    /// Weights split over several files, which are not read.
+    #[error("{}: sharded weights, which tchseq does not read; save the model as one {} file", index.display(), WEIGHTS_FILES[0])]
+    Sharded {
+        /// The shards' index file.
+        index: PathBuf,
+    },
+    /// A Git LFS pointer where a file's content belongs.
+    #[error("{} is a Git LFS pointer, not the {what}: run `git lfs pull`", path.display())]
+    LfsPointer {
+        /// The pointer file.
+        path: PathBuf,
+        /// What the file should hold (`weights`, `sentencepiece model`, ...).
+        what: &'static str,
+    },
+}
+
+/// `config.json`, parsed.
+pub(super) fn read_config_json(path: &Path) -> Result<Value, HfDirError> {
+    let text = std::fs::read(path).map_err(|source| HfDirError::Io { path: path.to_path_buf(), source })?;
+    serde_json::from_slice(&text).map_err(|source| HfDirError::Config { path: path.to_path_buf(), source })
+}
+
+/// The architecture `config.json`'s `model_type` names.
+pub(super) fn architecture_of(path: &Path, config: &Value) -> Result<HfArchitecture, HfDirError> {
+    let Some(model_type) = config.get("model_type") else {
+        return Err(HfDirError::NoModelType { path: path.to_path_buf() });
+    };
+    let model_type = model_type.as_str().map_or_else(|| model_type.to_string(), str::to_string);
+    MODEL_TYPES
+        .iter()
+        .find(|(t, _)| *t == model_type)
+        .map(|(_, a)| *a)
+        .ok_or(HfDirError::UnknownModelType { path: path.to_path_buf(), model_type })
+}
+
+/// `tokenizer_config.json`'s `tokenizer_class`, if it names one.
+pub(super) fn tokenizer_class(dir: &Path) -> Option<String> {
+    let text = std::fs::read(dir.join("tokenizer_config.json")).ok()?;
+    let v: Value = serde_json::from_slice(&text).ok()?;
+    v.get("tokenizer_class")?.as_str().map(str::to_string)
+}
+
+fn need(dir: &Path, file: &'static str, needed_by: &'static str) -> Result<(), HfDirError> {
+    let path = dir.join(file);
+    if !path.is_file() {
+        return Err(HfDirError::MissingFile { dir: dir.to_path_buf(), file, needed_by });
+    }
+    if file.ends_with(".model") && file_is_lfs_pointer(&path) {
+        return Err(HfDirError::LfsPointer { path, what: "sentencepiece model" });
+    }
+    Ok(())
+}
+
+/// The tokenizer files `arch` reads are all there (and are no LFS pointers).
+pub(super) fn check_tokenizer_files(dir: &Path, arch: HfArchitecture) -> Result<(), HfDirError> {
+    match arch {
+        HfArchitecture::M2m100 if super::hf::is_nllb(dir) || tokenizer_class(dir).is_some_and(|c| c == "NllbTokenizer") => {
+            need(dir, "sentencepiece.bpe.model", "NllbTokenizer")?;
+            need(dir, "tokenizer_config.json", "NllbTokenizer")
+        }
+        HfArchitecture::M2m100 => {
+            need(dir, "vocab.json", "M2M100Tokenizer")?;
+            need(dir, "sentencepiece.bpe.model", "M2M100Tokenizer")
+        }
+        HfArchitecture::Fsmt => {
+            need(dir, "vocab-src.json", "FSMTTokenizer")?;
+            need(dir, "vocab-tgt.json", "FSMTTokenizer")?;
+            need(dir, "merges.txt", "FSMTTokenizer")
+        }
+    }
+}
+
+/// The weights file of a Hugging Face directory: None when `dir` is no Hugging Face directory (no
+/// `config.json`, or one with neither a `model_type` nor tokenizer files beside it, or a
+/// CTranslate2 directory's), else the weights file or why the directory cannot be read.
+pub fn find(dir: &Path) -> Result<Option<PathBuf>, HfDirError> {
+    let config_path = dir.join("config.json");
+    if !config_path.is_file() {
+        return Ok(None);
+    }
+    let ctranslate2 = dir.join("model.bin").is_file() && !WEIGHTS_FILES.iter().any(|w| dir.join(w).is_file());
+    let config = match read_config_json(&config_path) {
+        Ok(config) => config,
+        Err(_) if ctranslate2 => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let has_tokenizer = TOKENIZER_FILES.iter().any(|f| dir.join(f).is_file());
+    if config.get("model_type").is_none() && (ctranslate2 || !has_tokenizer) {
+        return Ok(None);
+    }
+    let arch = architecture_of(&config_path, &config)?;
+    check_tokenizer_files(dir, arch)?;
+    let Some(weights) = WEIGHTS_FILES.iter().map(|w| dir.join(w)).find(|p| p.is_file()) else {
+        if let Some(index) = WEIGHTS_INDEXES.iter().map(|i| dir.join(i)).find(|p| p.is_file()) {
+            return Err(HfDirError::Sharded { index });
+        }
+        let model_type = MODEL_TYPES.iter().find(|(_, a)| *a == arch).map_or("", |(t, _)| t).to_string();
+        return Err(HfDirError::NoWeights { dir: dir.to_path_buf(), model_type });
+    };
+    if file_is_lfs_pointer(&weights) {
+        return Err(HfDirError::LfsPointer { path: weights, what: "weights" });
+    }
+    Ok(Some(weights))
+}
