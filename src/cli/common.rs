@@ -1,6 +1,6 @@
 //! Helpers shared by the commands: threads, devices, error formatting.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tch::{Device, Kind};
 
 use tchseq::text::pipeline::PipelineError;
@@ -90,6 +90,15 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
     }
     parts.join(": ")
+}
+
+/// fairseq's `utils.set_torch_seed(seed)`: libtorch's CPU generator, and CUDA's on a GPU.
+pub fn seed_torch(seed: u64, device: Device) -> Result<()> {
+    tch::manual_seed(i64::try_from(seed).context("--seed is too large")?);
+    if device.is_cuda() {
+        tch::Cuda::manual_seed_all(seed);
+    }
+    Ok(())
 }
 
 /// `--model/--path/--data/-s/-t`.

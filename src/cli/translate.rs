@@ -4,7 +4,7 @@
 //! does (`generate::batching`), decoded with `SequenceGenerator`, and printed in input order.
 
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use super::args::{GlobalArgs, TranslateArgs, TranslateFormat};
 use super::common;
@@ -48,11 +48,7 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let device = common::resolve_device(global.device)?;
     let kind = common::dtype_kind(a.dtype);
     // fairseq-interactive: utils.set_torch_seed(cfg.common.seed) before the models are built
-    let seed = i64::try_from(a.seed).context("--seed is too large")?;
-    tch::manual_seed(seed);
-    if device.is_cuda() {
-        tch::Cuda::manual_seed_all(a.seed);
-    }
+    common::seed_torch(a.seed, device)?;
 
     let weights = Weights::Load { device, kind, replay_init: a.sampling };
     let bundle = common::load_bundle(&a.model, Some(&a.pipeline), weights, a.compute_type)?;

@@ -35,11 +35,7 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
     let device = common::resolve_device(global.device)?;
     let kind = common::dtype_kind(a.dtype);
     // fairseq-generate: utils.set_torch_seed(cfg.common.seed) before the models are built
-    let seed = i64::try_from(a.seed).context("--seed is too large")?;
-    tch::manual_seed(seed);
-    if device.is_cuda() {
-        tch::Cuda::manual_seed_all(a.seed);
-    }
+    common::seed_torch(a.seed, device)?;
     let (src, tgt) = match (&a.model.source_lang, &a.model.target_lang) {
         (Some(s), Some(t)) => (s.clone(), t.clone()),
         _ => infer_language_pair(&a.data_dir).map_err(|e| anyhow::anyhow!("{e} (pass -s SRC -t TGT)"))?,
@@ -256,9 +252,6 @@ fn validate(a: &GenerateArgs) -> Result<()> {
     }
     if a.score_reference && a.print_alignment.is_some() {
         bail!("--print-alignment is not supported with --score-reference");
-    }
-    if a.sampling && a.nbest != a.search.beam {
-        bail!("--sampling requires --nbest to be equal to --beam");
     }
     Ok(())
 }
