@@ -24,6 +24,10 @@ VENV_STAMP := $(CURDIR)/.venv/libtorch
 SLIM_INSTALL := --no-deps torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
 FULL_STAMP := $(VENV)/.full-torch-ok
 CARGO ?= cargo
+# The CPU's flags that build.rs turns into the kernel tests' cfg: a target/ made on another CPU
+# is rebuilt rather than kept with the other CPU's ignored tests.
+export TCHSEQ_BUILD_CPU_FLAGS := $(shell sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1 | tr ' ' '\n' \
+	| grep -xE 'avx2|fma|avx512f|avx512_vnni|avx512_bf16' | sort | tr '\n' ' ')
 
 .PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser wheel wheel-test python python-test ray-test parity reference reference-venv fuzz venv clean doc \
 	torch-2.11-venv build-torch-2.11 test-torch-2.11 gpu-dry-run gpu-bundle
@@ -49,13 +53,20 @@ $(FULL_STAMP): $(VENV_STAMP)
 build: $(VENV_STAMP)
 	$(CARGO) build --release
 
+# The Rust suites' flags: tests inject faults (src/hub/fault.rs) only in a build with test-faults,
+# which `make test` rebuilds without right after, so that target/release and the wheel never carry
+# them (python/wheel_test.sh checks the wheel).
+CARGO_TEST_FLAGS := --release --features test-faults
+export TCHSEQ_CARGO_TEST_FLAGS := $(CARGO_TEST_FLAGS)
+
 # Every test: the Rust suites (portable: goldens within tolerance, bits in reproducible mode),
 # then fairseq 0.12.2 live beside tchseq on this machine (make parity), in the default mode at one
 # thread and in the reproducible mode at two.
 test: $(FULL_STAMP) browser fonts
-	$(CARGO) build --release
-	set -o pipefail; $(CARGO) test --release 2>&1 | tee target/cargo-test.log
+	set -o pipefail; $(CARGO) test $(CARGO_TEST_FLAGS) 2>&1 | tee target/cargo-test.log
 	@awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($$i ~ /^ignored/) n += $$(i-1) } END { printf "cargo test: %d ignored\n", n }' target/cargo-test.log
+	@grep -E '^test .* \.\.\. ignored' target/cargo-test.log | sed 's/^test /  ignored here: /' || true
+	$(CARGO) build --release
 	$(MAKE) python-test
 	$(MAKE) wheel-test
 	$(MAKE) parity

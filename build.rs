@@ -58,6 +58,8 @@ fn main() {
 /// built; a test that is not ignored and still lacks its instructions fails.)
 fn cpu_features_for_tests() {
     println!("cargo:rerun-if-env-changed=TCHSEQ_CPU_FEATURES_OFF");
+    // the Makefile's fingerprint of /proc/cpuinfo (whose mtime says nothing)
+    println!("cargo:rerun-if-env-changed=TCHSEQ_BUILD_CPU_FLAGS");
     const NEEDED: [(&str, &str); 5] =
         [("avx2", "avx2"), ("fma", "fma"), ("avx512f", "avx512f"), ("avx512_vnni", "avx512vnni"), ("avx512_bf16", "avx512bf16")];
     let values: Vec<String> = NEEDED.iter().map(|(_, name)| format!("\"{name}\"")).collect();

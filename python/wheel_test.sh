@@ -43,6 +43,21 @@ ours=$("${clean_env[@]}" "$fresh/venv/bin/tchseq" --threads 1 translate -m "$mod
 want=$("$repo/target/release/tchseq" --threads 1 translate -m "$model" "${sentences[@]}")
 [[ "$ours" == "$want" ]] || { echo "error: the wheel's tchseq translates differently:"$'\n'"$ours"$'\n'"source build:"$'\n'"$want" >&2; exit 1; }
 
+# release builds carry no test faults (the test-faults feature): the variables that make a test
+# build panic on a word change nothing here, in the wheel's command, its Python package or
+# target/release
+faults=(TCHSEQ_TEST_PANIC_ON=dog TCHSEQ_TEST_STOP_WORKER_ON=dog)
+dog="The dog runs on the grass."
+plain=$("${clean_env[@]}" "$fresh/venv/bin/tchseq" --threads 1 translate -m "$model" "$dog")
+for run in "$fresh/venv/bin/tchseq" "$repo/target/release/tchseq"; do
+  faulted=$("${clean_env[@]}" "${faults[@]}" "$run" --threads 1 translate -m "$model" "$dog") \
+    || { echo "error: $run carries the test faults (built with --features test-faults)" >&2; exit 1; }
+  [[ "$faulted" == "$plain" ]] || { echo "error: $run translates differently under ${faults[*]}" >&2; exit 1; }
+done
+faulted=$("${clean_env[@]}" "${faults[@]}" "$fresh/venv/bin/python" -c "import tchseq, sys; print(tchseq.Translator(sys.argv[1], threads=1).translate([sys.argv[2]]))" "$model" "$dog") \
+  || { echo "error: the wheel's Python package carries the test faults" >&2; exit 1; }
+[[ $faulted == *"$plain"* ]] || { echo "error: the wheel's Python package translates differently under ${faults[*]}: $faulted" >&2; exit 1; }
+
 quick_start="
 import tchseq, sys
 t = tchseq.Translator(sys.argv[1], threads=1)
@@ -60,4 +75,4 @@ ours=$("${clean_env[@]}" "$fresh/venv/bin/python" -c "$quick_start" "$model")
 want=$("$project_venv/bin/python" -c "$quick_start" "$model")
 [[ "$(head -1 <<< "$ours")" == "$fresh_site"/tchseq/* ]] || { echo "error: the fresh venv imported tchseq from $(head -1 <<< "$ours")" >&2; exit 1; }
 [[ "$(tail -n +2 <<< "$ours")" == "$(tail -n +2 <<< "$want")" ]] || { echo "error: the wheel's Python package prints differently:"$'\n'"$ours"$'\n'"source build:"$'\n'"$want" >&2; exit 1; }
-echo "wheel-test: $(basename "$wheel") installed in a fresh venv without Rust: tchseq (libtorch found in its venv) and the Python quick start print the source build's output"
+echo "wheel-test: $(basename "$wheel") installed in a fresh venv without Rust: tchseq (libtorch found in its venv) and the Python quick start print the source build's output, and carry no test faults"

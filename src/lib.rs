@@ -23,3 +23,5 @@ pub mod metrics;
 pub mod model;
 pub mod plot;
 pub mod text;
+#[cfg(test)]
+mod testing;

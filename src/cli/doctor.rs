@@ -79,16 +79,12 @@ fn cpu_model() -> Option<String> {
 
 /// The widest x86 vector extension the CPU reports (what MKL and ATen pick kernels by).
 fn cpu_vector_isa() -> Option<&'static str> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return Some("avx512");
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            return Some("avx2");
-        }
-        Some("sse")
+    use tchseq::kernels::isa::cpu_detected;
+    if cpu_detected("avx512f") {
+        Some("avx512")
+    } else if cpu_detected("avx2") {
+        Some("avx2")
+    } else {
+        cfg!(target_arch = "x86_64").then_some("sse")
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    None
 }

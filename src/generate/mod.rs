@@ -32,21 +32,17 @@ pub use sequence_generator::{GenerateRequest, GeneratorConfig, SequenceGenerator
 
 use tch::Tensor;
 
-/// Tests that seed or draw from libtorch's global generator hold this lock.
-#[cfg(test)]
-pub(crate) static RNG_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[cfg(test)]
 mod base2_tests {
     use super::base2;
-    use tch::{Device, Kind, Tensor};
+    use tch::{Device, Tensor};
 
     /// Bit for bit what libtorch computes on the CPU (the tensor the CLI once built for it), over
     /// a million scores and the awkward values; the CUDA form is libtorch's product with the
     /// reciprocal, which the CPU computes alike.
     #[test]
     fn base2_on_the_host_is_libtorch_s_division_bit_for_bit() {
-        let mut values: Vec<f32> = Tensor::randn([1_000_000], (Kind::Float, Device::Cpu)).try_into().unwrap();
+        let mut values: Vec<f32> = crate::testing::TestRng::new(2).randn([1_000_000]).try_into().unwrap();
         values.iter_mut().step_by(3).for_each(|v| *v *= -40.0);
         values.extend([0.0, -0.0, f32::MIN_POSITIVE, -1e-40, f32::MAX, f32::MIN, f32::INFINITY, f32::NEG_INFINITY, -1.0, -std::f32::consts::LN_2]);
         let cpu: Vec<f32> = Tensor::from_slice(&values).f_div_scalar(std::f64::consts::LN_2).unwrap().try_into().unwrap();
@@ -61,11 +57,6 @@ mod base2_tests {
         // the two roundings really differ, so the device matters
         assert!(differ > 1000, "{differ}");
     }
-}
-
-#[cfg(test)]
-pub(crate) fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
-    RNG_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Errors of the search code.

@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn replay_advances_the_generator() {
         let sd = toy_sd(false, true);
-        let _rng = crate::generate::rng_lock();
+        let _rng = crate::testing::global_generator();
         tch::manual_seed(1);
         let fresh = Tensor::rand([3], (Kind::Float, Device::Cpu));
         tch::manual_seed(1);

@@ -223,13 +223,14 @@ fn hypos_from_probs(avg_probs: &Tensor, target: &Tensor, pad: i64) -> Result<Vec
 mod tests {
     use super::*;
     use crate::generate::batching::batch_by_size;
+    use crate::testing::TestRng;
 
     #[test]
     fn normalizing_a_slice_of_rows_at_a_time_changes_no_bit() {
-        tch::manual_seed(7);
+        let mut rng = TestRng::new(7);
         for (b, t, v) in [(600, 23, 7944), (3, 5, 11), (1, 1, 4)] {
-            let logits = Tensor::randn([b, t, v], (Kind::Float, tch::Device::Cpu)) * 6.0;
-            let index = Tensor::randint(v, [b, t, 1], (Kind::Int64, tch::Device::Cpu));
+            let logits = rng.randn([b, t, v]) * 6.0;
+            let index = rng.randint(v, [b, t, 1]);
             for log_probs in [true, false] {
                 let whole = if log_probs { logits.log_softmax(-1, Kind::Float) } else { logits.softmax(-1, Kind::Float) }
                     .gather(2, &index, false);

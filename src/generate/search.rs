@@ -214,7 +214,7 @@ mod tests {
     #[test]
     fn sampling_is_reproducible_under_a_seed_and_respects_topk() {
         let logs: Vec<f32> = [0.4f32, 0.3, 0.2, 0.1].iter().map(|p| p.ln()).collect();
-        let _rng = crate::generate::rng_lock();
+        let _rng = crate::testing::global_generator();
         let run = || {
             tch::manual_seed(7);
             let l = Tensor::from_slice(&logs).view([1, 1, 4]).repeat([1, 3, 1]);

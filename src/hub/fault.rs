@@ -1,6 +1,7 @@
 //! Faults for tests to inject, so that they can show that a panic costs only its own batch (CLI)
-//! or request (server), and that a server whose model worker is gone says so. Unset, each costs
-//! one environment lookup per process.
+//! or request (server), and that a server whose model worker is gone says so. They exist only in
+//! builds with the `test-faults` feature (`make test`); elsewhere nothing reads the variables and
+//! every check below is a constant `None`.
 //!
 //! - `TCHSEQ_TEST_PANIC_ON=WORD`: a batch whose source holds the dictionary symbol WORD panics
 //!   before it is computed; in the server, so does the work of a request with WORD in its text.
@@ -14,8 +15,14 @@ use crate::text::dictionary::Dictionary;
 const PANIC_ON: &str = "TCHSEQ_TEST_PANIC_ON";
 const STOP_WORKER_ON: &str = "TCHSEQ_TEST_STOP_WORKER_ON";
 
+#[cfg(feature = "test-faults")]
 fn word(var: &'static str, cell: &'static OnceLock<Option<String>>) -> Option<&'static str> {
     cell.get_or_init(|| std::env::var(var).ok().filter(|s| !s.is_empty())).as_deref()
+}
+
+#[cfg(not(feature = "test-faults"))]
+fn word(_: &'static str, _: &'static OnceLock<Option<String>>) -> Option<&'static str> {
+    None
 }
 
 fn panic_on() -> Option<&'static str> {

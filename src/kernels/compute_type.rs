@@ -3,7 +3,7 @@
 use tch::Kind;
 
 use super::gemm::Precision;
-use super::isa::feature_hidden;
+use super::isa::cpu_has;
 
 /// How the model computes, named as CTranslate2 names its compute types. The CLI's
 /// `--compute-type` takes it as it is; the server and Python parse their strings with
@@ -122,16 +122,16 @@ impl ComputeType {
     /// products are only fast with AVX512_BF16 (AMX machines have it too); elsewhere libtorch
     /// would emulate them, slower than float32.
     pub fn missing_cpu_instructions(self) -> Option<&'static str> {
-        (self == Self::BFloat16 && !cpu_feature("avx512bf16")).then_some("AVX512_BF16")
+        (self == Self::BFloat16 && !cpu_has("avx512bf16")).then_some("AVX512_BF16")
     }
 
     /// The compute types this CPU runs at full speed: `float16` only with AVX512_FP16.
     pub fn fast_on_this_cpu() -> Vec<Self> {
         let mut fast = vec![Self::Exact, Self::Float32];
-        if cpu_feature("avx2") {
+        if cpu_has("avx2") {
             fast.push(Self::Int8);
         }
-        if cpu_feature("avx512fp16") {
+        if cpu_has("avx512fp16") {
             fast.push(Self::Float16);
         }
         if Self::BFloat16.missing_cpu_instructions().is_none() {
@@ -141,21 +141,3 @@ impl ComputeType {
     }
 }
 
-/// Whether the CPU has `feature` (`is_x86_feature_detected!`'s name), unless
-/// `TCHSEQ_CPU_FEATURES_OFF` names it (how the tests see a CPU without it).
-fn cpu_feature(feature: &str) -> bool {
-    if feature_hidden(feature) {
-        return false;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        match feature {
-            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
-            "avx512bf16" => std::arch::is_x86_feature_detected!("avx512bf16"),
-            "avx512fp16" => std::arch::is_x86_feature_detected!("avx512fp16"),
-            _ => false,
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}

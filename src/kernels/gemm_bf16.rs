@@ -6,16 +6,13 @@
 //! does); the products accumulate in fp32 and the output stays fp32.
 
 use super::panel::{Line, PANEL};
-use super::isa::{feature_hidden, Isa};
+use super::isa::{cpu_has, Isa};
 use super::pack::{pack_panels, panel_rows};
 
 /// Whether this CPU runs the kernel: AVX-512 with AVX512_BF16, unless `TCHSEQ_CPU_FEATURES_OFF`
 /// hides either.
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return Isa::detect() == Some(Isa::Avx512) && std::arch::is_x86_feature_detected!("avx512bf16") && !feature_hidden("avx512bf16");
-    #[cfg(not(target_arch = "x86_64"))]
-    return false;
+    Isa::detect() == Some(Isa::Avx512) && cpu_has("avx512bf16")
 }
 
 /// `value` rounded to bfloat16, to nearest even (NaN stays a quiet NaN), as libtorch's
@@ -124,6 +121,7 @@ pub mod avx512bf16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TestRng;
 
     #[test]
     fn rounds_to_nearest_even_as_libtorch_does() {
@@ -141,10 +139,10 @@ mod tests {
     #[test]
     #[cfg_attr(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16"), ignore = "this CPU has AVX512_BF16")]
     fn nothing_is_packed_for_bfloat16_without_avx512_bf16() {
+        let mut rng = TestRng::new(661);
         use super::super::gemm::{PackedWeight, Precision};
-        use tch::{Device, Kind, Tensor};
         assert!(!available());
-        let w = Tensor::randn([16, 8], (Kind::Float, Device::Cpu));
+        let w = rng.randn([16, 8]);
         assert!(PackedWeight::pack_with(Precision::Bf16, &w, None).unwrap().is_none());
     }
 
@@ -153,17 +151,17 @@ mod tests {
     #[test]
     #[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512bf16")), ignore = "needs AVX512_BF16")]
     fn equals_f_linear_on_rounded_operands_for_every_shape_and_row_count() {
+        let mut rng = TestRng::new(689);
         use super::super::gemm::{PackedWeight, Precision};
-        use tch::{Device, Kind, Tensor};
-        let opts = (Kind::Float, Device::Cpu);
+        use tch::{Kind, Tensor};
         assert!(available(), "built where AVX512_BF16 was found, run where it is not");
         let rounded = |t: &Tensor| t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
         for &(out, inp) in &[(384i64, 128i64), (37, 21), (16, 8), (5, 3), (33, 1), (70, 300), (50, 1001), (35, 2100)] {
-            let w = Tensor::randn([out, inp], opts);
-            let b = Tensor::randn([out], opts);
+            let w = rng.randn([out, inp]);
+            let b = rng.randn([out]);
             let packed = PackedWeight::pack_with(Precision::Bf16, &w, Some(&b)).unwrap().expect("packed");
             for rows in [1i64, 2, 5, 11, 12, 13, 25, 160] {
-                let x = Tensor::randn([1, rows, inp], opts);
+                let x = rng.randn([1, rows, inp]);
                 let want = rounded(&x).linear(&rounded(&w), Some(&b));
                 let got = packed.linear(&x, false).unwrap().expect("a contiguous input");
                 assert_eq!(got.size(), want.size());
@@ -177,7 +175,7 @@ mod tests {
             assert_eq!(row, Vec::<f32>::try_from(rounded(&w).get(out - 1)).unwrap(), "{out}x{inp}");
             let part = packed.columns(32..out as usize);
             if let Some(part) = part {
-                let x = Tensor::randn([3, inp], opts);
+                let x = rng.randn([3, inp]);
                 let want = rounded(&x).linear(&rounded(&w).narrow(0, 32, out - 32), Some(&b.narrow(0, 32, out - 32)));
                 assert!((part.linear(&x, false).unwrap().unwrap() - want).abs().max().double_value(&[]) < 1e-3);
             }

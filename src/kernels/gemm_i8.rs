@@ -16,7 +16,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::panel::by_row_count;
-use super::isa::{feature_hidden, Isa};
+use super::isa::{cpu_has, Isa};
 use super::quantize_i8::{input_scale, max_abs, quantize_row, quantize_row_u8, Range};
 use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
@@ -43,16 +43,11 @@ enum Kernel {
 impl Kernel {
     /// The best this CPU has, unless `TCHSEQ_CPU_FEATURES_OFF` hides it.
     fn here() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            match Isa::here() {
-                Some(Isa::Avx512) if std::arch::is_x86_feature_detected!("avx512vnni") && !feature_hidden("avx512vnni") => Some(Self::Vnni),
-                Some(_) => Some(Self::Avx2),
-                None => None,
-            }
+        match Isa::here() {
+            Some(Isa::Avx512) if cpu_has("avx512vnni") => Some(Self::Vnni),
+            Some(_) => Some(Self::Avx2),
+            None => None,
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        None
     }
 
     /// Every kernel this CPU runs, best first (the tests run each).
@@ -448,6 +443,7 @@ unsafe impl Sync for SendPtr {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TestRng;
 
     /// The kernels of a CPU without AVX2 or FMA: none, and int8 then runs through fbgemm (the
     /// int8 end-to-end tests hold it).
@@ -463,11 +459,11 @@ mod tests {
     fn equals_the_quantized_product_computed_plainly() {
         let kernels = Kernel::all_here();
         assert!(PackedInt8::available() && !kernels.is_empty(), "built where AVX2 and FMA were found, run where they are not");
-        tch::manual_seed(17);
+        let mut rng = TestRng::new(17);
         for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33), (7, 24, 9)] {
-            let x = with_unsigned_rows(&Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu)));
-            let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu)) * 0.1;
-            let b = Tensor::randn([n as i64], (Kind::Float, Device::Cpu));
+            let x = with_unsigned_rows(&rng.randn([m as i64, k as i64]));
+            let w = rng.randn([n as i64, k as i64]) * 0.1;
+            let b = rng.randn([n as i64]);
             for &kernel in &kernels {
             let packed = PackedInt8::quantize_for(kernel, &w, Some(&b)).unwrap();
             for relu in [false, true] {
@@ -517,9 +513,9 @@ mod tests {
     #[test]
     #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
     fn row_into_reads_back_each_quantized_column() {
-        tch::manual_seed(23);
+        let mut rng = TestRng::new(23);
         let (n, k) = (37usize, 70usize);
-        let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
+        let w = rng.randn([n as i64, k as i64]);
         let ws = Vec::<f32>::try_from(w.view([-1])).unwrap();
         let kernels = Kernel::all_here();
         for &kernel in &kernels {
@@ -545,10 +541,10 @@ mod tests {
     fn vnni_and_avx2_give_the_same_bits() {
         let kernels = Kernel::all_here();
         assert_eq!(kernels, [Kernel::Vnni, Kernel::Avx2], "built where AVX-512 VNNI was found, run where it is not");
-        tch::manual_seed(5);
+        let mut rng = TestRng::new(5);
         for &(m, k, n) in &[(1usize, 512usize, 70usize), (12, 100, 48), (31, 64, 130)] {
-            let x = with_unsigned_rows(&Tensor::randn([m as i64, k as i64], (Kind::Float, Device::Cpu)));
-            let w = Tensor::randn([n as i64, k as i64], (Kind::Float, Device::Cpu));
+            let x = with_unsigned_rows(&rng.randn([m as i64, k as i64]));
+            let w = rng.randn([n as i64, k as i64]);
             let out = |kernel| PackedInt8::quantize_for(kernel, &w, None).unwrap().linear(&x, false).unwrap().unwrap();
             assert!(out(Kernel::Vnni).equal(&out(Kernel::Avx2)), "m {m} k {k} n {n}");
         }

@@ -113,14 +113,10 @@ impl Int8Weight {
     }
 }
 
+/// fbgemm decides by the real CPU, whatever `TCHSEQ_CPU_FEATURES_OFF` hides.
 fn has_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *VNNI.get_or_init(|| std::arch::is_x86_feature_detected!("avx512vnni"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| super::isa::cpu_detected("avx512vnni"))
 }
 
 impl Drop for Int8Weight {

@@ -16,6 +16,35 @@ pub fn feature_hidden(feature: &str) -> bool {
     names(&std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default(), feature)
 }
 
+/// Whether this CPU runs `feature` (named as `is_x86_feature_detected!` names it) and
+/// `TCHSEQ_CPU_FEATURES_OFF` does not hide it: the one question every kernel, compute type and
+/// test asks of the CPU, so that a test can drive it by hiding features.
+pub fn cpu_has(feature: &str) -> bool {
+    !feature_hidden(feature) && cpu_detected(feature)
+}
+
+/// Whether the CPU has `feature`, hidden or not: only for what libtorch's own kernels decide by
+/// the real CPU (fbgemm's reduced range without VNNI), which no variable of ours can hide.
+pub fn cpu_detected(feature: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match feature {
+            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+            "fma" => std::arch::is_x86_feature_detected!("fma"),
+            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+            "avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
+            "avx512bf16" => std::arch::is_x86_feature_detected!("avx512bf16"),
+            "avx512fp16" => std::arch::is_x86_feature_detected!("avx512fp16"),
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = feature;
+        false
+    }
+}
+
 fn names(list: &str, feature: &str) -> bool {
     list.split(|c: char| c == ',' || c.is_whitespace()).any(|f| f == feature)
 }
@@ -23,16 +52,13 @@ fn names(list: &str, feature: &str) -> bool {
 impl Isa {
     /// The best this CPU has, unless `TCHSEQ_CPU_FEATURES_OFF` hides it (as in the tests).
     pub fn detect() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") && !feature_hidden("avx512f") {
-                return Some(Self::Avx512);
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") && !feature_hidden("avx2") {
-                return Some(Self::Avx2);
-            }
+        if cpu_has("avx512f") {
+            Some(Self::Avx512)
+        } else if cpu_has("avx2") && cpu_has("fma") {
+            Some(Self::Avx2)
+        } else {
+            None
         }
-        None
     }
 
     /// [`Isa::detect`], once a process: for the kernels that choose at every call
@@ -67,6 +93,24 @@ impl Isa {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel tests are compiled as ignored or not by `build.rs` from the CPU it ran on
+    /// (`cfg(tchseq_cpu)`): a `target/` built on another CPU, or under another
+    /// `TCHSEQ_CPU_FEATURES_OFF`, would skip tests this CPU can run, or run ones it cannot. `make`
+    /// rebuilds on a CPU change (`TCHSEQ_BUILD_CPU_FLAGS`); a plain `cargo test` is told here.
+    #[test]
+    fn the_tests_were_built_for_this_cpu() {
+        let built = [
+            ("avx2", cfg!(tchseq_cpu = "avx2")),
+            ("fma", cfg!(tchseq_cpu = "fma")),
+            ("avx512f", cfg!(tchseq_cpu = "avx512f")),
+            ("avx512vnni", cfg!(tchseq_cpu = "avx512vnni")),
+            ("avx512bf16", cfg!(tchseq_cpu = "avx512bf16")),
+        ];
+        for (feature, built) in built {
+            assert_eq!(cpu_has(feature), built, "{feature}: the tests were built on another CPU or under another TCHSEQ_CPU_FEATURES_OFF: run `touch build.rs` (or `make`) and test again");
+        }
+    }
 
     #[test]
     fn a_hidden_feature_is_named_whole_among_spaces_or_commas() {

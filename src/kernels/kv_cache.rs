@@ -162,12 +162,12 @@ impl HostKvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::{Device, Kind};
+    use crate::testing::TestRng;
 
     /// The cache against fairseq's: `cat` along the positions, `index_select` over the rows.
     #[test]
     fn appends_grows_and_reorders_as_cat_and_index_select_do() {
-        tch::manual_seed(11);
+        let mut rng = TestRng::new(11);
         let (rows, heads, d) = (3usize, 2usize, 4usize);
         let width = heads * d;
         let mut cache = HostKvCache::new(rows, heads, d);
@@ -176,7 +176,7 @@ mod tests {
         let orders: [&[i64]; 4] = [&[2, 0, 1], &[0, 2], &[1, 0, 1], &[1, 1, 2]];
         for step in 0..(7 * BLOCK + 2) {
             let current = cache.rows();
-            let projected = Tensor::randn([current as i64, 3 * width as i64], (Kind::Float, Device::Cpu));
+            let projected = rng.randn([current as i64, 3 * width as i64]);
             let data = Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap();
             cache.append(&data, 3 * width, width, 2 * width).unwrap();
             let heads_of = |part: i64| projected.narrow(1, part * width as i64, width as i64).view([current as i64, heads as i64, 1, d as i64]);

@@ -18,7 +18,7 @@ mod gemm_f32;
 pub(crate) mod gemm_i8;
 pub(crate) mod gemm_nt;
 pub(crate) mod int8;
-mod isa;
+pub mod isa;
 pub(crate) mod kv_cache;
 pub(crate) mod norm;
 pub(crate) mod one_query;

@@ -140,16 +140,16 @@ unsafe impl Sync for SharedOut {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TestRng;
 
     #[test]
     fn equals_libtorch_layer_norm_within_float_rounding() {
-        tch::manual_seed(3);
-        let opts = (Kind::Float, Device::Cpu);
+        let mut rng = TestRng::new(3);
         for &(rows, dim) in &[(1i64, 8i64), (5, 128), (160, 512), (300, 1024), (3, 100)] {
-            let x = Tensor::randn([rows, 1, dim], opts) * 3.0 + 1.5;
-            let residual = Tensor::randn([rows, 1, dim], opts);
-            let weight = Tensor::randn([dim], opts);
-            let bias = Tensor::randn([dim], opts);
+            let x = rng.randn([rows, 1, dim]) * 3.0 + 1.5;
+            let residual = rng.randn([rows, 1, dim]);
+            let weight = rng.randn([dim]);
+            let bias = rng.randn([dim]);
             let norm = HostLayerNorm::new(&weight, &bias, 1e-5).unwrap().expect("f32 weights");
             for residual in [None, Some(&residual)] {
                 let sum = residual.map_or_else(|| x.shallow_clone(), |r| r + &x);

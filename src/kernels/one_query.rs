@@ -346,15 +346,16 @@ fn sum8(a: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TestRng;
 
     #[test]
     fn attention_equals_libtorch_within_float_rounding() {
-        tch::manual_seed(5);
+        let mut rng = TestRng::new(5);
         let opts = (Kind::Float, Device::Cpu);
         for &(rows, kv_rows, heads, len, d, stride) in &[(6i64, 6i64, 4i64, 7i64, 16i64, 64i64), (10, 2, 2, 5, 12, 40), (1, 1, 8, 1, 64, 512), (4, 2, 5, 9, 48, 256)] {
-            let q = Tensor::randn([1, rows, stride], opts);
-            let k = Tensor::randn([kv_rows, heads, len, d], opts);
-            let v = Tensor::randn([kv_rows, heads, len, d], opts);
+            let q = rng.randn([1, rows, stride]);
+            let k = rng.randn([kv_rows, heads, len, d]);
+            let v = rng.randn([kv_rows, heads, len, d]);
             let bias = Tensor::zeros([kv_rows, len], opts);
             if len > 1 {
                 let _ = bias.select(1, 0).fill_(f64::NEG_INFINITY);
@@ -375,13 +376,13 @@ mod tests {
     /// cache's gathered keys and values.
     #[test]
     fn attention_over_a_host_cache_equals_attention_over_its_tensors() {
-        tch::manual_seed(7);
+        let mut rng = TestRng::new(7);
         let (rows, heads, d) = (6usize, 4usize, 8usize);
         let width = heads * d;
         let mut cache = HostKvCache::new(rows, heads, d);
         for step in 0..20 {
             let current = cache.rows();
-            let projected = Tensor::randn([1, current as i64, 3 * width as i64], (Kind::Float, Device::Cpu));
+            let projected = rng.randn([1, current as i64, 3 * width as i64]);
             cache.append(&Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap(), 3 * width, width, 2 * width).unwrap();
             let got = attend_cache(&projected, &cache).unwrap().expect("a supported shape");
             let (k, v) = cache.to_tensors().unwrap();
@@ -397,11 +398,11 @@ mod tests {
 
     #[test]
     fn unsupported_layouts_are_left_to_libtorch() {
-        let opts = (Kind::Float, Device::Cpu);
-        let k = Tensor::randn([2, 2, 3, 4], opts);
-        let q = Tensor::randn([1, 3, 8], opts);
+        let mut rng = TestRng::new(682);
+        let k = rng.randn([2, 2, 3, 4]);
+        let q = rng.randn([1, 3, 8]);
         assert!(attend(&q, &k, &k, None).unwrap().is_none(), "3 rows over 2 key rows");
-        let q = Tensor::randn([1, 2, 16], opts).transpose(1, 2);
+        let q = rng.randn([1, 2, 16]).transpose(1, 2);
         assert!(attend(&q.contiguous().transpose(1, 2), &k, &k, None).unwrap().is_none(), "strided query");
     }
 }

@@ -142,7 +142,7 @@ impl FixedKvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tch::{Device, Kind};
+    use crate::testing::TestRng;
 
     fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Tensor {
         Tensor::scaled_dot_product_attention(q, k, v, bias, 0.0, false, Some(1.0), false)
@@ -153,16 +153,16 @@ mod tests {
     /// keeps its buffers wherever the shape stays.
     #[test]
     fn a_fixed_cache_attends_as_the_growing_one_and_keeps_its_addresses_within_a_bucket() {
+        let mut rng = TestRng::new(446);
         let (heads, d) = (2, 8);
-        let options = (Kind::Float, Device::Cpu);
         let mut rows = 6;
         let (mut keys, mut values): (Option<Tensor>, Option<Tensor>) = (None, None);
         let mut cache: Option<FixedKvCache> = None;
         let mut moved = Vec::new();
         for step in 0..40 {
-            let k = Tensor::randn([rows, heads, 1, d], options);
-            let v = Tensor::randn([rows, heads, 1, d], options);
-            let q = Tensor::randn([rows, heads, 1, d], options) * 0.3;
+            let k = rng.randn([rows, heads, 1, d]);
+            let v = rng.randn([rows, heads, 1, d]);
+            let q = rng.randn([rows, heads, 1, d]) * 0.3;
             let grow = |prev: &Option<Tensor>, new: &Tensor| match prev {
                 Some(p) => Tensor::cat(&[p, new], 2),
                 None => new.copy(),

@@ -202,13 +202,15 @@ fn attend_in_steps(q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TestRng;
 
     #[test]
     fn attention_in_steps_is_scaled_dot_product_attention() {
+        let mut rng = TestRng::new(234);
         let (b, h, s, d) = (3, 4, 7, 16);
-        let q = Tensor::randn([b, h, 1, d], (Kind::Float, Device::Cpu)) * 0.25;
-        let k = Tensor::randn([b, h, s, d], (Kind::Float, Device::Cpu));
-        let v = Tensor::randn([b, h, s, d], (Kind::Float, Device::Cpu));
+        let q = rng.randn([b, h, 1, d]) * 0.25;
+        let k = rng.randn([b, h, s, d]);
+        let v = rng.randn([b, h, s, d]);
         let padding = Tensor::from_slice(&[0i64, 0, 2]).view([b, 1, 1, 1]);
         let position = Tensor::arange(s, (Kind::Int64, Device::Cpu)).view([1, 1, 1, s]);
         let mask = position.ge_tensor(&(-padding + s));

@@ -212,9 +212,8 @@ fn an_unknown_compute_type_is_refused_by_name() {
 /// Whether `--compute-type bfloat16` runs on this CPU (it needs AVX512_BF16; elsewhere it is
 /// refused, which `bfloat16_needs_avx512_bf16_on_the_cpu` checks on every CPU).
 fn bfloat16_runs_here() -> bool {
-    // the binary hides what `TCHSEQ_CPU_FEATURES_OFF` names (spaces or commas apart): so does this
-    let hidden = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
-    std::arch::is_x86_feature_detected!("avx512bf16") && !hidden.split(|c: char| c == ',' || c.is_whitespace()).any(|f| f == "avx512bf16")
+    // the binary asks the same question, under the same `TCHSEQ_CPU_FEATURES_OFF`
+    tchseq::kernels::compute_type::ComputeType::BFloat16.missing_cpu_instructions().is_none()
 }
 
 /// The half compute types this CPU runs: float16 always, bfloat16 with AVX512_BF16.
@@ -525,7 +524,7 @@ fn float32_against_exact_moves_scores_by_less_than_1e_4_and_keeps_every_hypothes
 #[test]
 fn float32_int8_and_bfloat16_hold_each_weight_once() {
     set_test_threads();
-    let has_host_kernels = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    let has_host_kernels = tchseq::kernels::isa::Isa::detect().is_some();
     assert!(has_host_kernels, "this CPU lacks AVX2 or FMA, which float32's host kernels need");
     let lines = ["A man in a blue shirt is riding a bike.", "Two dogs are playing in the snow.", "A little girl is eating an ice cream."];
     let translate = |compute_type: &str| {
@@ -596,7 +595,7 @@ fn float32_int8_and_bfloat16_hold_each_weight_once() {
 #[test]
 fn int8_looks_untied_embeddings_up_in_int8_within_half_a_step() {
     set_test_threads();
-    assert!(std::arch::is_x86_feature_detected!("avx2"), "this CPU lacks AVX2, which int8's host kernel needs");
+    assert!(tchseq::kernels::isa::Isa::detect().is_some(), "this CPU lacks AVX2 or FMA, which int8's host kernel needs");
     let load = |compute_type: &str| {
         let spec = ModelSpec { model: Some(fixture("models/untied")), source_lang: Some("src".into()), target_lang: Some("tgt".into()), ..Default::default() };
         let bundle = ModelBundle::load(&spec, &LoadOptions::computing(tch::Device::Cpu, compute_type.parse().unwrap())).unwrap();

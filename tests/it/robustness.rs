@@ -103,6 +103,7 @@ fn any_line_lengths_against_any_batching_limits_give_one_record_per_line() {
 
 /// A panic in one batch fails that batch's lines, each with its own record; the run goes on.
 #[test]
+#[cfg_attr(not(feature = "test-faults"), ignore = "injects faults: needs --features test-faults (make test)")]
 fn a_panic_in_one_batch_costs_only_its_lines() {
     let lines = ["A man rides a bike.", "The dog runs on the grass.", "Two women sit on a bench.", "A girl in blue plays."];
     let out = tchseq()
@@ -154,6 +155,7 @@ fn a_panic_in_one_batch_costs_only_its_lines() {
 /// A panic in the server's work for one request answers that request 500 and nothing else:
 /// the next requests are served and `/health` stays 200.
 #[test]
+#[cfg_attr(not(feature = "test-faults"), ignore = "injects faults: needs --features test-faults (make test)")]
 fn a_panic_in_the_server_costs_only_its_request() {
     let s = Server::start_with_env(&["--deterministic"], &[("TCHSEQ_TEST_PANIC_ON", "dog")]);
     s.post("/v1/translate", &json!({ "text": ["The dog runs."] })).assert_error(500, "internal error");
@@ -170,6 +172,7 @@ fn a_panic_in_the_server_costs_only_its_request() {
 /// A model worker that is really gone: its request fails, `/health` no longer says ok, and the
 /// process exits non-zero by itself, for a supervisor to restart it.
 #[test]
+#[cfg_attr(not(feature = "test-faults"), ignore = "injects faults: needs --features test-faults (make test)")]
 fn a_server_whose_worker_is_gone_says_so_and_exits_non_zero() {
     let s = Server::start_with_env(&["--deterministic"], &[("TCHSEQ_TEST_STOP_WORKER_ON", "dog")]);
     let reply = s.post("/v1/translate", &json!({ "text": ["The dog runs."] }));

@@ -22,8 +22,7 @@ fn src_class(src: &[i64]) -> i64 {
 
 impl Markov {
     fn new(seed: i64) -> Self {
-        tch::manual_seed(seed);
-        let logits = Tensor::randn([N_SRC * V, V], (Kind::Float, Device::Cpu)).g_mul_scalar(2.0);
+        let logits = crate::testing::TestRng::new(seed as u64).randn([N_SRC * V, V]).g_mul_scalar(2.0);
         // make EOS likely enough that sentences finish at different steps
         let _ = logits.select(1, 2).g_add_scalar_(2.5);
         Markov { table: logits.log_softmax(-1, Kind::Float), rows: None, bookkeeping: Bookkeeping::Tensors }
@@ -164,7 +163,7 @@ fn configs() -> Vec<GeneratorConfig> {
 
 #[test]
 fn batched_generation_matches_the_naive_search_per_sentence() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(11);
     let table = model.table_vec();
     let srcs = sources();
@@ -195,7 +194,7 @@ fn batched_generation_matches_the_naive_search_per_sentence() {
 /// chosen, every way.
 #[test]
 fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(2);
     // every row: two tokens tie for the best, the rest are equal too
     let flat = Tensor::full([N_SRC * V, V], -3.0, (Kind::Float, Device::Cpu));
@@ -221,7 +220,7 @@ fn the_host_search_equals_the_tensor_search_on_ties_and_tells_greedy_tokens() {
 /// where it falls on the unknown word, on EOS at `max_len`, or on padding.
 #[test]
 fn the_host_search_equals_the_tensor_search_over_nan_log_probs() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(5);
     let mut table = model.table.copy();
     for (token, every) in [(7i64, 3i64), (3, 2), (2, 5), (1, 1)] {
@@ -244,7 +243,7 @@ fn the_host_search_equals_the_tensor_search_over_nan_log_probs() {
 
 #[test]
 fn scores_are_consistent_with_positional_scores() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(3);
     let cfg = GeneratorConfig { beam_size: 4, max_len_b: 9, ..GeneratorConfig::default() };
     let gen = SequenceGenerator::new(cfg, V as usize, Specials::default()).unwrap();
@@ -268,7 +267,7 @@ fn scores_are_consistent_with_positional_scores() {
 
 #[test]
 fn max_len_forces_eos_and_min_len_bans_it() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(5);
     for bookkeeping in BOOKKEEPINGS {
         model.bookkeeping = bookkeeping;
@@ -287,7 +286,7 @@ fn max_len_forces_eos_and_min_len_bans_it() {
 
 #[test]
 fn greedy_sampling_follows_the_argmax_path() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(9);
     let greedy = GeneratorConfig { beam_size: 1, max_len_b: 6, ..GeneratorConfig::default() };
     let sampling =
@@ -307,7 +306,7 @@ fn greedy_sampling_follows_the_argmax_path() {
 
 #[test]
 fn sampling_is_seed_reproducible() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(9);
     let cfg = GeneratorConfig {
         beam_size: 3,
@@ -343,7 +342,7 @@ fn a_temperature_that_is_not_above_zero_is_refused() {
 /// counted), and n = 1 with an EOS BOS is refused instead of failing every sentence at max_len.
 #[test]
 fn no_repeat_ngram_changes_nothing_by_default_and_blocks_with_the_cuda_kernel_s_semantics() {
-    let _rng = crate::generate::rng_lock();
+    let _rng = crate::testing::global_generator();
     let mut model = Markov::new(5);
     let srcs = sources();
     let searches = [SearchStrategy::Beam, SearchStrategy::Sampling { topk: -1, topp: -1.0 }];
