@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command a GPU machine runs (docs/gpu.md): the check into /tmp, then what comes back into
 # $OUT (at most 8 files): report.md, results.json and raw.tgz (every raw output and log).
-# Options pass to gpu/check.sh (for example --deadline 540, under the device tool's limit).
+# Options pass to gpu/check.sh (for example --deadline 540, under the machine's time limit per command).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${OUT:?OUT: the folder whose files come back}"

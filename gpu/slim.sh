@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The device tool sends the working tree (tracked and untracked-not-ignored files) and refuses one
-# over 64 MiB; the checkout holds about 80 MB of test fixtures the GPU check never reads.
+# For a GPU machine that takes the working tree (tracked and untracked-not-ignored files) only up to
+# 64 MiB: the checkout holds about 80 MB of test fixtures the GPU check never reads.
 #   bash gpu/slim.sh            removes them from the working tree (not from git), prints the size left
 #   bash gpu/slim.sh --restore  brings them back (git checkout)
 # Refuses to remove anything with uncommitted changes.
