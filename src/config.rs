@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 mod bart;
 mod lm;
+pub mod sinusoid;
 mod task;
 pub use bart::BART_ARCHS;
 pub use lm::LM_ARCHS;

@@ -25,3 +25,8 @@ pub mod plot;
 pub mod text;
 #[cfg(test)]
 mod testing;
+// the one table of the tests' tolerances, shared with tests/it
+#[cfg(test)]
+#[path = "../tests/it/util/tolerance.rs"]
+#[allow(dead_code)]
+mod tolerance;

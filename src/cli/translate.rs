@@ -186,6 +186,11 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     out.commit()?;
     drop(progress_file);
     bar.finish_and_clear();
+    // what the GPU check's switch did (it prints nothing else)
+    let fixed_steps: usize = ctx.translator.models.iter().map(|m| m.decoder.fixed_steps()).sum();
+    if fixed_steps > 0 {
+        eprintln!("{}=fixed: {fixed_steps} decoder steps kept their keys and values at a fixed capacity", tchseq::hub::KV_CACHE_ENV);
+    }
     if shown {
         let secs = started.elapsed().as_secs_f64();
         let rate = super::progress::rate(if secs > 0.0 { next_id as f64 / secs } else { 0.0 });

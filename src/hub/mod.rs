@@ -31,7 +31,7 @@ use crate::model::{ModelError, TransformerModel};
 use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
 
-pub use compute_type::{dtype_name, load_kind, resolve_compute_type, ComputeTypeError};
+pub use compute_type::{dtype_name, load_kind, resolve_compute_type, ComputeTypeError, KV_CACHE_ENV};
 pub use guide::{GuideError, TargetGuide};
 pub use language_model::{language_model_checkpoint, LanguageModel, LmScored, TooLongText};
 pub use languages::{LanguageTokens, Languages};

@@ -3,6 +3,7 @@
 //! bound), and each classic conversion bug, planted in a faithful conversion, fails naming the
 //! tensor, table or config field it touched.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -158,7 +159,11 @@ fn each_classic_conversion_bug_fails_naming_what_it_touched() {
             "encoder.layers.0.self_attn.q_proj.weight",
         ),
     ];
-    let kinds = cases.len();
+    // the bugs are those docs/formats.md lists, each by what it fails naming
+    let documented = documented_classic_bugs();
+    let planted: BTreeSet<&str> = cases.iter().map(|c| c.4).collect();
+    assert_eq!(planted, documented.iter().map(String::as_str).collect::<BTreeSet<_>>(), "the planted bugs against docs/formats.md's table");
+    assert_eq!(cases.len(), documented.len(), "a bug planted twice or a row documented twice");
     for (bug, model, langs, dir, named) in cases {
         let (code, report) = against(&model, langs, dir.path());
         let failed = failures(&report);
@@ -166,7 +171,23 @@ fn each_classic_conversion_bug_fails_naming_what_it_touched() {
         assert!(failed.iter().any(|f| f == named), "{bug}: {named} not among {failed:?}");
         eprintln!("{bug}: fails naming {named} (of {} failures)", failed.len());
     }
-    assert_eq!(kinds, 6);
+}
+
+/// What each row of docs/formats.md's `| bug | fails naming |` table fails naming: the first
+/// name in backticks of its second column.
+fn documented_classic_bugs() -> Vec<String> {
+    let page = fs::read_to_string(crate::util::repo("docs/formats.md")).unwrap();
+    let mut lines = page.lines().skip_while(|l| l.trim() != "| bug | fails naming |").skip(2);
+    let rows: Vec<String> = lines
+        .by_ref()
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let named = row.split('|').nth(2).unwrap_or_else(|| panic!("a row without a second column: {row}"));
+            named.split('`').nth(1).unwrap_or_else(|| panic!("a row that names nothing in backticks: {row}")).to_string()
+        })
+        .collect();
+    assert!(!rows.is_empty(), "docs/formats.md has no `| bug | fails naming |` table");
+    rows
 }
 
 /// A conversion of another architecture stops at the config rows: no weight row (they would

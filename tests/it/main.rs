@@ -2,6 +2,7 @@
 //! One module per area.
 
 mod against;
+mod architecture;
 mod average;
 mod bad_input;
 mod browser;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::serve::{http, Server};
+use crate::util::tolerance::BATCH_COMPOSITION;
 use crate::util::{fixture, one_line_error, repo, tchseq, test_threads, write_pairs_csv};
 
 const MODEL: &str = "weights/multi30k.en-de";
@@ -39,7 +40,9 @@ fn jsonl(text: &str) -> Vec<Value> {
 
 /// 40 runs of `translate` and 20 of `score`, each with its own line lengths, `--max-tokens`,
 /// `--batch-size`, `--buffer-size` and beam: every line gets exactly one record, translated or
-/// scored unless it is longer than the model's 1024 positions, and no run panics.
+/// scored unless it is longer than the model's 1024 positions, no run panics, and every
+/// hypothesis and score is what the same line computes alone (one line a batch), its score within
+/// what batch composition moves.
 #[test]
 fn any_line_lengths_against_any_batching_limits_give_one_record_per_line() {
     let mut draw = Draw(0x62);
@@ -77,26 +80,39 @@ fn any_line_lengths_against_any_batching_limits_give_one_record_per_line() {
             let command = ["score", "-q", "--format", "jsonl"];
             (command.map(str::to_string).to_vec(), csv, |r| !r["error"].as_str().unwrap_or("").is_empty())
         };
-        let out = tchseq()
-            .args(&command)
-            .args(["--buffer-size", &buffer.to_string()])
-            .args(&args)
-            .arg("-m")
-            .arg(repo(MODEL))
-            .arg("--input")
-            .arg(&input)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        let records = jsonl(&String::from_utf8_lossy(&out.stdout));
-        assert_eq!(records.len(), n, "{what}: {err}");
-        for (k, (r, &l)) in records.iter().zip(&lens).enumerate() {
+        let run = |limits: &[String]| {
+            let out = tchseq().args(&command).args(limits).arg("-m").arg(repo(MODEL)).arg("--input").arg(&input).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).to_string();
+            assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what} {limits:?}: {err}");
+            let records = jsonl(&String::from_utf8_lossy(&out.stdout));
+            assert_eq!(records.len(), n, "{what} {limits:?}: {err}");
+            records
+        };
+        let mut limits = vec!["--buffer-size".to_string(), buffer.to_string()];
+        limits.extend(args.iter().cloned());
+        let records = run(&limits);
+        // each line alone: the same hypotheses, the scores within what batch composition moves
+        let alone = run(&["--buffer-size", "1", "--batch-size", "1"].map(String::from));
+        for (k, ((r, a), &l)) in records.iter().zip(&alone).zip(&lens).enumerate() {
             if case < 40 {
                 assert_eq!(r["id"], k, "{what}: {r}");
             }
             assert_eq!(failed(r), l == 1300, "{what}: {r}");
+            assert_eq!(failed(a), l == 1300, "{what}, alone: {a}");
+            if l == 1300 {
+                continue;
+            }
+            let scores: Vec<(f64, f64)> = if case < 40 {
+                let (hr, ha) = (r["hypotheses"].as_array().unwrap(), a["hypotheses"].as_array().unwrap());
+                assert_eq!(hr.iter().map(|h| &h["text"]).collect::<Vec<_>>(), ha.iter().map(|h| &h["text"]).collect::<Vec<_>>(), "{what}: line {k}");
+                hr.iter().zip(ha).map(|(x, y)| (x["score"].as_f64().unwrap(), y["score"].as_f64().unwrap())).collect()
+            } else {
+                vec![(r["avg_logprob"].as_f64().unwrap(), a["avg_logprob"].as_f64().unwrap())]
+            };
+            for (batched, single) in scores {
+                BATCH_COMPOSITION.assert(batched, single, &format!("{what}: line {k}, batched against alone"));
+            }
         }
-        assert_eq!(out.status.code(), Some(if too_long { 2 } else { 0 }), "{what}: {err}");
     }
     assert!(over_budget > 60, "the cases put too few lines over --max-tokens: {over_budget}");
 }
@@ -223,6 +239,10 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
     let model_dir = repo(MODEL).to_string_lossy().to_string();
     let bpe_codes = repo(MODEL).join("bpecodes").to_string_lossy().to_string();
     let dict = repo(MODEL).join("dict.en.txt").to_string_lossy().to_string();
+    // the same rows under another name
+    let csv_copy = dir.path().join("pairs-copy.csv");
+    std::fs::copy(dir.path().join("pairs.csv"), &csv_copy).unwrap();
+    let csv_copy = csv_copy.to_string_lossy().to_string();
     let changes: &[(&[&str], &str)] = &[
         (&["--compute-type", "int8"], "--compute-type"),
         (&["--per-token"], "--per-token"),
@@ -257,13 +277,15 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
         (&["-m", &copy], "--model"),
         (&["--source-lang", "en"], "--source-lang"),
         (&["--data", &model_dir], "--data"),
+        (&["--input", &csv_copy], "--input"),
+        (&["--path", "model.pt"], "--path"),
     ];
     let mut named = BTreeSet::new();
     for (extra, setting) in changes {
         let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
         args.push("--resume");
-        if extra[0] == "-m" {
-            args[3] = extra[1];
+        if let Some(i) = args.iter().position(|a| *a == extra[0]) {
+            args[i + 1] = extra[1];
         } else {
             args.extend(*extra);
         }
@@ -274,6 +296,10 @@ fn score_resume_refuses_every_changed_setting_and_leaves_the_partial_output() {
         named.insert(*setting);
     }
     assert_eq!(named.len(), changes.len());
+    // every setting the run recorded is among them (the model's files are changed below)
+    let recorded: BTreeSet<&str> = progress["settings"].as_object().expect("the progress file's settings").keys().map(String::as_str).collect();
+    let untested: Vec<&&str> = recorded.iter().filter(|k| !named.contains(*k) && **k != "the model's files").collect();
+    assert!(untested.is_empty() && recorded.len() == changes.len() + 1, "settings no change tries: {untested:?} of {recorded:?}");
 
     // the same settings finish the run
     let mut args: Vec<&str> = base.iter().map(String::as_str).collect();

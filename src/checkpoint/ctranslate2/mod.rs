@@ -504,7 +504,7 @@ impl Ct2Model {
             &[rows, dim] => (rows, dim),
             other => return Err(Ct2Error::Variable { path: self.dir.clone(), name: module.to_string(), msg: format!("shape {other:?}") }),
         };
-        let Ok(reference) = crate::model::SinusoidalPositionalEmbedding::get_embedding(rows + pad + 1, dim, pad) else {
+        let Ok(reference) = crate::config::sinusoid::get_embedding(rows + pad + 1, dim, pad) else {
             // no sinusoidal table of this width exists (fewer than 4 columns)
             return Ok(Some(f64::INFINITY));
         };

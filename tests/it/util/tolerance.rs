@@ -104,6 +104,50 @@ pub const ACTIVATION_RELATIVE: f64 = 1e-5;
 /// f32 rounding, 6e-8 relative, on values under 100 is at most 6e-6.
 pub const SAME_RUN_F32: Tolerance = Tolerance { name: "one run's f32 numbers against each other", limit: 1e-5 };
 
+/// The host kernels against libtorch on the same machine (the unit tests of `src/kernels/`,
+/// random inputs from each test's own generator): only the order of the sums differs.
+///
+/// A linear layer's output, f32 panels against `linear` (`gemm.rs`, `gemm_nt.rs`): inputs of up
+/// to 2,100 products of standard normals. Largest difference 8.0e-5 (2026-12-03, Zen 4, the AVX-512 and
+/// AVX2 kernels: a few ulps of outputs near 180).
+pub const HOST_LINEAR: Tolerance = Tolerance { name: "host f32 linear against libtorch's", limit: 1e-4 };
+
+/// The same with bfloat16 panels (`gemm_bf16.rs`) against `linear` of the bfloat16-rounded
+/// operands: libtorch's and the kernel's f32 sums of the same products. Largest difference
+/// 1.4e-4 (2026-12-03, Zen 4).
+pub const HOST_BF16_LINEAR: Tolerance = Tolerance { name: "host bfloat16 linear against libtorch's", limit: 1e-3 };
+
+/// A reduction over one row (layer norm, log-softmax, one query's attention, the fused path's
+/// attention in steps) against libtorch's. Largest difference 7.6e-6 (2026-12-03, Zen 4; layer norm of
+/// inputs up to 10 in magnitude).
+pub const HOST_REDUCTION: Tolerance = Tolerance { name: "host reduction against libtorch's", limit: 1e-5 };
+
+/// Attention over a fixed-capacity cache (positions not written masked by -inf) against
+/// attention over the grown cache (`model/fixed_cache.rs`). Largest difference
+/// 2.4e-7 (2026-12-03, Zen 4).
+pub const MASKED_CAPACITY: Tolerance = Tolerance { name: "attention over a masked capacity against the grown cache", limit: 1e-6 };
+
+/// One formula computed two ways on a handful of values (`gelu_accurate` against libtorch's
+/// `gelu(tanh)`). Largest difference 0 (2026-12-03, Zen 4).
+pub const SAME_FORMULA: Tolerance = Tolerance { name: "one formula, ours against libtorch's", limit: 1e-6 };
+
+/// The fixed-capacity cache against the growing one through beam search (`tests/it/fixed_cache.rs`),
+/// a hypothesis's score when both find it. float32: largest difference 1.7e-6 (2026-12-03, Zen 4).
+pub const FIXED_CACHE_FLOAT32: Tolerance = Tolerance { name: "fixed cache against growing, float32 score", limit: 1e-5 };
+
+/// The same under float16, whose products round differently at another batch shape: largest
+/// difference 4.9e-3 (2026-12-03, Zen 4).
+pub const FIXED_CACHE_FLOAT16: Tolerance = Tolerance { name: "fixed cache against growing, float16 score", limit: 1e-2 };
+
+/// The share of hypotheses float16 with the fixed cache keeps of the growing cache's (the GPU
+/// goal for float16 against float32); measured 409 of 410 (99.8%, Zen 4).
+pub const FIXED_CACHE_FLOAT16_SAME_HYPOTHESES: f64 = 0.98;
+
+/// The share of positions where a model halved to float16 or bfloat16 picks fairseq's fp32
+/// argmax (`tests/it/model.rs`); measured 98% (bfloat16) to 100% (Zen 4,
+/// native and AVX2-pinned kernels alike).
+pub const HALF_ARGMAX_AGREEMENT: f64 = 0.9;
+
 impl Tolerance {
     /// Whether `diff` (an absolute difference) is within the limit; records it for
     /// `TCHSEQ_DRIFT_LOG`. A NaN difference is never within.
