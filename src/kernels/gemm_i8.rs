@@ -103,7 +103,7 @@ impl PackedInt8 {
     /// `weight` `[out, in]` and `bias` `[out]`, any float kind on the CPU; only where
     /// [`PackedInt8::available`].
     pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, KernelError> {
-        let kernel = Kernel::here().ok_or_else(|| KernelError::Unsupported("no int8 kernel for this CPU (it needs AVX2)".into()))?;
+        let kernel = Kernel::here().ok_or_else(|| KernelError::NoKernel { kernel: "int8", needs: "AVX2" })?;
         Self::quantize_for(kernel, weight, bias)
     }
 
@@ -113,16 +113,16 @@ impl PackedInt8 {
         // read in place: a copy of M2M-100's tied output projection would be 512 MB more at load
         let weight = weight.f_to_kind(Kind::Float)?.f_contiguous()?;
         // SAFETY: nothing writes the weight while it is quantized.
-        let w = unsafe { f32_view(&weight) }.ok_or_else(|| KernelError::Input("an int8 weight not on the CPU".into()))?;
+        let w = unsafe { f32_view(&weight) }.ok_or_else(|| KernelError::Operand { kernel: "int8 linear", operand: "a weight not on the CPU".into() })?;
         let b = match bias {
             Some(b) => Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?.f_contiguous()?)?,
             None => vec![0.0; n],
         };
         if b.len() != n {
-            return Err(KernelError::Input(format!("a bias of {} for {n} outputs", b.len())));
+            return Err(KernelError::Operand { kernel: "int8 linear", operand: format!("a bias of {} for {n} outputs", b.len()) });
         }
         if k == 0 {
-            return Err(KernelError::Input(format!("an int8 weight of {n} outputs and no inputs")));
+            return Err(KernelError::Operand { kernel: "int8 linear", operand: format!("a weight of {n} outputs and no inputs") });
         }
         let (groups, panels) = (k.div_ceil(4), n.div_ceil(PANEL));
         let mut blocks = vec![Block([0; 64]); panels * groups];

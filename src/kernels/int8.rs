@@ -39,12 +39,12 @@ mod ffi {
 /// A csrc/ shim's error message (`what` names the op), freed.
 pub(super) fn shim_error(what: &str, error: *mut std::ffi::c_char) -> KernelError {
     if error.is_null() {
-        return KernelError::Unsupported(format!("{what} failed without a message"));
+        return KernelError::Shim { op: what.to_string(), message: "failed without a message".into() };
     }
     // SAFETY: a NUL-terminated string the shim malloc'ed, freed once here.
     let text = unsafe { std::ffi::CStr::from_ptr(error) }.to_string_lossy().lines().next().unwrap_or("").to_string();
     unsafe { ffi::tchseq_error_free(error) };
-    KernelError::Unsupported(format!("{what}: {text}"))
+    KernelError::Shim { op: what.to_string(), message: text }
 }
 
 /// A linear layer's weight and bias in int8: on the host's VNNI kernel (`gemm_i8.rs`), or
@@ -88,7 +88,7 @@ impl Int8Weight {
         let y = match self {
             Self::Host(host) => {
                 let y = host.linear(&x.f_to_kind(Kind::Float)?, false)?;
-                y.ok_or_else(|| KernelError::Input(format!("int8 linear of {} outputs on {:?}", host.out_features(), x.size())))?
+                y.ok_or_else(|| KernelError::Operand { kernel: "int8 linear", operand: format!("{} outputs on an input of {:?}", host.out_features(), x.size()) })?
             }
             Self::Fbgemm { packed, bias } => {
                 let input = x.f_to_kind(Kind::Float)?;

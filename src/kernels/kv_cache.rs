@@ -85,11 +85,10 @@ impl HostKvCache {
     pub fn append(&mut self, projected: &[f32], stride: usize, key_at: usize, value_at: usize) -> Result<(), KernelError> {
         let width = self.heads * self.head_dim;
         if key_at.max(value_at) + width > stride || projected.len() != self.rows * stride {
-            return Err(KernelError::Input(format!(
-                "a step of {} floats for {} cached rows of {width}",
-                projected.len(),
-                self.rows
-            )));
+            return Err(KernelError::Operand {
+                kernel: "host key/value cache",
+                operand: format!("a step of {} floats for {} cached rows of {width}", projected.len(), self.rows),
+            });
         }
         let size = self.rows * width * BLOCK;
         if self.len == self.capacity() {
@@ -124,10 +123,10 @@ impl HostKvCache {
     /// `index_select(0, new_order)`: row `i` becomes the old row `new_order[i]`.
     pub fn reorder(&mut self, new_order: &[i64]) -> Result<(), KernelError> {
         if let Some(bad) = new_order.iter().find(|&&o| o < 0 || o as usize >= self.rows) {
-            return Err(KernelError::Input(format!("reorder to row {bad} of a cache of {} rows", self.rows)));
+            return Err(KernelError::Operand { kernel: "host key/value cache", operand: format!("reorder to row {bad} of a cache of {} rows", self.rows) });
         }
         if new_order.len() > self.slots {
-            return Err(KernelError::Input(format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots)));
+            return Err(KernelError::Operand { kernel: "host key/value cache", operand: format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots) });
         }
         self.spare.resize(self.source.len(), 0);
         for (to, from) in self.spare.chunks_exact_mut(self.slots).zip(self.source.chunks_exact(self.slots)) {

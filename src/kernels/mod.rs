@@ -34,12 +34,15 @@ pub use softmax::log_softmax_in_place;
 /// What a kernel refuses, in the terms of the model error it becomes.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    /// This CPU or this libtorch has no kernel for it.
-    #[error("unsupported model: {0}")]
-    Unsupported(String),
-    /// A tensor a kernel was handed has the wrong shape, device or size.
-    #[error("bad model input: {0}")]
-    Input(String),
+    /// This CPU has no such kernel.
+    #[error("no {kernel} kernel for this CPU (it needs {needs})")]
+    NoKernel { kernel: &'static str, needs: &'static str },
+    /// A libtorch op behind `csrc/` failed, with libtorch's first line.
+    #[error("{op}: {message}")]
+    Shim { op: String, message: String },
+    /// An operand a kernel was handed has the wrong shape, device or size.
+    #[error("{kernel}: {operand}")]
+    Operand { kernel: &'static str, operand: String },
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }
