@@ -9,10 +9,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 mod bart;
+mod compute_type;
 mod lm;
 pub mod sinusoid;
 mod task;
 pub use bart::BART_ARCHS;
+pub use compute_type::{ComputeType, UnknownComputeType};
 pub use lm::LM_ARCHS;
 pub use task::{lang_tok, parse_lang_dict, parse_lang_pairs, LangTokStyle, LanguageTask, MultilingualTask, TaskOverrides, MULTILINGUAL_TASK, PRETRAINED_BART_TASK};
 

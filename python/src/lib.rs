@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use tchseq::generate::Hypothesis;
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 use tchseq::hub::{
     Batching, HypothesisText, LanguageTokens, LoadOptions, ModelBundle, ModelSpec, TargetGuide, TextMode, TranslateOptions, TranslateRequest, Translation, Translator as HubTranslator,
 };

@@ -5,7 +5,7 @@ use tch::{Device, Kind};
 
 use tchseq::text::pipeline::PipelineError;
 use tchseq::hub::{dtype_name, ComputeTypeError, HubError, LoadOptions, LoadReport, ModelBundle, ModelSpec, OptionError, OptionName, PipelineOverrides, Weights};
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 
 use super::args::{BpeArg, DeviceArg, DtypeArg, GlobalArgs, ModelArgs, PipelineArgs, SearchArgs, TokenizerArg};
 use tchseq::generate::GeneratorConfig;

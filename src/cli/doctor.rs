@@ -41,7 +41,7 @@ pub fn run(_global: &GlobalArgs, args: &DoctorArgs) -> Result<Outcome> {
         "mkldnn": tch::utils::has_mkldnn(),
         "openmp": tch::utils::has_openmp(),
         "cpu_vector_isa": cpu_vector_isa(),
-        "fast_compute_types": tchseq::model::ComputeType::fast_on_this_cpu().into_iter().map(|c| c.name()).collect::<Vec<_>>(),
+        "fast_compute_types": tchseq::kernels::compute_type::fast_on_this_cpu().into_iter().map(|c| c.name()).collect::<Vec<_>>(),
         "cpu_model": cpu_model(),
         "libraries": linked,
         "reproducible": tchseq::libtorch::reproducible_kernels_pinned(),

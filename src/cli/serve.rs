@@ -10,7 +10,7 @@ use super::args::{GlobalArgs, ModelArgs, ServeArgs};
 use super::common;
 use super::Outcome;
 use crate::serve::{self, BatchPolicy, Limits, Model, ModelToServe, Settings};
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 use tchseq::hub::{language_model_checkpoint, LanguageModel, LoadOptions, ModelBundle, ModelSpec, TextMode, Translator, Weights};
 
 pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {

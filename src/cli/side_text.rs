@@ -25,7 +25,7 @@ pub(super) struct SideText {
 /// tokenized and detokenized in that side's language.
 pub(super) fn build(model: &ModelArgs, pipeline: &PipelineArgs, side: Side, ids: bool) -> Result<SideText> {
     if model.model.is_some() || model.path.is_some() {
-        let mut bundle = common::load_bundle(model, Some(pipeline), Weights::ConfigOnly, tchseq::kernels::ComputeType::Exact)?;
+        let mut bundle = common::load_bundle(model, Some(pipeline), Weights::ConfigOnly, tchseq::config::ComputeType::Exact)?;
         let lang = match side {
             Side::Source => bundle.pipeline_options.source_lang.clone(),
             Side::Target => bundle.pipeline_options.target_lang.clone(),

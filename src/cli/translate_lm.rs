@@ -15,7 +15,7 @@ use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output
 use super::Outcome;
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel};
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 use tchseq::text::pipeline::PipelineError;
 
 impl Strings for LanguageModel {

@@ -5,7 +5,7 @@
 
 use tch::{Device, Kind};
 
-use crate::kernels::ComputeType;
+use crate::config::ComputeType;
 
 /// Why a compute type cannot run as asked, naming what is missing.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -52,7 +52,7 @@ pub fn resolve_compute_type(requested: ComputeType, dtype: Kind, device: Device)
     check_dtype(requested, dtype)?;
     match (requested, device) {
         (c, Device::Cuda(_)) if c.cpu_only() => Err(ComputeTypeError::CpuOnly(c)),
-        (c, Device::Cpu) => match c.missing_cpu_instructions() {
+        (c, Device::Cpu) => match crate::kernels::compute_type::missing_cpu_instructions(c) {
             Some(needs) => Err(ComputeTypeError::MissingInstructions { compute_type: c, needs }),
             None => Ok(c),
         },
@@ -75,7 +75,7 @@ pub fn load_kind(compute_type: ComputeType, dtype: Kind, device: Device) -> Resu
     check_dtype(compute_type, dtype)?;
     match compute_type.weight_kind() {
         None => Ok(dtype),
-        Some(_) if dtype == Kind::Float => Ok(compute_type.load_kind(device).unwrap_or(dtype)),
+        Some(_) if dtype == Kind::Float => Ok(crate::kernels::compute_type::load_kind(compute_type, device).unwrap_or(dtype)),
         Some(kind) => Ok(kind),
     }
 }
@@ -98,7 +98,7 @@ pub fn fixed_kv_cache(value: Option<&str>) -> (bool, Option<String>) {
 /// What a user should know about `compute_type` on `device`: float16 on a CPU without
 /// AVX512_FP16 runs, but several times slower than float32.
 pub fn slow_here(compute_type: ComputeType, device: Device) -> Option<&'static str> {
-    (device == Device::Cpu && compute_type == ComputeType::Float16 && !ComputeType::fast_on_this_cpu().contains(&compute_type))
+    (device == Device::Cpu && compute_type == ComputeType::Float16 && !crate::kernels::compute_type::fast_on_this_cpu().contains(&compute_type))
         .then_some("compute type float16 on this CPU (no AVX512_FP16) runs several times slower than float32: float16 is for GPUs; use float32 or int8 here")
 }
 

@@ -26,7 +26,7 @@ use crate::checkpoint::{load_checkpoint, read_summary, Checkpoint, CheckpointErr
 use crate::config::{TaskOverrides, TransformerConfig};
 use crate::generate::rng_replay::replay_model_init;
 use crate::generate::GenerateError;
-use crate::kernels::ComputeType;
+use crate::config::ComputeType;
 use crate::model::{ModelError, TransformerModel};
 use crate::text::dictionary::{Dictionary, DictionaryError};
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use crate::generate::{ConstraintOrder, GeneratorConfig, NgramMode, SearchStrategy};
-use crate::kernels::ComputeType;
+use crate::config::ComputeType;
 
 /// One request's generation settings, named as fairseq's flags (`--beam` → `beam`); missing
 /// fields take fairseq's defaults.

@@ -14,7 +14,7 @@ use crate::checkpoint::FileStorages;
 use crate::generate::batching::{batch_by_size, ordered_indices};
 use crate::generate::sequence_generator::Specials;
 use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
-use crate::kernels::ComputeType;
+use crate::config::ComputeType;
 use crate::model::TransformerModel;
 use crate::text::dictionary::Dictionary;
 use crate::text::pipeline::{PipelineError, PipelineOptions, TextPipeline};
@@ -245,7 +245,8 @@ impl Translator {
         // the state dicts go first, so that a weight packed and let go of frees its file pages
         let file_storages: Vec<FileStorages> = bundle.checkpoints.drain(..).map(|c| c.file_storages).collect();
         let mut translator = Self::build(bundle, device, text)?;
-        let switched = translator.set_compute_type(compute_type);
+        // resolved by the loader already
+        let switched = translator.apply_compute_type(compute_type);
         // what the model still reads from the file moves into memory of its own
         drop(file_storages);
         switched?;
@@ -296,6 +297,14 @@ impl Translator {
         }
         // a switch converts the loaded weights itself: no dtype is asked for here
         let wanted = resolve_compute_type(compute_type, tch::Kind::Float, self.device)?;
+        self.apply_compute_type(wanted)
+    }
+
+    /// Switches every model from `exact` to `compute_type`, resolved already.
+    fn apply_compute_type(&mut self, wanted: ComputeType) -> Result<(), HubError> {
+        if wanted == self.compute_type {
+            return Ok(());
+        }
         let (fixed, cache_warning) = fixed_kv_cache(std::env::var(KV_CACHE_ENV).ok().as_deref());
         for model in &mut self.models {
             model.set_compute_type(wanted).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;

@@ -28,7 +28,6 @@ mod quantize_i8;
 pub(crate) mod softmax;
 pub(crate) mod step_buffers;
 
-pub use compute_type::{ComputeType, UnknownComputeType};
 pub use softmax::log_softmax_in_place;
 
 /// What a kernel refuses, in the terms of the model error it becomes.

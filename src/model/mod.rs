@@ -32,7 +32,6 @@ pub use embedding::{
     SinusoidalPositionalEmbedding,
 };
 pub use encoder::{EncoderOut, EncoderPath, TransformerEncoder};
-pub use crate::kernels::ComputeType;
 pub use incremental::{AttentionState, IncrementalState, LayerState};
 pub use crate::kernels::log_softmax_in_place;
 pub use language_model::TransformerLanguageModel;

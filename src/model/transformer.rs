@@ -7,7 +7,7 @@ use super::decoder::TransformerDecoder;
 use super::embedding::SharedTable;
 use super::encoder::TransformerEncoder;
 use crate::kernels::gemm::Precision;
-use crate::kernels::compute_type::ComputeType;
+use crate::config::ComputeType;
 use super::nn::{LayerNorm, Linear};
 use super::options::{DecoderOptions, EncDecOptions};
 use super::weights::{LoadReport, StateDict};
@@ -91,7 +91,7 @@ impl TransformerModel {
     /// in fp32, and turns the encoder's fast path off, as that kernel takes the fp32 weights.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
         let _guard = tch::no_grad_guard();
-        match (compute_type, compute_type.host_precision(self.device)) {
+        match (compute_type, crate::kernels::compute_type::host_precision(compute_type, self.device)) {
             (ComputeType::Exact, _) => Ok(()),
             (ComputeType::Int8, _) if self.device != Device::Cpu => {
                 Err(ModelError::Unsupported(format!("compute type int8 on {:?} (it runs on the CPU only)", self.device)))
@@ -119,7 +119,7 @@ impl TransformerModel {
     /// The model rebuilt from its own tensors in the dtype `compute_type` loads in here, where
     /// that is not the one it has (fairseq's `model.half()`).
     fn cast_for(&mut self, compute_type: ComputeType) -> Result<(), ModelError> {
-        if let Some(kind) = compute_type.load_kind(self.device).filter(|&k| k != self.kind) {
+        if let Some(kind) = crate::kernels::compute_type::load_kind(compute_type, self.device).filter(|&k| k != self.kind) {
             let allow_fastpath = self.encoder.allow_fastpath;
             (*self, _) = Self::from_state_dict(&self.cfg, &self.named_tensors, self.device, kind)?;
             self.encoder.allow_fastpath = allow_fastpath;

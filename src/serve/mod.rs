@@ -23,7 +23,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use tchseq::hub::Translator;
-use tchseq::model::ComputeType;
+use tchseq::config::ComputeType;
 
 pub use engine::{BatchPolicy, Model};
 use api::{ApiError, ModelInfo};

@@ -221,7 +221,7 @@ fn an_unknown_compute_type_is_refused_by_name() {
 /// refused, which `bfloat16_needs_avx512_bf16_on_the_cpu` checks on every CPU).
 fn bfloat16_runs_here() -> bool {
     // the binary asks the same question, under the same `TCHSEQ_CPU_FEATURES_OFF`
-    tchseq::kernels::compute_type::ComputeType::BFloat16.missing_cpu_instructions().is_none()
+    tchseq::kernels::compute_type::missing_cpu_instructions(tchseq::config::ComputeType::BFloat16).is_none()
 }
 
 /// The half compute types this CPU runs: float16 always, bfloat16 with AVX512_BF16.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 
 use super::{fairseq, BatchArgs, DtypeArg, ModelArgs, PipelineArgs, SearchArgs};
 
@@ -136,6 +136,6 @@ pub struct GenerateArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
     /// CTranslate2's compute type: how the model computes (`exact` is fairseq's own arithmetic).
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    #[arg(long = "compute-type", value_parser = super::compute_type::parser(), default_value_t = ComputeType::Exact)]
     pub compute_type: ComputeType,
 }

@@ -4,8 +4,9 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 
+mod compute_type;
 pub mod fairseq;
 pub mod generate;
 mod help;
@@ -259,7 +260,7 @@ pub struct TranslateArgs {
     pub quiet: bool,
     /// CTranslate2's compute type: how the model computes (docs/translate.md measures each;
     /// `tchseq doctor` lists what this CPU runs fast).
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    #[arg(long = "compute-type", value_parser = compute_type::parser(), default_value_t = ComputeType::Exact)]
     pub compute_type: ComputeType,
     /// Continue an interrupted `--output` run of the same command (any changed setting is
     /// refused, by name): the partial file keeps every line finished before the interruption,
@@ -363,7 +364,7 @@ pub struct ScoreArgs {
     /// As translate's: `exact` gives fairseq-generate --score-reference's scores bit for bit;
     /// the others are faster (docs/translate.md measures each; `tchseq doctor` lists what this
     /// CPU runs fast).
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    #[arg(long = "compute-type", value_parser = compute_type::parser(), default_value_t = ComputeType::Exact)]
     pub compute_type: ComputeType,
     /// Continue an interrupted run into the same --output, with the same settings (any changed
     /// setting is refused, by name).

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -15,7 +15,7 @@ pub struct ServeArgs {
     pub models: Vec<String>,
     /// The compute type of every served model, as translate's (a request's `compute_type` must
     /// be this one).
-    #[arg(long = "compute-type", value_enum, default_value_t = ComputeType::Exact)]
+    #[arg(long = "compute-type", value_parser = super::compute_type::parser(), default_value_t = ComputeType::Exact)]
     pub compute_type: ComputeType,
     /// Address to listen on (127.0.0.1 unless told otherwise).
     #[arg(long, default_value = "127.0.0.1")]

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use tchseq::data::{infer_language_pair, DataBin, DatasetImpl, LoadOptions, PairDataset};
 use tchseq::generate::epoch::{epoch_batches, EpochOptions};
 use tchseq::hub::{TargetGuide, TextMode, TranslateOptions, TranslateRequest, Translation, Translator, Weights};
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 use tchseq::metrics::fairseq_scorers::{EvaluationTokenizer, GenerateScorer, TokenBleu};
 use tchseq::metrics::TokenizerKind;
 use tchseq::text::pipeline::{PipelineOptions, TextPipeline};

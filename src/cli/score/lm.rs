@@ -16,7 +16,7 @@ use crate::cli::partial::OutputSink;
 use crate::cli::Outcome;
 use tchseq::generate::lm_samples::{BreakMode, LmRow, LmSamples};
 use tchseq::hub::{LanguageModel, LmScored};
-use tchseq::kernels::ComputeType;
+use tchseq::config::ComputeType;
 
 /// One output record: a scored sample, or a line or sample that could not be scored.
 enum Record {
