@@ -392,7 +392,7 @@ def main():
             print(f"{m[0]}: {verdict}: {detail}", file=sys.stderr, flush=True)
             rows.append((m[0], m[1], m[2], verdict, detail))
     except (KeyboardInterrupt, Stop) as e:
-        print(f"stopped ({e or 'Ctrl-C'}): every mutated file is restored", file=sys.stderr, flush=True)
+        print(f"stopped ({str(e) or 'Ctrl-C'}): every mutated file is restored", file=sys.stderr, flush=True)
         sys.exit(130)
     print("| mutant | change | file | result | tests |")
     print("|---|---|---|---|---|")
