@@ -29,7 +29,7 @@ CARGO ?= cargo
 export TCHSEQ_BUILD_CPU_FLAGS := $(shell sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1 | tr ' ' '\n' \
 	| grep -xE 'avx2|fma|avx512f|avx512_vnni|avx512_bf16' | sort | tr '\n' ' ')
 
-.PHONY: all build full-venv test fonts mutants drift demo bench bench-serve browser wheel wheel-test python python-test ray-test parity reference reference-venv fuzz venv clean doc \
+.PHONY: all build full-venv test fonts mutants mutants-sample drift demo bench bench-serve browser wheel wheel-test python python-test ray-test parity reference reference-venv fuzz venv clean doc \
 	torch-2.11-venv build-torch-2.11 test-torch-2.11 gpu-dry-run gpu-bundle
 
 all: build
@@ -66,6 +66,7 @@ test: $(FULL_STAMP) browser fonts
 	set -o pipefail; $(CARGO) test $(CARGO_TEST_FLAGS) 2>&1 | tee target/cargo-test.log
 	@awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($$i ~ /^ignored/) n += $$(i-1) } END { printf "cargo test: %d ignored\n", n }' target/cargo-test.log
 	@grep -E '^test .* \.\.\. ignored' target/cargo-test.log | sed 's/^test /  ignored here: /' || true
+	$(MAKE) mutants-sample
 	$(CARGO) build --release
 	$(MAKE) python-test
 	$(MAKE) wheel-test
@@ -94,8 +95,16 @@ fonts:
 		|| { echo "error: the attention PNG test needs a TrueType font: install fonts-dejavu-core" >&2; exit 2; }
 
 # Hand-made mutants of src/, each of which some test must fail (tests/mutants.py; docs/testing.md).
+# TCHSEQ_CARGO_TEST_FLAGS: the flags of each mutant's `cargo test`.
+export TCHSEQ_CARGO_TEST_FLAGS ?= --release
 mutants: build
 	$(PYTHON) tests/mutants.py
+
+# Three of them, picked by the commit (a fixed seed outside a git checkout): every commit tests
+# another three, and the same commit the same three.
+MUTANTS_SEED = $(shell git rev-parse HEAD 2>/dev/null || echo tchseq-mutants)
+mutants-sample: build
+	$(PYTHON) tests/mutants.py --sample 3 --seed $(MUTANTS_SEED)
 
 # How far results move from the goldens under other kernels (tests/drift.sh; docs/testing.md).
 drift: build

@@ -1,22 +1,31 @@
 #!/usr/bin/env python3
-"""Hand-made mutants of src/: each must make `cargo test --release` fail (`make mutants`).
+"""Hand-made mutants of src/: each must make `cargo test` fail (`make mutants`, `make mutants-sample`).
 
 For each mutant: the one-line change is applied to its file (the text must occur exactly once),
-`cargo test --release` runs the tests named beside it (those expected to catch it: the lib's unit
-tests and the integration binary with test-name filters), and the file is restored. A mutant that
-no test fails is a hole in the suite. Results go to stdout as a Markdown table
-(docs/testing.md keeps the last run's).
+`cargo test` runs the tests named beside it (those expected to catch it: the lib's unit tests,
+the program's, and the integration binary with test-name filters), and the file is restored, also
+on Ctrl-C, SIGTERM or an error. A mutant that no test fails is a hole in the suite. Results go to
+stdout as a Markdown table (docs/testing.md keeps the last run's).
 
-Usage: python3 tests/mutants.py [NAME ...]    (all mutants by default; ~2 min each on 2 cores)
+Usage: python3 tests/mutants.py [--sample N [--seed S]] [NAME ...]
+  NAME ...      these mutants (all by default; ~2-4 min each on 2 cores, mostly the build)
+  --sample N    N mutants picked by the seed S (`make mutants-sample`: the commit's hash), the
+                same N for the same seed: the first N by sha256(S + name)
+  TCHSEQ_CARGO_TEST_FLAGS  the flags before each mutant's arguments (default `--release`)
 """
+import argparse
+import hashlib
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CARGO_TEST_FLAGS = shlex.split(os.environ.get("TCHSEQ_CARGO_TEST_FLAGS", "--release"))
 
-# name, what it breaks, file, old text, new text, cargo test arguments (after --release)
+# name, what it breaks, file, old text, new text, cargo test arguments (after the flags)
 MUTANTS = [
     ("detokenizer", "Moses detokenizer: `.` no longer attaches to the word before it",
      "src/text/moses/detokenizer.rs",
@@ -58,6 +67,11 @@ MUTANTS = [
      "pub const EPS: f64 = 1e-5;",
      "pub const EPS: f64 = 1.1e-5;",
      ["--test", "it", "--", "reproducible::"]),
+    ("layer-norm-eps-default", "the same LayerNorm eps of 1.1e-5, for the default mode's tests (reproducible:: left out)",
+     "src/model/nn.rs",
+     "pub const EPS: f64 = 1e-5;",
+     "pub const EPS: f64 = 1.1e-5;",
+     ["--lib", "--", "model::nn"]),
     # batching limits
     ("batching-drops-long", "a sentence over --max-tokens is dropped instead of getting its own batch",
      "src/generate/batching.rs",
@@ -156,7 +170,177 @@ MUTANTS = [
      "            let ppl = (-self.sum_logprob / self.sum_tokens as f64).exp();",
      "            let ppl = (-self.sum_avg_logprob / self.scored as f64).exp();",
      ["--test", "it", "--", "score::the_summary_line"]),
+    # the checkpoint readers
+    ("pickle-binint-unsigned", "the pickle VM reads BININT as unsigned: -1 becomes 4294967295",
+     "src/checkpoint/pickle/vm.rs",
+     "                    let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);",
+     "                    let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);",
+     ["--lib", "--", "checkpoint::pickle"]),
+    ("upgrade-in-proj-order", "the encoder fast path's derived in_proj_weight stacks k, q, v instead of q, k, v",
+     "src/checkpoint/upgrade.rs",
+     "let cat = Tensor::f_cat(&[q, k, v], 0)",
+     "let cat = Tensor::f_cat(&[k, q, v], 0)",
+     ["--test", "it", "--", "loader::tensor_values_equal_fairseqs_state_dict"]),
+    ("hf-encoder-langtok", "an M2M-100 directory's encoder takes the target language's token",
+     "src/checkpoint/hf.rs",
+     '("encoder_langtok", json!("src")),',
+     '("encoder_langtok", json!("tgt")),',
+     ["--test", "it", "--", "hf::an_m2m100_directory"]),
+    ("ct2-int8-bound", "CTranslate2's int8 storage bound is a quarter step instead of half a step",
+     "src/checkpoint/ctranslate2/mod.rs",
+     "let step = if self.rounded { 0.5 } else { 1.0 };",
+     "let step = if self.rounded { 0.25 } else { 1.0 };",
+     ["--lib", "--", "checkpoint::ctranslate2::tests::int8"]),
+    # verify's verdict
+    ("verify-depth-encoder-out", "verify's derived bound counts encoder_out one layer shallower",
+     "src/cli/verify/tolerance.rs",
+     '"encoder_out" => encoder,',
+     '"encoder_out" => encoder_layers,',
+     ["--bin", "tchseq-core", "--", "cli::verify"]),
+    ("verify-rescale-either", "verify fails a rescale that is large or significant, not only one that is both",
+     "src/cli/verify/tolerance.rs",
+     "s.abs() > self.multiple * self.eps && standard_errors > self.standard_errors",
+     "s.abs() > self.multiple * self.eps || standard_errors > self.standard_errors",
+     ["--bin", "tchseq-core", "--", "cli::verify"]),
+    # the model
+    ("attention-scaling", "fairseq's attention scales q by head_dim^-0.499 instead of head_dim^-0.5",
+     "src/model/attention.rs",
+     "scaling: (head_dim as f64).powf(-0.5),",
+     "scaling: (head_dim as f64).powf(-0.499),",
+     ["--test", "it", "--", "verify::every_fixture_golden_passes_verify"]),
+    ("sinusoid-denominator", "sinusoidal frequencies over half_dim instead of fairseq's half_dim - 1",
+     "src/model/embedding.rs",
+     "let scale = 10000f64.ln() / (half_dim - 1) as f64;",
+     "let scale = 10000f64.ln() / half_dim as f64;",
+     ["--test", "it", "--", "verify::every_fixture_golden_passes_verify"]),
+    ("prenorm-encoder-attn-norm", "a pre-norm decoder layer's encoder attention reads its input unnormalized",
+     "src/model/layer.rs",
+     "            x = encoder_attn_layer_norm.forward(&x)?;",
+     "            x = x.shallow_clone();",
+     ["--test", "it", "--", "verify::every_fixture_golden_passes_verify"]),
+    ("padded-reorder-encoder", "a padded reorder leaves the encoder keys in place when the batch shrinks within its bucket",
+     "src/model/incremental.rs",
+     "if rows != before || layer.encoder_attn.rows() != Some(bucket) {",
+     "if layer.encoder_attn.rows() != Some(bucket) {",
+     ["--lib", "--", "model::incremental"]),
+    ("host-step-position", "float32's host step adds the position one past the token's",
+     "src/model/host_step.rs",
+     "Some(p) => match p.incremental_row(prefix_len) {",
+     "Some(p) => match p.incremental_row(prefix_len + 1) {",
+     ["--test", "it", "--", "compute_type::float32_gives_fairseq_s_hypotheses_on_every_fixture"]),
+    ("fixed-cache-grown-bias", "a fixed cache grown to a new length bucket masks its first position",
+     "src/model/fixed_cache.rs",
+     "let _ = bias.f_narrow(3, 0, self.len)?.f_fill_(0.0)?;",
+     "let _ = bias.f_narrow(3, 1, self.len - 1)?.f_fill_(0.0)?;",
+     ["--lib", "--", "model::fixed_cache"]),
+    # the host kernels
+    ("gemm-thread-rows", "the threaded host gemm leaves the last row of the batch uncomputed",
+     "src/kernels/gemm.rs",
+     "let mine = (t * share).min(rows)..((t + 1) * share).min(rows);",
+     "let mine = (t * share).min(rows)..((t + 1) * share).min(rows - 1);",
+     ["--lib", "--", "kernels::gemm::"]),
+    ("softmax-tail", "the host log-softmax leaves the row's last (width mod 16) terms out of its sum",
+     "src/kernels/softmax.rs",
+     "let shift = max + (sums.iter().sum::<f32>() + tail).ln();",
+     "let shift = max + sums.iter().sum::<f32>().ln();",
+     ["--lib", "--", "kernels::softmax"]),
+    ("norm-unbiased-variance", "the host LayerNorm divides the variance by n - 1 (torch: biased, by n)",
+     "src/kernels/norm.rs",
+     "let var = sum16(o, |v| (v - mean) * (v - mean)) / n;",
+     "let var = sum16(o, |v| (v - mean) * (v - mean)) / (n - 1.0);",
+     ["--lib", "--", "kernels::norm"]),
+    ("one-query-dot-tail", "the one-query attention's dot product drops the first column past its last 8",
+     "src/kernels/one_query.rs",
+     "let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();",
+     "let tail: f32 = ac.remainder().iter().zip(bc.remainder()).skip(1).map(|(x, y)| x * y).sum();",
+     ["--lib", "--", "kernels::one_query"]),
+    ("kv-cache-regrow", "a host cache block regrown for more rows loses the positions it held",
+     "src/kernels/kv_cache.rs",
+     "grown[..block.len()].copy_from_slice(block);",
+     "grown[..block.len()].fill(0.0);",
+     ["--lib", "--", "kernels::kv_cache"]),
+    # the searches
+    ("constraints-set-order", "the Python set order behind constrained search's candidates probes with perturb >> 4",
+     "src/generate/constraints.rs",
+     "const PERTURB_SHIFT: u32 = 5;",
+     "const PERTURB_SHIFT: u32 = 4;",
+     ["--lib", "--", "generate::constraints"]),
+    ("diverse-group-penalty", "diverse beam search leaves the second group unpenalized",
+     "src/generate/diverse.rs",
+     "let lprobs_g = if g > 0 {",
+     "let lprobs_g = if g > 1 {",
+     ["--lib", "--", "generate::diverse"]),
+    ("ensemble-average", "the ensemble's log-probabilities are summed, not averaged (the - ln n dropped)",
+     "src/generate/ensemble.rs",
+     ".f_logsumexp([0], false)?.f_sub_scalar((n as f64).ln())?;",
+     ".f_logsumexp([0], false)?;",
+     ["--test", "it", "--", "generate::every_fairseq_generate_command_line"]),
+    ("ngram-cpu-tail", "fairseq's CPU n-gram blocking checks the hypothesis' last tokens instead of the buffer's tail",
+     "src/generate/ngram.rs",
+     "let tail = host_rows(tokens, width - tail_len, tail_len)?;",
+     "let tail = host_rows(tokens, step + 1 - tail_len, tail_len)?;",
+     ["--lib", "--", "generate::ngram"]),
+    ("lm-complete-block", "eval-lm's complete mode closes a block that the next sentence fills exactly",
+     "src/generate/lm_samples.rs",
+     "self.pending.len() + sentence.len() > self.block",
+     "self.pending.len() + sentence.len() >= self.block",
+     ["--lib", "--", "generate::lm_samples"]),
+    ("rng-replay-output-init", "the untied output projection's init replayed as uniform_ instead of normal_",
+     "src/generate/rng_replay.rs",
+     "        ops.push((Init::Normal, w));",
+     "        ops.push((Init::Uniform, w));",
+     ["--lib", "--", "generate::rng_replay"]),
+    # the text pipeline
+    ("spm-byte-piece-case", "sentencepiece's byte fallback pieces spelled <0x4b> instead of <0x4B>",
+     "src/text/sentencepiece/mod.rs",
+     'let byte_piece = format!("<0x{b:02X}>");',
+     'let byte_piece = format!("<0x{b:02x}>");',
+     ["--test", "it", "--", "text::sentencepiece_matches_python_sentencepiece"]),
+    ("dictionary-string-bos", "Dictionary.string keeps <s> in the text",
+     "src/text/dictionary.rs",
+     ".filter(|&&t| t != self.eos() && t != self.bos() && !extra_symbols_to_ignore.contains(&t))",
+     ".filter(|&&t| t != self.eos() && !extra_symbols_to_ignore.contains(&t))",
+     ["--lib", "--", "text::dictionary"]),
+    # the library, the server and the command line's output files
+    ("hub-alignment-eos", "a hard alignment may point at the source's </s>",
+     "src/hub/translate_batches.rs",
+     "(0..src.len()).filter(|&j| src[j] != pad && src[j] != eos).collect();",
+     "(0..src.len()).filter(|&j| src[j] != pad).collect();",
+     ["--test", "it", "--", "look_inside::print_alignment_matches_fairseq_interactive"]),
+    ("serve-deterministic-batches", "--deterministic requests share batches",
+     "src/serve/engine.rs",
+     "if self.policy.deterministic || sampling {",
+     "if sampling {",
+     ["--test", "it", "--", "serve::deterministic_mode_answers_each_request_alone"]),
+    ("partial-relative-link", "a relative symlink given as --output is resolved against the working directory",
+     "src/cli/partial.rs",
+     "path = path.parent().map_or_else(|| target.clone(), |dir| dir.join(&target));",
+     "path = target.clone();",
+     ["--bin", "tchseq-core", "--", "cli::partial"]),
+    ("interrupt-count", "Ctrl-C's note says one input line fewer than the partial file holds",
+     "src/cli/interrupt.rs",
+     "Piece::Done => say(decimal(done, &mut [0u8; 20])),",
+     "Piece::Done => say(decimal(done.saturating_sub(1), &mut [0u8; 20])),",
+     ["--test", "it", "--", "robustness::an_interrupted_translate_keeps_its_finished_batches"]),
 ]
+
+
+class Stop(Exception):
+    """SIGTERM or SIGHUP: end the run as Ctrl-C does, through the restoring `finally`."""
+
+
+def stop(signum, _frame):
+    raise Stop(f"signal {signum}")
+
+
+def write(path, text):
+    # the restore must not be cut short by a second Ctrl-C
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run(name, what, path, old, new, args):
@@ -165,10 +349,9 @@ def run(name, what, path, old, new, args):
     if original.count(old) != 1:
         return "stale", f"the text to change occurs {original.count(old)} times in {path}"
     try:
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(original.replace(old, new))
+        write(full, original.replace(old, new))
         start = time.time()
-        p = subprocess.run(["cargo", "test", "--release", *args], cwd=ROOT, capture_output=True, text=True)
+        p = subprocess.run(["cargo", "test", *CARGO_TEST_FLAGS, *args], cwd=ROOT, capture_output=True, text=True)
         out = p.stdout + p.stderr
         if "error[E" in out or "could not compile" in out:
             return "no build", out[-2000:]
@@ -176,19 +359,41 @@ def run(name, what, path, old, new, args):
         verdict = "caught" if p.returncode != 0 and failed else ("survived" if p.returncode == 0 else "error")
         return verdict, f"{len(failed)} failed ({', '.join(failed[:4])}{', ...' if len(failed) > 4 else ''}) in {time.time() - start:.0f} s"
     finally:
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(original)
+        write(full, original)
+
+
+def sample(mutants, n, seed):
+    """The first `n` of `mutants` by sha256(seed + name): the same for the same seed."""
+    key = lambda m: hashlib.sha256((seed + m[0]).encode("utf-8")).hexdigest()
+    return sorted(mutants, key=key)[:n]
 
 
 def main():
-    wanted = set(sys.argv[1:])
+    parser = argparse.ArgumentParser(description="Apply each hand-made mutant of src/ and run the tests that must catch it.")
+    parser.add_argument("names", nargs="*", metavar="NAME", help="mutants to run (default: all)")
+    parser.add_argument("--sample", type=int, metavar="N", help="run N mutants picked by --seed")
+    parser.add_argument("--seed", default="tchseq", help="what picks the sample (default: %(default)s)")
+    a = parser.parse_args()
+    unknown = set(a.names) - {m[0] for m in MUTANTS}
+    if unknown:
+        parser.error(f"no mutant named {', '.join(sorted(unknown))}")
+    chosen = [m for m in MUTANTS if not a.names or m[0] in a.names]
+    if a.sample is not None:
+        if a.sample < 1:
+            parser.error("--sample takes a count of at least 1")
+        chosen = sample(chosen, a.sample, a.seed)
+        print(f"mutants picked by seed {a.seed}: {', '.join(m[0] for m in chosen)}", file=sys.stderr, flush=True)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     rows = []
-    for m in MUTANTS:
-        if wanted and m[0] not in wanted:
-            continue
-        verdict, detail = run(*m)
-        print(f"{m[0]}: {verdict}: {detail}", file=sys.stderr, flush=True)
-        rows.append((m[0], m[1], m[2], verdict, detail))
+    try:
+        for m in chosen:
+            verdict, detail = run(*m)
+            print(f"{m[0]}: {verdict}: {detail}", file=sys.stderr, flush=True)
+            rows.append((m[0], m[1], m[2], verdict, detail))
+    except (KeyboardInterrupt, Stop) as e:
+        print(f"stopped ({str(e) or 'Ctrl-C'}): every mutated file is restored", file=sys.stderr, flush=True)
+        sys.exit(130)
     print("| mutant | change | file | result | tests |")
     print("|---|---|---|---|---|")
     for r in rows:

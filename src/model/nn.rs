@@ -385,4 +385,55 @@ mod tests {
         let relu_sq = ActivationFn::ReluSquared.forward(&x).unwrap();
         assert_eq!(Vec::<f32>::try_from(relu_sq).unwrap(), [0., 0., 0., 0.25, 4.]);
     }
+
+    /// fairseq's `LayerNorm(16)` (torch's, eps 1e-5) on rows whose variance (3.8e-7, 6.0e-6) is
+    /// below its eps, so that the eps carries a large part of the normalization: an eps of
+    /// 1.1e-5 moves these outputs by 3% of their largest. Golden: fairseq 0.12.2 on torch 2.13
+    /// (float32), within verify's derived bound for one layer, 12 · eps · max|ref|
+    /// (docs/testing.md, "Tolerances"); float32 against float64 differs by 0.32 · eps · max|ref|.
+    #[test]
+    fn layer_norm_matches_fairseq_where_its_eps_dominates() {
+        #[rustfmt::skip]
+        let x: [f32; 32] = [
+            -0.0009000000427477062, 3.3333322789985687e-05, 0.0009666667319834232, -0.0002333333541173488,
+            0.0007000000332482159, -0.0005000000237487257, 0.00043333336361683905, -0.000766666722483933,
+            0.00016666666488163173, 0.0010999999940395355, -0.00010000001202570274, 0.00083333341171965,
+            -0.000366666674381122, 0.0005666666547767818, -0.0006333334022201598, 0.0003000000142492354,
+            0.0006000000284984708, -0.003133333520963788, 0.0016666667070239782, -0.0020666667260229588,
+            0.002733333734795451, -0.0010000000474974513, 0.003800000296905637, 6.666670378763229e-05,
+            -0.003666666802018881, 0.0011333334259688854, -0.0026000000070780516, 0.0022000002209097147,
+            -0.001533333444967866, 0.003266667015850544, -0.0004666667082346976, -0.004200000315904617,
+        ];
+        #[rustfmt::skip]
+        let golden: [f32; 32] = [
+            -0.15520934760570526, -0.13664069771766663, 0.41814345121383667, -0.44613760709762573,
+            0.6396884322166443, -0.15132910013198853, 0.21553879976272583, -0.5022152066230774,
+            0.3956945836544037, -0.17018014192581177, -0.06984420120716095, 0.14532294869422913,
+            0.06892244517803192, -0.18486857414245605, 0.18699447810649872, 0.08924537897109985,
+            0.09986139088869095, -0.5369282960891724, 0.5412623882293701, -0.695388674736023,
+            1.0492377281188965, -0.1622747778892517, 0.9987872838973999, -0.18758663535118103,
+            -0.4904654622077942, -0.14632418751716614, -0.6740644574165344, 0.5865125060081482,
+            -0.16608917713165283, 0.760923445224762, 0.4084603488445282, -1.4355076551437378,
+        ];
+        let dim = 16i64;
+        // weight 0.5 + i/16, bias ±(i mod 5)/8: exact in float32
+        let weight: Vec<f32> = (0..dim).map(|i| 0.5 + 0.0625 * i as f32).collect();
+        let bias: Vec<f32> = (0..dim).map(|i| (if i % 2 == 0 { 1.0 } else { -1.0 }) * 0.125 * (i % 5) as f32).collect();
+        let sd: indexmap::IndexMap<String, Tensor> =
+            [("ln.weight".to_string(), Tensor::from_slice(&weight)), ("ln.bias".to_string(), Tensor::from_slice(&bias))].into_iter().collect();
+        let state = crate::model::weights::StateDict::new(&sd, tch::Device::Cpu, Kind::Float);
+        let mut ln = LayerNorm::load(&state.root().sub("ln"), dim).unwrap();
+        let x = Tensor::from_slice(&x).view([2, 1, dim]);
+        let golden = Tensor::from_slice(&golden).view([2, 1, dim]);
+        let scale = golden.abs().max().double_value(&[]);
+        let bound = 12.0 * f64::from(f32::EPSILON) * scale;
+        let libtorch = ln.forward(&x).unwrap();
+        ln.to_host().unwrap();
+        assert!(ln.host().is_some(), "float32 weights run on the host kernel");
+        let host = ln.forward(&x).unwrap();
+        for (path, y) in [("libtorch", libtorch), ("host kernel", host)] {
+            let diff = (&y - &golden).abs().max().double_value(&[]);
+            assert!(diff <= bound, "{path}: max |ours - fairseq| {diff:.3e} beyond {bound:.3e}");
+        }
+    }
 }
