@@ -99,6 +99,51 @@ pub enum HfDirError {
         /// The shards' index file.
         index: PathBuf,
     },
+    /// Two tokenizer files (or two entries of one) give one token two ids, or one id two tokens.
+    #[error("{}: the added tokens of {files} disagree: {token:?} at id {id}, {other:?} at id {other_id}", dir.display())]
+    AddedTokens {
+        /// The model directory.
+        dir: PathBuf,
+        /// The files that pin tokens to ids.
+        files: String,
+        /// The token.
+        token: String,
+        /// Its id.
+        id: usize,
+        /// The token (or the same token) the other reading gives.
+        other: String,
+        /// Its id there.
+        other_id: usize,
+    },
+    /// No reading of the tokenizer files gives as many token ids as the model's embedding has rows.
+    #[error(
+        "{}: the tokenizer gives ids 0..{named_len} ({base_len} from {base_file}, {pinned} pinned by {pin_files}{}), at most {madeup} more unused (num_madeup_words), but {} has {rows} embedding rows",
+        dir.display(),
+        language_codes.as_ref().map_or(String::new(), |(name, n)| format!(", {n} from language_codes {name:?}")),
+        weights.display()
+    )]
+    TokenIds {
+        /// The model directory.
+        dir: PathBuf,
+        /// The base vocabulary file (`vocab.json`, `sentencepiece.bpe.model`).
+        base_file: String,
+        /// Its tokens.
+        base_len: usize,
+        /// The tokens pinned past it.
+        pinned: usize,
+        /// The files that pin tokens (`added_tokens.json`, ...).
+        pin_files: String,
+        /// `language_codes` and its count, where its tokens were placed.
+        language_codes: Option<(String, usize)>,
+        /// One past the highest id the tokenizer gives a token.
+        named_len: usize,
+        /// The unused rows allowed past it (and between).
+        madeup: usize,
+        /// The weights file.
+        weights: PathBuf,
+        /// The embedding's rows.
+        rows: usize,
+    },
     /// A Git LFS pointer where a file's content belongs.
     #[error("{} is a Git LFS pointer, not the {what}: run `git lfs pull`", path.display())]
     LfsPointer {

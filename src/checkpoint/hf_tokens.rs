@@ -1,0 +1,253 @@
+//! The token ids of a Hugging Face tokenizer past its base vocabulary (M2M-100's `vocab.json`,
+//! NLLB's sentencepiece pieces): the tokens the tokenizer files pin to ids (`added_tokens.json`,
+//! `tokenizer_config.json`'s `added_tokens_decoder`, `tokenizer.json`'s `added_tokens`, as
+//! `convert_tokens_to_ids` reads them first), else `M2M100Tokenizer`'s own convention (one
+//! `__xx__` for each code of `language_codes` after the vocabulary), then up to
+//! `num_madeup_words` unused rows: the reading must give the weights' row count, or the directory
+//! is refused with the counts of each file.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::hf_dir::HfDirError;
+use super::pickle::Node;
+use super::{invalid, CheckpointError};
+
+/// `M2M100Tokenizer`'s language codes (`FAIRSEQ_LANGUAGE_CODES`), by `language_codes`.
+const M2M100_CODES: [&str; 100] = [
+    "af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de", "el", "en", "es", "et", "fa", "ff", "fi", "fr", "fy", "ga",
+    "gd", "gl", "gu", "ha", "he", "hi", "hr", "ht", "hu", "hy", "id", "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg", "ln", "lo", "lt",
+    "lv", "mg", "mk", "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sd", "si", "sk", "sl", "so", "sq", "sr",
+    "ss", "su", "sv", "sw", "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi", "wo", "xh", "yi", "yo", "zh", "zu",
+];
+const WMT21_CODES: [&str; 8] = ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"];
+
+/// transformers' default `num_madeup_words`, and the unused rows allowed where a tokenizer names none.
+const NUM_MADEUP_WORDS: usize = 8;
+
+/// The tokenizer whose ids are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// `M2M100Tokenizer`: `vocab.json`, languages `__xx__`.
+    M2m100,
+    /// `NllbTokenizer`: sentencepiece pieces, languages `eng_Latn` (fairseq's `__eng_Latn__`).
+    Nllb,
+}
+
+/// What the tokenizer files give past the base vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenTable {
+    /// The dictionary's symbols after the base vocabulary, by id, in fairseq's names.
+    pub after: Vec<String>,
+    /// The languages, in id order (fairseq's `langs`).
+    pub langs: Vec<String>,
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>, CheckpointError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
+    serde_json::from_slice(&text).map(Some).map_err(|e| invalid(path, format!("not what transformers writes there: {e}")))
+}
+
+fn is_special(token: &str) -> bool {
+    token.starts_with('<') && token.ends_with('>')
+}
+
+fn m2m100_lang(token: &str) -> Option<&str> {
+    token.strip_prefix("__").and_then(|t| t.strip_suffix("__")).filter(|l| !l.is_empty())
+}
+
+/// The added tokens of the tokenizer files, id → token, and the files that pin any.
+#[derive(Debug, Default)]
+struct Pins {
+    by_id: BTreeMap<usize, String>,
+    files: Vec<&'static str>,
+    /// `additional_special_tokens` / `extra_special_tokens`: special tokens named without an id.
+    named: Vec<String>,
+}
+
+impl Pins {
+    fn add(&mut self, dir: &Path, file: &'static str, id: usize, token: &str) -> Result<(), HfDirError> {
+        if !self.files.contains(&file) {
+            self.files.push(file);
+        }
+        let clash = |other: String, other_id: usize| HfDirError::AddedTokens { dir: dir.to_path_buf(), files: self.files.join(", "), token: token.to_string(), id, other, other_id };
+        if let Some(t) = self.by_id.get(&id).filter(|t| *t != token) {
+            return Err(clash(t.clone(), id));
+        }
+        if let Some((&i, _)) = self.by_id.iter().find(|(&i, t)| *t == token && i != id) {
+            return Err(clash(token.to_string(), i));
+        }
+        self.by_id.insert(id, token.to_string());
+        Ok(())
+    }
+
+    fn read(dir: &Path) -> Result<Self, CheckpointError> {
+        let mut pins = Pins::default();
+        if let Some(Value::Object(map)) = read_json(&dir.join("added_tokens.json"))? {
+            for (token, id) in &map {
+                if let Some(id) = id.as_u64() {
+                    pins.add(dir, "added_tokens.json", id as usize, token)?;
+                }
+            }
+        }
+        if let Some(config) = read_json(&dir.join("tokenizer_config.json"))? {
+            for (id, t) in config.get("added_tokens_decoder").and_then(Value::as_object).into_iter().flatten() {
+                if let (Ok(id), Some(token)) = (id.parse::<usize>(), t.get("content").and_then(Value::as_str)) {
+                    pins.add(dir, "tokenizer_config.json", id, token)?;
+                }
+            }
+            for key in ["additional_special_tokens", "extra_special_tokens"] {
+                for t in config.get(key).and_then(Value::as_array).into_iter().flatten() {
+                    if let Some(token) = t.as_str().or_else(|| t.get("content").and_then(Value::as_str)) {
+                        if !pins.named.iter().any(|n| n == token) {
+                            pins.named.push(token.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(tokenizer) = read_json(&dir.join("tokenizer.json"))? {
+            for t in tokenizer.get("added_tokens").and_then(Value::as_array).into_iter().flatten() {
+                if let (Some(id), Some(token)) = (t.get("id").and_then(Value::as_u64), t.get("content").and_then(Value::as_str)) {
+                    pins.add(dir, "tokenizer.json", id as usize, token)?;
+                }
+            }
+        }
+        Ok(pins)
+    }
+}
+
+/// `tokenizer_config.json`'s field `key`, if it is there.
+fn tokenizer_setting(dir: &Path, key: &str) -> Result<Option<Value>, CheckpointError> {
+    Ok(read_json(&dir.join("tokenizer_config.json"))?.and_then(|c| c.get(key).cloned()))
+}
+
+/// `M2M100Tokenizer`'s `language_codes` and its list.
+fn language_codes(dir: &Path) -> Result<(String, Vec<String>), CheckpointError> {
+    let name = tokenizer_setting(dir, "language_codes")?.and_then(|v| v.as_str().map(String::from)).unwrap_or_else(|| "m2m100".into());
+    let codes: &[&str] = match name.as_str() {
+        "m2m100" => &M2M100_CODES,
+        "wmt21" => &WMT21_CODES,
+        other => return Err(invalid(&dir.join("tokenizer_config.json"), format!("language_codes {other:?} (M2M100Tokenizer knows m2m100 and wmt21)"))),
+    };
+    Ok((name, codes.iter().map(|c| c.to_string()).collect()))
+}
+
+/// The rows of the model's token embedding, and the file that holds it (None where the weights
+/// name no such table).
+fn embedding_rows(dir: &Path) -> Result<Option<(usize, PathBuf)>, CheckpointError> {
+    let Some(weights) = super::hf::find_weights(dir) else { return Ok(None) };
+    let file = super::open(&weights, false)?;
+    let raw = super::read_container(&weights, &file.map)?;
+    let p = &raw.pickle;
+    let Some(root) = p.dict(&p.root) else { return Ok(None) };
+    const TABLES: [&str; 4] = ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"];
+    let rows = TABLES.iter().find_map(|name| {
+        root.entries.iter().find_map(|(k, v)| match (k, p.node(v)) {
+            (super::pickle::Value::Str(n), Some(Node::Tensor(t))) if &**n == *name => t.size.first().copied(),
+            _ => None,
+        })
+    });
+    Ok(rows.map(|r| (r.max(0) as usize, weights)))
+}
+
+/// The tokens after a base vocabulary of `base_len` symbols (`base`: its token → id map where the
+/// tokenizer has one, `vocab.json`), as the tokenizer files of `dir` give them, checked against
+/// the weights' row count.
+pub fn token_table(dir: &Path, kind: TokenizerKind, base_file: &str, base_len: usize, base: &HashMap<String, i64>) -> Result<TokenTable, CheckpointError> {
+    let pins = Pins::read(dir)?;
+    let fairseq_name = |t: &str| match kind {
+        TokenizerKind::Nllb if !is_special(t) => format!("__{t}__"),
+        _ => t.to_string(),
+    };
+    let by_id: HashMap<i64, &str> = base.iter().map(|(t, &i)| (i, t.as_str())).collect();
+    let mut table: BTreeMap<usize, String> = BTreeMap::new();
+    for (&id, token) in &pins.by_id {
+        if id >= base_len {
+            table.insert(id, fairseq_name(token));
+        } else if let Some(&there) = by_id.get(&(id as i64)).filter(|&&t| t != token) {
+            let clash = HfDirError::AddedTokens { dir: dir.to_path_buf(), files: pins.files.join(", "), token: token.clone(), id, other: there.to_string(), other_id: id };
+            return Err(clash.into());
+        }
+    }
+    // special tokens named without an id: added after the highest id, as `add_tokens` does
+    for token in &pins.named {
+        let name = fairseq_name(token);
+        if !base.contains_key(token) && !pins.by_id.values().any(|t| t == token) && !(kind == TokenizerKind::M2m100 && m2m100_lang(token).is_some()) {
+            let next = table.keys().next_back().map_or(base_len, |&i| i + 1);
+            table.insert(next, name);
+        }
+    }
+    let is_lang = |t: &str| m2m100_lang(t).is_some() && !t.starts_with("__madeupword");
+    let mut base_langs: Vec<(i64, &str)> = base.iter().filter(|(t, _)| is_lang(t)).map(|(t, &i)| (i, t.as_str())).collect();
+    base_langs.sort();
+    let pinned = table.len();
+    let mut codes = None;
+    if base_langs.is_empty() && !table.values().any(|t| is_lang(t)) {
+        if kind == TokenizerKind::Nllb {
+            return Err(invalid(&dir.join("tokenizer_config.json"), "no added tokens: not an NllbTokenizer's config"));
+        }
+        let (name, list) = language_codes(dir)?;
+        for (i, code) in list.iter().enumerate() {
+            let token = format!("__{code}__");
+            if let Some(there) = table.get(&(base_len + i)).filter(|t| **t != token) {
+                let files = pins.files.join(", ");
+                return Err(HfDirError::AddedTokens { dir: dir.to_path_buf(), files, token, id: base_len + i, other: there.clone(), other_id: base_len + i }.into());
+            }
+            table.insert(base_len + i, token);
+        }
+        codes = Some((name, list.len()));
+    }
+    let named_len = table.keys().next_back().map_or(base_len, |&i| i + 1);
+    let madeup = tokenizer_setting(dir, "num_madeup_words")?.and_then(|v| v.as_u64()).map_or(NUM_MADEUP_WORDS, |n| n as usize);
+    let rows = embedding_rows(dir)?;
+    let gaps = named_len - base_len - table.len();
+    if let Some((rows, weights)) = &rows {
+        if *rows < named_len || gaps + (rows - named_len) > madeup {
+            return Err(HfDirError::TokenIds {
+                dir: dir.to_path_buf(),
+                base_file: base_file.to_string(),
+                base_len,
+                pinned,
+                pin_files: if pins.files.is_empty() { "no added tokens".into() } else { pins.files.join(", ") },
+                language_codes: codes.clone(),
+                named_len,
+                madeup,
+                weights: weights.clone(),
+                rows: *rows,
+            }
+            .into());
+        }
+    }
+    let len = rows.as_ref().map_or(named_len, |(r, _)| *r);
+    // ids the tokenizer gives no token: unused rows, named as fairseq pads a dictionary
+    let taken: HashSet<&str> = base.keys().map(String::as_str).chain(table.values().map(String::as_str)).collect();
+    let mut free = (0..).map(|i| format!("madeupword{i:04}")).filter(|t| !taken.contains(t.as_str()));
+    let after: Vec<String> = (base_len..len).map(|id| table.get(&id).cloned().unwrap_or_else(|| free.next().unwrap_or_default())).collect();
+    let langs: Vec<String> = match base_langs.is_empty() {
+        false => base_langs.iter().filter_map(|(_, t)| m2m100_lang(t).map(String::from)).collect(),
+        true => after.iter().filter(|t| is_lang(t)).filter_map(|t| m2m100_lang(t).map(String::from)).collect(),
+    };
+    Ok(TokenTable { after, langs })
+}
+
+/// NLLB's languages without the base vocabulary's size: the tokens the tokenizer files add that
+/// are no `<...>` specials, pinned ones in id order, then those named without an id.
+pub fn token_table_langs_only(dir: &Path) -> Result<Vec<String>, CheckpointError> {
+    let pins = Pins::read(dir)?;
+    let mut langs: Vec<String> = pins.by_id.values().filter(|t| !is_special(t)).cloned().collect();
+    for token in pins.named.iter().filter(|t| !is_special(t)) {
+        if !langs.contains(token) {
+            langs.push(token.clone());
+        }
+    }
+    if langs.is_empty() {
+        return Err(invalid(&dir.join("tokenizer_config.json"), "no added tokens: not an NllbTokenizer's config"));
+    }
+    Ok(langs)
+}
