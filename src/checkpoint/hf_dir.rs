@@ -117,7 +117,7 @@ pub enum HfDirError {
     },
     /// No reading of the tokenizer files gives as many token ids as the model's embedding has rows.
     #[error(
-        "{}: the tokenizer gives ids 0..{named_len} ({base_len} from {base_file}, {pinned} pinned by {pin_files}{}), at most {madeup} more unused (num_madeup_words), but {} has {rows} embedding rows",
+        "{}: the tokenizer gives ids 0..{named_len} ({base_len} from {base_file}, {pinned} more pinned by {pin_files}{}), at most {madeup} more unused (num_madeup_words), but {} has {rows} embedding rows",
         dir.display(),
         language_codes.as_ref().map_or(String::new(), |(name, n)| format!(", {n} from language_codes {name:?}")),
         weights.display()

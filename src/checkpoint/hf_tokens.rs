@@ -27,6 +27,9 @@ const WMT21_CODES: [&str; 8] = ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"];
 /// transformers' default `num_madeup_words`, and the unused rows allowed where a tokenizer names none.
 const NUM_MADEUP_WORDS: usize = 8;
 
+/// The most unused rows read past a tokenizer's ids, whatever `num_madeup_words` says.
+const MAX_MADEUP_WORDS: usize = 1024;
+
 /// The tokenizer whose ids are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenizerKind {
@@ -205,26 +208,33 @@ pub fn token_table(dir: &Path, kind: TokenizerKind, base_file: &str, base_len: u
     }
     let named_len = table.keys().next_back().map_or(base_len, |&i| i + 1);
     let madeup = tokenizer_setting(dir, "num_madeup_words")?.and_then(|v| v.as_u64()).map_or(NUM_MADEUP_WORDS, |n| n as usize);
-    let rows = embedding_rows(dir)?;
+    let madeup = madeup.min(MAX_MADEUP_WORDS);
+    // the weights' table; else config.json's vocab_size; else the tokenizer's own count
+    let config = dir.join("config.json");
+    let vocab_size = || -> Result<Option<usize>, CheckpointError> {
+        Ok(read_json(&config)?.and_then(|c| c.get("vocab_size").and_then(Value::as_u64)).map(|n| n as usize))
+    };
+    let (rows, weights) = match embedding_rows(dir)? {
+        Some(found) => found,
+        None => (vocab_size()?.unwrap_or(named_len), config),
+    };
     let gaps = named_len - base_len - table.len();
-    if let Some((rows, weights)) = &rows {
-        if *rows < named_len || gaps + (rows - named_len) > madeup {
-            return Err(HfDirError::TokenIds {
-                dir: dir.to_path_buf(),
-                base_file: base_file.to_string(),
-                base_len,
-                pinned,
-                pin_files: if pins.files.is_empty() { "no added tokens".into() } else { pins.files.join(", ") },
-                language_codes: codes.clone(),
-                named_len,
-                madeup,
-                weights: weights.clone(),
-                rows: *rows,
-            }
-            .into());
+    if rows < named_len || gaps + (rows - named_len) > madeup {
+        return Err(HfDirError::TokenIds {
+            dir: dir.to_path_buf(),
+            base_file: base_file.to_string(),
+            base_len,
+            pinned,
+            pin_files: if pins.files.is_empty() { "no added tokens".into() } else { pins.files.join(", ") },
+            language_codes: codes,
+            named_len,
+            madeup,
+            weights,
+            rows,
         }
+        .into());
     }
-    let len = rows.as_ref().map_or(named_len, |(r, _)| *r);
+    let len = rows;
     // ids the tokenizer gives no token: unused rows, named as fairseq pads a dictionary
     let taken: HashSet<&str> = base.keys().map(String::as_str).chain(table.values().map(String::as_str)).collect();
     let mut free = (0..).map(|i| format!("madeupword{i:04}")).filter(|t| !taken.contains(t.as_str()));
