@@ -136,5 +136,15 @@ fn tokenizer_files_that_disagree_with_the_weights_are_one_error_naming_them() {
         let text = fs::read_to_string(&path).unwrap().replace("\"__de__\": 503", "\"__de__\": 500");
         fs::write(&path, text).unwrap();
         one_line_error(&run(dir.path()), "the added tokens of added_tokens.json, tokenizer_config.json disagree");
+
+        // a pin far past the table: the counts, not a dictionary of that size
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(&src, dir.path());
+        for file in ["added_tokens.json", "tokenizer_config.json"] {
+            let path = dir.path().join(file);
+            let text = fs::read_to_string(&path).unwrap().replace("\"__de__\": 503", "\"__de__\": 9000000000000").replace("\"503\": {", "\"9000000000000\": {");
+            fs::write(&path, text).unwrap();
+        }
+        one_line_error(&run(dir.path()), "the tokenizer gives ids 0..9000000000001");
     }
 }
