@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::hf_dir::HfDirError;
+use super::hf_dir::{AddedTokensClash, HfDirError, TokenIdCounts};
 use super::pickle::Node;
 use super::{invalid, CheckpointError};
 
@@ -78,7 +78,7 @@ impl Pins {
         if !self.files.contains(&file) {
             self.files.push(file);
         }
-        let clash = |other: String, other_id: usize| HfDirError::AddedTokens { dir: dir.to_path_buf(), files: self.files.join(", "), token: token.to_string(), id, other, other_id };
+        let clash = |other: String, other_id: usize| HfDirError::AddedTokens(Box::new(AddedTokensClash { dir: dir.to_path_buf(), files: self.files.join(", "), token: token.to_string(), id, other, other_id }));
         if let Some(t) = self.by_id.get(&id).filter(|t| *t != token) {
             return Err(clash(t.clone(), id));
         }
@@ -174,38 +174,40 @@ pub fn token_table(dir: &Path, kind: TokenizerKind, base_file: &str, base_len: u
         if id >= base_len {
             table.insert(id, fairseq_name(token));
         } else if let Some(&there) = by_id.get(&(id as i64)).filter(|&&t| t != token) {
-            let clash = HfDirError::AddedTokens { dir: dir.to_path_buf(), files: pins.files.join(", "), token: token.clone(), id, other: there.to_string(), other_id: id };
+            let clash = HfDirError::AddedTokens(Box::new(AddedTokensClash { dir: dir.to_path_buf(), files: pins.files.join(", "), token: token.clone(), id, other: there.to_string(), other_id: id }));
             return Err(clash.into());
         }
     }
-    // special tokens named without an id: added after the highest id, as `add_tokens` does
-    for token in &pins.named {
-        let name = fairseq_name(token);
-        if !base.contains_key(token) && !pins.by_id.values().any(|t| t == token) && !(kind == TokenizerKind::M2m100 && m2m100_lang(token).is_some()) {
-            let next = table.keys().next_back().map_or(base_len, |&i| i + 1);
-            table.insert(next, name);
-        }
-    }
-    let is_lang = |t: &str| m2m100_lang(t).is_some() && !t.starts_with("__madeupword");
+    let is_lang = |t: &str| m2m100_lang(t).is_some();
     let mut base_langs: Vec<(i64, &str)> = base.iter().filter(|(t, _)| is_lang(t)).map(|(t, &i)| (i, t.as_str())).collect();
     base_langs.sort();
-    let pinned = table.len();
     let mut codes = None;
-    if base_langs.is_empty() && !table.values().any(|t| is_lang(t)) {
-        if kind == TokenizerKind::Nllb {
-            return Err(invalid(&dir.join("tokenizer_config.json"), "no added tokens: not an NllbTokenizer's config"));
-        }
+    if kind == TokenizerKind::M2m100 && base_langs.is_empty() && !table.values().any(|t| is_lang(t)) {
         let (name, list) = language_codes(dir)?;
         for (i, code) in list.iter().enumerate() {
             let token = format!("__{code}__");
             if let Some(there) = table.get(&(base_len + i)).filter(|t| **t != token) {
                 let files = pins.files.join(", ");
-                return Err(HfDirError::AddedTokens { dir: dir.to_path_buf(), files, token, id: base_len + i, other: there.clone(), other_id: base_len + i }.into());
+                return Err(HfDirError::AddedTokens(Box::new(AddedTokensClash { dir: dir.to_path_buf(), files, token, id: base_len + i, other: there.clone(), other_id: base_len + i })).into());
             }
             table.insert(base_len + i, token);
         }
         codes = Some((name, list.len()));
     }
+    // special tokens named without an id: added after the highest id, as `add_tokens` does
+    // (M2M-100's `__xx__` are the tokenizer's own, never added)
+    for token in &pins.named {
+        let name = fairseq_name(token);
+        let own = kind == TokenizerKind::M2m100 && m2m100_lang(token).is_some();
+        if !own && !base.contains_key(token) && !table.values().any(|t| *t == name) {
+            let next = table.keys().next_back().map_or(base_len, |&i| i + 1);
+            table.insert(next, name);
+        }
+    }
+    if kind == TokenizerKind::Nllb && !table.values().any(|t| is_lang(t)) {
+        return Err(invalid(&dir.join("tokenizer_config.json"), "no language tokens among the added tokens: not an NllbTokenizer's"));
+    }
+    let pinned = table.len() - codes.as_ref().map_or(0, |(_, n): &(String, usize)| *n);
     let named_len = table.keys().next_back().map_or(base_len, |&i| i + 1);
     let madeup = tokenizer_setting(dir, "num_madeup_words")?.and_then(|v| v.as_u64()).map_or(NUM_MADEUP_WORDS, |n| n as usize);
     let madeup = madeup.min(MAX_MADEUP_WORDS);
@@ -220,7 +222,7 @@ pub fn token_table(dir: &Path, kind: TokenizerKind, base_file: &str, base_len: u
     };
     let gaps = named_len - base_len - table.len();
     if rows < named_len || gaps + (rows - named_len) > madeup {
-        return Err(HfDirError::TokenIds {
+        return Err(HfDirError::TokenIds(Box::new(TokenIdCounts {
             dir: dir.to_path_buf(),
             base_file: base_file.to_string(),
             base_len,
@@ -231,7 +233,7 @@ pub fn token_table(dir: &Path, kind: TokenizerKind, base_file: &str, base_len: u
             madeup,
             weights,
             rows,
-        }
+        }))
         .into());
     }
     let len = rows;
