@@ -72,7 +72,8 @@ def added(pins):
     return {i: AddedToken(t, special=True, normalized=False, lstrip=False, rstrip=False) for i, t in pins.items()}
 
 
-def ids_of(tok, texts, src_lang, tgt_lang):
+def ids_of(tok, texts):
+    """`tokenizer(texts, text_target=texts)`: input_ids (src_lang) and labels (tgt_lang)."""
     enc = tok(texts, text_target=texts)
     return enc["input_ids"], enc["labels"]
 
@@ -91,7 +92,7 @@ def m2m100(out):
     tok.save_pretrained(out)
     m2m100_model(out, len(vocab) + len(M2M_LANGS))
     tok = M2M100Tokenizer.from_pretrained(out, src_lang="en", tgt_lang="de")
-    input_ids, labels = ids_of(tok, SENTENCES, "en", "de")
+    input_ids, labels = ids_of(tok, SENTENCES)
     translation = tok._build_translation_inputs(SENTENCES[:1], src_lang="en", tgt_lang="de")
     return {
         "dir": "m2m100-langs", "tokenizer_class": type(tok).__name__, "src_lang": "en", "tgt_lang": "de",
@@ -137,7 +138,7 @@ def nllb(out):
         tok.save_pretrained(out)
     m2m100_model(out, n + len(NLLB_LANGS) + 1)
     tok = NllbTokenizer.from_pretrained(out, src_lang="eng_Latn", tgt_lang="deu_Latn")
-    input_ids, labels = ids_of(tok, SENTENCES, "eng_Latn", "deu_Latn")
+    input_ids, labels = ids_of(tok, SENTENCES)
     translation = tok._build_translation_inputs(SENTENCES[:1], src_lang="eng_Latn", tgt_lang="deu_Latn", return_tensors=None)
     return {
         "dir": "nllb-langs", "tokenizer_class": type(tok).__name__, "src_lang": "eng_Latn", "tgt_lang": "deu_Latn",

@@ -263,3 +263,81 @@ pub fn token_table_langs_only(dir: &Path) -> Result<Vec<String>, CheckpointError
     }
     Ok(langs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VOCAB: [&str; 6] = ["<s>", "<pad>", "</s>", "<unk>", "▁a", "b"];
+
+    /// A directory without weights (the row count is `config.json`'s `vocab_size`) and `files`.
+    fn dir(vocab_size: usize, files: &[(&str, Value)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), serde_json::json!({ "model_type": "m2m_100", "vocab_size": vocab_size }).to_string()).unwrap();
+        for (name, value) in files {
+            std::fs::write(dir.path().join(name), value.to_string()).unwrap();
+        }
+        dir
+    }
+
+    fn m2m100(dir: &tempfile::TempDir) -> Result<TokenTable, CheckpointError> {
+        let vocab: HashMap<String, i64> = VOCAB.iter().enumerate().map(|(i, t)| (t.to_string(), i as i64)).collect();
+        token_table(dir.path(), TokenizerKind::M2m100, "vocab.json", vocab.len(), &vocab)
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn language_codes_then_madeup_words_without_added_tokens() {
+        let d = dir(6 + 8 + 2, &[("tokenizer_config.json", serde_json::json!({ "language_codes": "wmt21" }))]);
+        let t = m2m100(&d).unwrap();
+        assert_eq!(t.langs, strings(&WMT21_CODES));
+        assert_eq!(&t.after[8..], &strings(&["madeupword0000", "madeupword0001"]));
+    }
+
+    #[test]
+    fn pinned_language_tokens_win_over_language_codes() {
+        let d = dir(9, &[("added_tokens.json", serde_json::json!({ "__fr__": 6, "__de__": 8 }))]);
+        let t = m2m100(&d).unwrap();
+        assert_eq!(t.after, strings(&["__fr__", "madeupword0000", "__de__"]));
+        assert_eq!(t.langs, strings(&["fr", "de"]));
+        // tokenizer.json's added tokens alone pin as well
+        let added = serde_json::json!({ "added_tokens": [{ "id": 6, "content": "__en__" }, { "id": 7, "content": "__fr__" }] });
+        let t = m2m100(&dir(8, &[("tokenizer.json", added)])).unwrap();
+        assert_eq!(t.langs, strings(&["en", "fr"]));
+    }
+
+    #[test]
+    fn a_row_count_no_reading_gives_is_the_counts() {
+        let d = dir(6 + 3 + 9, &[("added_tokens.json", serde_json::json!({ "__fr__": 6, "__en__": 7, "__de__": 8 }))]);
+        let e = m2m100(&d).unwrap_err().to_string();
+        for want in ["ids 0..9", "6 from vocab.json", "3 more pinned by added_tokens.json", "at most 8 more unused", "has 18 embedding rows"] {
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        let d = dir(6 + 100 - 1, &[]);
+        let e = m2m100(&d).unwrap_err().to_string();
+        assert!(e.contains("100 from language_codes \"m2m100\"") && e.contains("has 105 embedding rows"), "{e}");
+    }
+
+    #[test]
+    fn added_tokens_that_disagree_are_refused() {
+        let decoder = serde_json::json!({ "added_tokens_decoder": { "6": { "content": "__en__" } } });
+        let d = dir(7, &[("added_tokens.json", serde_json::json!({ "__fr__": 6 })), ("tokenizer_config.json", decoder)]);
+        let e = m2m100(&d).unwrap_err().to_string();
+        assert!(e.contains("the added tokens of added_tokens.json, tokenizer_config.json disagree"), "{e}");
+        // a pin inside vocab.json that is not vocab.json's token there
+        let d = dir(6, &[("added_tokens.json", serde_json::json!({ "__fr__": 4 }))]);
+        assert!(m2m100(&d).is_err());
+    }
+
+    #[test]
+    fn nllb_language_codes_named_without_ids_follow_the_pinned_tokens() {
+        let config = serde_json::json!({ "extra_special_tokens": ["eng_Latn", "deu_Latn"], "added_tokens_decoder": { "6": { "content": "fra_Latn" } } });
+        let d = dir(9, &[("tokenizer_config.json", config)]);
+        let t = token_table(d.path(), TokenizerKind::Nllb, "sentencepiece.bpe.model", 6, &HashMap::new()).unwrap();
+        assert_eq!(t.after, strings(&["__fra_Latn__", "__eng_Latn__", "__deu_Latn__"]));
+        assert_eq!(token_table_langs_only(d.path()).unwrap(), strings(&["fra_Latn", "eng_Latn", "deu_Latn"]));
+    }
+}
