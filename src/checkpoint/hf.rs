@@ -106,8 +106,8 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Checkpoin
 
 /// NLLB-200's directories: an M2M-100 model whose tokenizer (`NllbTokenizer`) has no
 /// `vocab.json`: its dictionary is the sentencepiece model's pieces (id = piece id + 1 after
-/// fairseq's four specials), then the added tokens of `tokenizer_config.json` at their ids (the
-/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`).
+/// fairseq's four specials), then the added tokens at the ids the tokenizer files give them (the
+/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`; see [`hf_tokens`]).
 pub fn is_nllb(dir: &Path) -> bool {
     let m2m100 = || hf_dir::tokenizer_class(dir).is_some_and(|c| c == "M2M100Tokenizer");
     !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file() && !m2m100()
@@ -121,9 +121,8 @@ pub const NLLB_VOCABULARY: &str = "sentencepiece.bpe.model";
 /// language tokens the added tokens pin, else the tokenizer's `language_codes` list.
 fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
     if is_nllb(dir) {
-        // the ids need the sentencepiece model; the dictionary's loading checks them
-        let pins = hf_tokens::token_table_langs_only(dir)?;
-        return Ok(pins);
+        // their ids need the sentencepiece model's size: the dictionary's loading places them
+        return hf_tokens::token_table_langs_only(dir);
     }
     let vocab: HashMap<String, i64> = read_json(&dir.join("vocab.json"))?;
     Ok(hf_tokens::token_table(dir, TokenizerKind::M2m100, "vocab.json", vocab.len(), &vocab)?.langs)
