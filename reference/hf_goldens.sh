@@ -5,7 +5,8 @@
 # not part of reference/make_all.sh (CI does not need transformers).
 #
 #   bash reference/hf_goldens.sh
-#   STEPS=convert,check bash reference/hf_goldens.sh     # subset of: convert,check,random,bundled,ct2,finish
+#   STEPS=convert,check bash reference/hf_goldens.sh     # subset of: convert,check,random,tokenizers,bundled,ct2,finish
+#   HF_PYTHON=.venv-hf4/bin/python STEPS=tokenizers bash reference/hf_goldens.sh   # transformers 4 elsewhere
 #
 # convert  reference/hf_convert.py: m2m -> tests/fixtures/hf/m2m (M2M100ForConditionalGeneration),
 #          postnorm -> tests/fixtures/hf/fsmt-postnorm (FSMTForConditionalGeneration)
@@ -15,6 +16,11 @@
 #          reference.safetensors, and fairseq's forward on its weights
 #          reference/hf_random_nllb.py: tests/fixtures/hf/random-nllb, the same in NLLB-200's
 #          convention (NllbTokenizer, language codes eng_Latn, ...)
+# tokenizers reference/hf_tokenizers.py, once with transformers 4.57.6 (HF_PYTHON, default the
+#          reference venv's python) and once with the newest 5.x (HF5_PYTHON, default
+#          .venv-hf5/bin/python; reference/requirements-hf5.txt): tests/fixtures/hf/tokenizers/
+#          transformers-<version>/, directories each release's tokenizer classes save (M2M-100
+#          with its own languages pinned as added tokens, NLLB, FSMT) and the ids they give
 # bundled  the bundled weights/multi30k.en-de as FSMT in reference/work/hf/fsmt-multi30k
 #          (12 MB, not committed): conversion + forward + tokenizer check, recorded in the manifest
 # ct2      reference/ct2_convert.sh: tests/fixtures/ct2/* and tests/fixtures/ct2/manifest.json
@@ -23,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source reference/env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
-STEPS="${STEPS:-convert,check,random,bundled,ct2,finish}"
+STEPS="${STEPS:-convert,check,random,tokenizers,bundled,ct2,finish}"
 HF=tests/fixtures/hf
 MANIFEST=$HF/manifest.json
 LOG=reference/work/hf
@@ -31,10 +37,14 @@ mkdir -p "$HF" "$LOG"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 run() { echo "+ $*" >&2; echo "$*" >> "$LOG/commands.txt"; "$@"; }
 
-python - <<'EOF'
-import importlib.metadata as md
+HF_PYTHON="${HF_PYTHON:-python}"
+HF5_PYTHON="${HF5_PYTHON:-.venv-hf5/bin/python}"
+# the versions requirements file $2 pins are the ones python $1 has
+check_pins() {
+  "$1" - "$2" <<'EOF'
+import importlib.metadata as md, sys
 want = {}
-for line in open("reference/requirements-hf.txt"):
+for line in open(sys.argv[1]):
     line = line.split("#")[0].strip()
     if "==" in line:
         k, v = line.split("==")
@@ -42,8 +52,10 @@ for line in open("reference/requirements-hf.txt"):
 for k, v in want.items():
     have = md.version(k)
     if have != v:
-        raise SystemExit(f"{k} {have} installed, reference/requirements-hf.txt pins {v}")
+        raise SystemExit(f"{k} {have} installed, {sys.argv[1]} pins {v}")
 EOF
+}
+check_pins "$HF_PYTHON" reference/requirements-hf.txt
 
 if has convert; then
   : > "$LOG/commands.txt"
@@ -58,6 +70,11 @@ fi
 if has random; then
   run python reference/hf_random.py $HF/random-m2m100 "$MANIFEST"
   run python reference/hf_random_nllb.py $HF/random-nllb "$MANIFEST"
+fi
+if has tokenizers; then
+  check_pins "$HF5_PYTHON" reference/requirements-hf5.txt
+  run "$HF_PYTHON" reference/hf_tokenizers.py $HF/tokenizers
+  run "$HF5_PYTHON" reference/hf_tokenizers.py $HF/tokenizers
 fi
 if has bundled; then
   run python reference/hf_convert.py fsmt weights/multi30k.en-de $LOG/fsmt-multi30k --langs en de \
@@ -103,7 +120,7 @@ head = {
     "environment": "reference/env.sh (1 thread, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1, sitecustomize fixes), "
                    "HF_HUB_OFFLINE=1, CPU, float32 unless stated",
     "committed": ["tests/fixtures/hf/m2m", "tests/fixtures/hf/fsmt-postnorm", "tests/fixtures/hf/random-m2m100",
-                  "tests/fixtures/hf/random-nllb", "tests/fixtures/ct2/*"],
+                  "tests/fixtures/hf/random-nllb", "tests/fixtures/hf/tokenizers", "tests/fixtures/ct2/*"],
     "not_committed": {"fsmt-multi30k": "weights/multi30k.en-de as FSMT (model.safetensors 10.7 MB): made in "
                       "reference/work/hf/fsmt-multi30k by the `bundled` step; its numbers are under "
                       "conversions / checks"},

@@ -9,6 +9,7 @@
 //! The weights file (`model.safetensors`, or `pytorch_model.bin` through the same safe reader as a
 //! `.pt`) is the checkpoint's path; `config.json` beside it says it is a Hugging Face model.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
@@ -17,6 +18,7 @@ use serde_json::{json, Map, Value};
 use tch::Tensor;
 
 use super::hf_dir::{self, HfDirError};
+use super::hf_tokens::{self, TokenizerKind};
 use super::pickle::Node;
 use super::{invalid, open, read_container, upgrade, Checkpoint, CheckpointError, CheckpointSummary, ConfigSource, Materializer};
 use crate::config::TransformerConfig;
@@ -97,34 +99,15 @@ fn read_config(weights: &Path) -> Result<(HfArchitecture, HfConfig), CheckpointE
     Ok((arch, config))
 }
 
-/// `M2M100Tokenizer`'s language codes (`FAIRSEQ_LANGUAGE_CODES`), by `language_codes`.
-const M2M100_CODES: [&str; 100] = [
-    "af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de", "el", "en", "es", "et", "fa", "ff", "fi", "fr", "fy", "ga",
-    "gd", "gl", "gu", "ha", "he", "hi", "hr", "ht", "hu", "hy", "id", "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg", "ln", "lo", "lt",
-    "lv", "mg", "mk", "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sd", "si", "sk", "sl", "so", "sq", "sr",
-    "ss", "su", "sv", "sw", "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi", "wo", "xh", "yi", "yo", "zh", "zu",
-];
-const WMT21_CODES: [&str; 8] = ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"];
-
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CheckpointError> {
     let text = std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
     serde_json::from_slice(&text).map_err(|e| invalid(path, format!("not what transformers writes there: {e}")))
 }
 
-/// The `__xx__` language tokens of an M2M-100 vocabulary, by id.
-fn vocabulary_langs(vocab: &std::collections::HashMap<String, i64>) -> Vec<String> {
-    let mut langs: Vec<(i64, String)> = vocab
-        .iter()
-        .filter_map(|(token, &id)| token.strip_prefix("__").and_then(|t| t.strip_suffix("__")).filter(|l| !l.is_empty()).map(|l| (id, l.to_string())))
-        .collect();
-    langs.sort();
-    langs.into_iter().map(|(_, l)| l).collect()
-}
-
 /// NLLB-200's directories: an M2M-100 model whose tokenizer (`NllbTokenizer`) has no
 /// `vocab.json`: its dictionary is the sentencepiece model's pieces (id = piece id + 1 after
-/// fairseq's four specials), then the added tokens of `tokenizer_config.json` at their ids (the
-/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`).
+/// fairseq's four specials), then the added tokens at the ids the tokenizer files give them (the
+/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`; see [`hf_tokens`]).
 pub fn is_nllb(dir: &Path) -> bool {
     let m2m100 = || hf_dir::tokenizer_class(dir).is_some_and(|c| c == "M2M100Tokenizer");
     !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file() && !m2m100()
@@ -133,84 +116,32 @@ pub fn is_nllb(dir: &Path) -> bool {
 /// The file an NLLB directory's dictionary is read from.
 pub const NLLB_VOCABULARY: &str = "sentencepiece.bpe.model";
 
-/// `tokenizer_config.json`'s `added_tokens_decoder`: id → token, by id.
-fn added_tokens(dir: &Path) -> Result<Vec<(usize, String)>, CheckpointError> {
-    let path = dir.join("tokenizer_config.json");
-    let config: Value = read_json(&path)?;
-    let mut tokens: Vec<(usize, String)> = config
-        .get("added_tokens_decoder")
-        .and_then(Value::as_object)
-        .ok_or_else(|| invalid(&path, "no added_tokens_decoder: not an NllbTokenizer's config"))?
-        .iter()
-        .filter_map(|(id, t)| Some((id.parse().ok()?, t.get("content")?.as_str()?.to_string())))
-        .collect();
-    tokens.sort();
-    Ok(tokens)
-}
-
-fn is_special(token: &str) -> bool {
-    token.starts_with('<') && token.ends_with('>')
-}
-
-/// M2M-100's languages: the `__xx__` tokens of `vocab.json` where it holds them (a directory
-/// converted from a fairseq checkpoint with its own language list), else the tokenizer's
-/// `language_codes` list, whose tokens follow the vocabulary (transformers' own convention).
+/// M2M-100's languages, in id order, as the tokenizer files give them (see [`hf_tokens`]): the
+/// `__xx__` tokens of `vocab.json` (a directory converted from a fairseq checkpoint), else the
+/// language tokens the added tokens pin, else the tokenizer's `language_codes` list.
 fn m2m100_langs(dir: &Path) -> Result<Vec<String>, CheckpointError> {
     if is_nllb(dir) {
-        return Ok(added_tokens(dir)?.into_iter().map(|(_, t)| t).filter(|t| !is_special(t)).collect());
+        // their ids need the sentencepiece model's size: the dictionary's loading places them
+        return hf_tokens::token_table_langs_only(dir);
     }
-    let vocab: std::collections::HashMap<String, i64> = read_json(&dir.join("vocab.json"))?;
-    let in_vocabulary = vocabulary_langs(&vocab);
-    if !in_vocabulary.is_empty() {
-        return Ok(in_vocabulary);
-    }
-    let tokenizer = dir.join("tokenizer_config.json");
-    let codes = match tokenizer.is_file() {
-        true => read_json::<Value>(&tokenizer)?.get("language_codes").and_then(Value::as_str).unwrap_or("m2m100").to_string(),
-        false => "m2m100".to_string(),
-    };
-    match codes.as_str() {
-        "m2m100" => Ok(M2M100_CODES.map(String::from).to_vec()),
-        "wmt21" => Ok(WMT21_CODES.map(String::from).to_vec()),
-        other => Err(invalid(&tokenizer, format!("language_codes {other:?} (M2M100Tokenizer knows m2m100 and wmt21)"))),
-    }
+    let vocab: HashMap<String, i64> = read_json(&dir.join("vocab.json"))?;
+    Ok(hf_tokens::token_table(dir, TokenizerKind::M2m100, "vocab.json", vocab.len(), &vocab)?.langs)
 }
 
-/// The tokens that follow a Hugging Face vocabulary file in the model's dictionary: for an
-/// M2M-100 `vocab.json` without language tokens, `M2M100Tokenizer`'s (`__xx__` for each of its
-/// language codes), then `madeupword0000`, ... up to `vocab_size`; none for any other file.
+/// The tokens that follow a Hugging Face vocabulary file in the model's dictionary, as the
+/// tokenizer files give their ids (see [`hf_tokens`]); none for FSMT's files.
 pub fn tokens_after_vocabulary(vocab_path: &Path, vocabulary_len: usize) -> Result<Vec<String>, CheckpointError> {
     let dir = vocab_path.parent().unwrap_or(Path::new("."));
-    if vocab_path.file_name().is_some_and(|n| n == NLLB_VOCABULARY) && is_nllb(dir) && find_weights(dir).is_some() {
-        let path = dir.join("tokenizer_config.json");
-        let mut tokens = Vec::new();
-        for (id, token) in added_tokens(dir)?.into_iter().filter(|(id, _)| *id >= vocabulary_len) {
-            if id != vocabulary_len + tokens.len() {
-                return Err(invalid(&path, format!("added token {token:?} at id {id}: the dictionary has {} symbols before it", vocabulary_len + tokens.len())));
-            }
-            tokens.push(if is_special(&token) { token } else { format!("__{token}__") });
-        }
-        return Ok(tokens);
+    let m2m100 = find_weights(dir).and_then(|w| architecture(&w)) == Some(HfArchitecture::M2m100);
+    let name = vocab_path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if m2m100 && name == NLLB_VOCABULARY && is_nllb(dir) {
+        return Ok(hf_tokens::token_table(dir, TokenizerKind::Nllb, NLLB_VOCABULARY, vocabulary_len, &HashMap::new())?.after);
     }
-    let is_m2m100 = vocab_path.file_name().is_some_and(|n| n == "vocab.json")
-        && find_weights(dir).and_then(|w| architecture(&w)) == Some(HfArchitecture::M2m100);
-    if !is_m2m100 {
+    if !m2m100 || name != "vocab.json" {
         return Ok(Vec::new());
     }
-    let vocab: std::collections::HashMap<String, i64> = read_json(vocab_path)?;
-    if !vocabulary_langs(&vocab).is_empty() {
-        return Ok(Vec::new());
-    }
-    let vocab_size = read_json::<Value>(&dir.join("config.json"))?.get("vocab_size").and_then(Value::as_u64).unwrap_or(0) as usize;
-    let mut tokens: Vec<String> = m2m100_langs(dir)?.iter().map(|l| format!("__{l}__")).collect();
-    let madeup = vocab_size.saturating_sub(vocabulary_len + tokens.len());
-    if madeup > 1024 {
-        return Err(invalid(&dir.join("config.json"), format!("vocab_size {vocab_size} leaves {madeup} rows past the vocabulary and its language tokens")));
-    }
-    // the rows past the language tokens are unused ids to the tokenizer; named as fairseq pads
-    // a dictionary, after any such name the vocabulary holds
-    tokens.extend((0..).map(|i| format!("madeupword{i:04}")).filter(|t| !vocab.contains_key(t)).take(madeup));
-    Ok(tokens)
+    let vocab: HashMap<String, i64> = read_json(vocab_path)?;
+    Ok(hf_tokens::token_table(dir, TokenizerKind::M2m100, "vocab.json", vocabulary_len, &vocab)?.after)
 }
 
 /// fairseq's `args` for the model `config.json` describes.

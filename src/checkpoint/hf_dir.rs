@@ -99,6 +99,24 @@ pub enum HfDirError {
         /// The shards' index file.
         index: PathBuf,
     },
+    /// Two tokenizer files (or two entries of one) give one token two ids, or one id two tokens.
+    #[error("{}: the added tokens of {} disagree: {:?} at id {}, {:?} at id {}", .0.dir.display(), .0.files, .0.token, .0.id, .0.other, .0.other_id)]
+    AddedTokens(Box<AddedTokensClash>),
+    /// No reading of the tokenizer files gives as many token ids as the model's embedding has rows.
+    #[error(
+        "{}: the tokenizer gives ids 0..{} ({} from {}, {} more pinned by {}{}), at most {} more unused (num_madeup_words), but {} has {} embedding rows",
+        .0.dir.display(),
+        .0.named_len,
+        .0.base_len,
+        .0.base_file,
+        .0.pinned,
+        .0.pin_files,
+        .0.language_codes.as_ref().map_or(String::new(), |(name, n)| format!(", {n} from language_codes {name:?}")),
+        .0.madeup,
+        .0.weights.display(),
+        .0.rows
+    )]
+    TokenIds(Box<TokenIdCounts>),
     /// A Git LFS pointer where a file's content belongs.
     #[error("{} is a Git LFS pointer, not the {what}: run `git lfs pull`", path.display())]
     LfsPointer {
@@ -107,6 +125,48 @@ pub enum HfDirError {
         /// What the file should hold (`weights`, `sentencepiece model`, ...).
         what: &'static str,
     },
+}
+
+/// Two readings of one added token (see [`HfDirError::AddedTokens`]).
+#[derive(Debug)]
+pub struct AddedTokensClash {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// The files that pin tokens to ids.
+    pub files: String,
+    /// The token.
+    pub token: String,
+    /// Its id.
+    pub id: usize,
+    /// The token (or the same token) the other reading gives.
+    pub other: String,
+    /// Its id there.
+    pub other_id: usize,
+}
+
+/// The counts of a tokenizer whose ids disagree with the weights (see [`HfDirError::TokenIds`]).
+#[derive(Debug)]
+pub struct TokenIdCounts {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// The base vocabulary file (`vocab.json`, `sentencepiece.bpe.model`).
+    pub base_file: String,
+    /// Its tokens.
+    pub base_len: usize,
+    /// The tokens the added tokens place past it.
+    pub pinned: usize,
+    /// The files that pin tokens (`added_tokens.json`, ...).
+    pub pin_files: String,
+    /// `language_codes` and its count, where its tokens were placed.
+    pub language_codes: Option<(String, usize)>,
+    /// One past the highest id the tokenizer gives a token.
+    pub named_len: usize,
+    /// The unused rows allowed past it (and between).
+    pub madeup: usize,
+    /// The weights file (or `config.json`, whose `vocab_size` stood in for it).
+    pub weights: PathBuf,
+    /// The embedding's rows.
+    pub rows: usize,
 }
 
 /// `config.json`, parsed.

@@ -19,6 +19,7 @@ mod fixed_cache;
 mod fuzz_corpus;
 mod generate;
 mod hf;
+mod hf_tokens;
 mod hub;
 mod install;
 mod language_model;
