@@ -10,32 +10,19 @@
 //! `.pt`) is the checkpoint's path; `config.json` beside it says it is a Hugging Face model.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tch::Tensor;
 
-use super::hf_dir::{self, HfDirError};
+pub use super::hf_dir::{architecture, find_weights, is_nllb, is_weights_file, HfArchitecture, NLLB_VOCABULARY, WEIGHTS_FILES};
+use super::hf_dir::{self, config_beside, HfDirError};
 use super::hf_tokens::{self, TokenizerKind};
 use super::pickle::Node;
 use super::{invalid, open, read_container, upgrade, Checkpoint, CheckpointError, CheckpointSummary, ConfigSource, Materializer};
 use crate::config::TransformerConfig;
-
-/// The weights files of a Hugging Face directory, best first.
-pub const WEIGHTS_FILES: [&str; 2] = ["model.safetensors", "pytorch_model.bin"];
-
-/// The model classes read here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HfArchitecture {
-    /// `M2M100ForConditionalGeneration`: fairseq's `transformer` with pre-norm layers, one
-    /// shared table, sinusoidal positions, the multilingual task's language tokens.
-    M2m100,
-    /// `FSMTForConditionalGeneration`: fairseq's `transformer` (post-norm), two dictionaries,
-    /// Moses and BPE.
-    Fsmt,
-}
 
 /// `config.json`, the fields that decide fairseq's config.
 #[derive(Debug, Deserialize)]
@@ -63,32 +50,6 @@ fn relu() -> String {
     "relu".into()
 }
 
-/// The directory's `config.json`, when `weights` is the weights file of a Hugging Face model.
-fn config_beside(weights: &Path) -> Option<PathBuf> {
-    let name = weights.file_name()?.to_str()?;
-    let config = weights.with_file_name("config.json");
-    (WEIGHTS_FILES.contains(&name) && config.is_file()).then_some(config)
-}
-
-/// Whether `weights` is the weights file of a Hugging Face directory this reader knows, and which.
-pub fn architecture(weights: &Path) -> Option<HfArchitecture> {
-    let text = std::fs::read(config_beside(weights)?).ok()?;
-    let v: Value = serde_json::from_slice(&text).ok()?;
-    let model_type = v.get("model_type")?.as_str()?;
-    hf_dir::MODEL_TYPES.iter().find(|(t, _)| *t == model_type).map(|(_, a)| *a)
-}
-
-/// The weights file of `dir`, if it is a Hugging Face directory this reader knows.
-pub fn find_weights(dir: &Path) -> Option<PathBuf> {
-    WEIGHTS_FILES.iter().map(|n| dir.join(n)).find(|p| p.is_file() && architecture(p).is_some())
-}
-
-/// Whether `path` is the weights file of a Hugging Face directory (a `config.json` beside it),
-/// readable or not: [`load`] says what is wrong with one it cannot read.
-pub fn is_weights_file(path: &Path) -> bool {
-    config_beside(path).is_some()
-}
-
 fn read_config(weights: &Path) -> Result<(HfArchitecture, HfConfig), CheckpointError> {
     let path = config_beside(weights).ok_or_else(|| invalid(weights, "no config.json beside it"))?;
     let value = hf_dir::read_config_json(&path)?;
@@ -103,18 +64,6 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Checkpoin
     let text = std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
     serde_json::from_slice(&text).map_err(|e| invalid(path, format!("not what transformers writes there: {e}")))
 }
-
-/// NLLB-200's directories: an M2M-100 model whose tokenizer (`NllbTokenizer`) has no
-/// `vocab.json`: its dictionary is the sentencepiece model's pieces (id = piece id + 1 after
-/// fairseq's four specials), then the added tokens at the ids the tokenizer files give them (the
-/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`; see [`hf_tokens`]).
-pub fn is_nllb(dir: &Path) -> bool {
-    let m2m100 = || hf_dir::tokenizer_class(dir).is_some_and(|c| c == "M2M100Tokenizer");
-    !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file() && !m2m100()
-}
-
-/// The file an NLLB directory's dictionary is read from.
-pub const NLLB_VOCABULARY: &str = "sentencepiece.bpe.model";
 
 /// M2M-100's languages, in id order, as the tokenizer files give them (see [`hf_tokens`]): the
 /// `__xx__` tokens of `vocab.json` (a directory converted from a fairseq checkpoint), else the

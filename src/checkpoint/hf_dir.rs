@@ -1,13 +1,68 @@
-//! What a Hugging Face model directory must hold, checked before anything is read from it, so
-//! that a broken copy is named by what is wrong with it: its `config.json`, its `model_type`, a
-//! missing tokenizer or weights file, or a Git LFS pointer left where a file's content belongs.
+//! A Hugging Face model directory as files: which weights file and model class it holds, and
+//! what it must hold, checked before anything is read from it, so that a broken copy is named by
+//! what is wrong with it: its `config.json`, its `model_type`, a missing tokenizer or weights
+//! file, or a Git LFS pointer left where a file's content belongs. `hf.rs` reads the model,
+//! `hf_tokens.rs` its token ids; both build on this file, never the other way round.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::hf::{HfArchitecture, WEIGHTS_FILES};
+/// The weights files of a Hugging Face directory, best first.
+pub const WEIGHTS_FILES: [&str; 2] = ["model.safetensors", "pytorch_model.bin"];
+
+/// The model classes read here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HfArchitecture {
+    /// `M2M100ForConditionalGeneration`: fairseq's `transformer` with pre-norm layers, one
+    /// shared table, sinusoidal positions, the multilingual task's language tokens.
+    M2m100,
+    /// `FSMTForConditionalGeneration`: fairseq's `transformer` (post-norm), two dictionaries,
+    /// Moses and BPE.
+    Fsmt,
+}
+
+
+/// The directory's `config.json`, when `weights` is the weights file of a Hugging Face model.
+pub(super) fn config_beside(weights: &Path) -> Option<PathBuf> {
+    let name = weights.file_name()?.to_str()?;
+    let config = weights.with_file_name("config.json");
+    (WEIGHTS_FILES.contains(&name) && config.is_file()).then_some(config)
+}
+
+/// Whether `weights` is the weights file of a Hugging Face directory this reader knows, and which.
+pub fn architecture(weights: &Path) -> Option<HfArchitecture> {
+    let text = std::fs::read(config_beside(weights)?).ok()?;
+    let v: Value = serde_json::from_slice(&text).ok()?;
+    let model_type = v.get("model_type")?.as_str()?;
+    MODEL_TYPES.iter().find(|(t, _)| *t == model_type).map(|(_, a)| *a)
+}
+
+/// The weights file of `dir`, if it is a Hugging Face directory this reader knows.
+pub fn find_weights(dir: &Path) -> Option<PathBuf> {
+    WEIGHTS_FILES.iter().map(|n| dir.join(n)).find(|p| p.is_file() && architecture(p).is_some())
+}
+
+/// Whether `path` is the weights file of a Hugging Face directory (a `config.json` beside it),
+/// readable or not: [`super::hf::load`] says what is wrong with one it cannot read.
+pub fn is_weights_file(path: &Path) -> bool {
+    config_beside(path).is_some()
+}
+
+
+/// NLLB-200's directories: an M2M-100 model whose tokenizer (`NllbTokenizer`) has no
+/// `vocab.json`: its dictionary is the sentencepiece model's pieces (id = piece id + 1 after
+/// fairseq's four specials), then the added tokens at the ids the tokenizer files give them (the
+/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`; see [`super::hf_tokens`]).
+pub fn is_nllb(dir: &Path) -> bool {
+    let m2m100 = || tokenizer_class(dir).is_some_and(|c| c == "M2M100Tokenizer");
+    !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file() && !m2m100()
+}
+
+/// The file an NLLB directory's dictionary is read from.
+pub const NLLB_VOCABULARY: &str = "sentencepiece.bpe.model";
+
 
 /// The first line of a Git LFS pointer file.
 pub const LFS_POINTER_START: &[u8] = b"version https://git-lfs.github.com/spec/v1";
@@ -209,7 +264,7 @@ fn need(dir: &Path, file: &'static str, needed_by: &'static str) -> Result<(), H
 /// The tokenizer files `arch` reads are all there (and are no LFS pointers).
 pub(super) fn check_tokenizer_files(dir: &Path, arch: HfArchitecture) -> Result<(), HfDirError> {
     match arch {
-        HfArchitecture::M2m100 if super::hf::is_nllb(dir) || tokenizer_class(dir).is_some_and(|c| c == "NllbTokenizer") => {
+        HfArchitecture::M2m100 if is_nllb(dir) || tokenizer_class(dir).is_some_and(|c| c == "NllbTokenizer") => {
             need(dir, "sentencepiece.bpe.model", "NllbTokenizer")?;
             need(dir, "tokenizer_config.json", "NllbTokenizer")
         }

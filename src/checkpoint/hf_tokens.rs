@@ -144,7 +144,7 @@ fn language_codes(dir: &Path) -> Result<(String, Vec<String>), CheckpointError> 
 /// The rows of the model's token embedding, and the file that holds it (None where the weights
 /// name no such table).
 fn embedding_rows(dir: &Path) -> Result<Option<(usize, PathBuf)>, CheckpointError> {
-    let Some(weights) = super::hf::find_weights(dir) else { return Ok(None) };
+    let Some(weights) = super::hf_dir::find_weights(dir) else { return Ok(None) };
     let file = super::open(&weights, false)?;
     let raw = super::read_container(&weights, &file.map)?;
     let p = &raw.pickle;
