@@ -224,6 +224,11 @@ fn bfloat16_runs_here() -> bool {
     tchseq::kernels::compute_type::missing_cpu_instructions(tchseq::config::ComputeType::BFloat16).is_none()
 }
 
+/// Whether bfloat16 runs on the host's kernel here: AVX512_BF16 and AVX-512F, neither hidden.
+fn host_bfloat16_kernel_here() -> bool {
+    bfloat16_runs_here() && tchseq::kernels::isa::Isa::detect() == Some(tchseq::kernels::isa::Isa::Avx512)
+}
+
 /// The half compute types this CPU runs: float16 always, bfloat16 with AVX512_BF16.
 fn half_types() -> Vec<&'static str> {
     if bfloat16_runs_here() { vec!["float16", "bfloat16"] } else { vec!["float16"] }
@@ -435,11 +440,10 @@ pub(crate) fn hub_run_cached(
 #[test]
 fn the_host_step_gives_the_tensor_path_s_bits() {
     let runs = runs(bundled_input(10), 10, &[("bart", ("en", "de")), ("m2m", ("en", "de"))], 6);
-    // `TCHSEQ_CPU_FEATURES_OFF=avx2` leaves the host kernels out, and every step on libtorch
-    let hidden = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
-    let host_kernels = !hidden.split_whitespace().any(|f| f == "avx2");
+    // without the host kernels (`TCHSEQ_CPU_FEATURES_OFF` may hide them) every step is libtorch's
+    let host_kernels = tchseq::kernels::isa::Isa::detect().is_some();
     let mut compute_types = vec!["float32", "int8"];
-    if bfloat16_runs_here() && !hidden.split_whitespace().any(|f| f == "avx512f") {
+    if host_bfloat16_kernel_here() {
         compute_types.push("bfloat16");
     }
     for compute_type in compute_types {
@@ -553,10 +557,8 @@ fn float32_int8_and_bfloat16_hold_each_weight_once() {
     };
     let (_, exact) = translate("exact");
     let mut compute_types = vec!["float32", "int8"];
-    // the host's bfloat16 kernel needs AVX-512F too (`TCHSEQ_CPU_FEATURES_OFF` may hide it; then
-    // bfloat16 runs libtorch's ops)
-    let hidden = std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default();
-    if bfloat16_runs_here() && !hidden.split_whitespace().any(|f| f == "avx512f") {
+    // without the host's bfloat16 kernel, bfloat16 runs libtorch's ops
+    if host_bfloat16_kernel_here() {
         compute_types.push("bfloat16");
     }
     for compute_type in compute_types {
