@@ -154,8 +154,16 @@ impl Drop for Dying<'_> {
 }
 
 impl Engine {
-    /// Starts the worker; `lost` is told if it ever stops by a panic.
-    pub fn start(name: String, model: Model, policy: BatchPolicy, metrics: Arc<Metrics>, lost: Arc<tokio::sync::Notify>) -> std::io::Result<Self> {
+    /// Starts the worker; `lost` is told if it ever stops by a panic, and once `closing` is set
+    /// (the server shuts down) it waits for no more company.
+    pub fn start(
+        name: String,
+        model: Model,
+        policy: BatchPolicy,
+        metrics: Arc<Metrics>,
+        lost: Arc<tokio::sync::Notify>,
+        closing: Arc<AtomicBool>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
         let alive = Arc::new(AtomicBool::new(true));
@@ -168,6 +176,7 @@ impl Engine {
             released: AtomicBool::new(false),
             alive: alive.clone(),
             held: VecDeque::new(),
+            closing,
         };
         let watch = Watch { alive: alive.clone(), lost };
         // the worker thread owns the model from here on
@@ -220,6 +229,9 @@ impl Drop for Engine {
     }
 }
 
+/// How often a worker waiting for company looks whether the server is shutting down.
+const CLOSING_POLL: Duration = Duration::from_millis(20);
+
 pub(super) struct Worker {
     pub(super) name: String,
     pub(super) model: Model,
@@ -232,6 +244,8 @@ pub(super) struct Worker {
     alive: Arc<AtomicBool>,
     /// Jobs received while gathering that could not join the buffer being gathered.
     held: VecDeque<Job>,
+    /// Set when the server shuts down: a buffer waiting for company is computed at once.
+    closing: Arc<AtomicBool>,
 }
 
 /// An encoded sentence of a gathered buffer: which job, which sentence, its tokens and what its
@@ -323,15 +337,20 @@ impl Worker {
                 i += 1;
             }
         }
-        while tokens < budget {
+        while tokens < budget && !self.closing.load(Ordering::SeqCst) {
             let wait = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
+            if wait.is_zero() {
+                break;
+            }
+            // a shutdown is looked for between waits of at most CLOSING_POLL
+            match rx.recv_timeout(wait.min(CLOSING_POLL)) {
                 Ok(job) if self.joins(&group[0], &job) => {
                     tokens += self.estimate(&job);
                     group.push(job);
                 }
                 Ok(job) => self.held.push_back(job),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         group

@@ -120,6 +120,7 @@ const LOST_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let lost = Arc::new(tokio::sync::Notify::new());
+    let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut served = Vec::with_capacity(models.len());
     for ModelToServe { name, model, pairs } in models {
         let (source_lang, target_lang, compute_type, report, language_model) = match &model {
@@ -133,7 +134,7 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
             }
         };
         let report = file_names_only(report);
-        let engine = Engine::start(name.clone(), model, settings.policy, metrics.clone(), lost.clone())?;
+        let engine = Engine::start(name.clone(), model, settings.policy, metrics.clone(), lost.clone(), closing.clone())?;
         served.push(Served { name, source_lang, target_lang, pairs, compute_type, language_model, report, engine });
     }
     let state = Arc::new(AppState { models: served, limits: settings.limits, api_key: settings.api_key.clone(), metrics });
@@ -145,6 +146,7 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
         let signal = shutdown_signal()?;
         // a worker that stopped by a panic ends the server too, for a supervisor to restart it;
         // for a few seconds before, `/health` tells probes so
+        let closing_now = closing.clone();
         let shutdown = async move {
             tokio::select! {
                 () = signal => {},
@@ -153,6 +155,8 @@ pub fn run(models: Vec<ModelToServe>, settings: Settings, on_listen: impl FnOnce
                     tokio::time::sleep(LOST_GRACE).await;
                 }
             }
+            // the requests in flight are computed now, not after --max-wait-ms
+            closing_now.store(true, std::sync::atomic::Ordering::SeqCst);
         };
         on_listen(listener.local_addr()?);
         axum::serve(listener, router(state.clone())).with_graceful_shutdown(shutdown).await

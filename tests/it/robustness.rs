@@ -537,16 +537,18 @@ fn an_error_s_hint_belongs_to_that_error_only() {
 
 #[test]
 fn a_full_queue_is_refused_with_retry_after_and_a_slow_request_times_out() {
-    // the first request waits 10 s for company, holding the one queue place
-    let s = Server::start(&["--queue-size", "1", "--max-wait-ms", "10000", "--request-timeout", "30"]);
+    // the first request waits ten minutes for company, holding the one queue place until the
+    // server shuts down, which computes it at once
+    let s = Server::start(&["--queue-size", "1", "--max-wait-ms", "600000", "--request-timeout", "600"]);
     let port = s.port;
     let first = std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(br#"{"text": "A dog runs."}"#)));
     s.wait_queued(1);
     let busy = s.post("/v1/translate", &json!({ "text": "A cat sleeps." }));
     busy.assert_error(503, "queue is full");
     assert_eq!(busy.header("retry-after"), Some("1"));
+    let (status, stderr) = s.terminate();
+    assert!(status.success(), "{stderr}");
     assert_eq!(first.join().unwrap().status, 200);
-    drop(s);
 
     // a request that waits ten minutes for company cannot finish within its half second
     let s = Server::start(&["--max-wait-ms", "600000", "--request-timeout", "0.5"]);

@@ -518,9 +518,10 @@ fn the_api_key_guards_every_route_but_health() {
     http(s.port, "POST", "/translate", &form, Some(b"q=A+dog+runs.&source=en&target=de&api_key=nope")).assert_error(401, "API key");
 }
 
+/// The request waits ten minutes for company: only the shutdown can have computed it.
 #[test]
 fn sigterm_finishes_the_request_in_flight_then_exits_0() {
-    let s = Server::start(&["--max-wait-ms", "4000"]);
+    let s = Server::start(&["--max-wait-ms", "600000", "--request-timeout", "600"]);
     let port = s.port;
     let in_flight = std::thread::spawn(move || http(port, "POST", "/v1/translate", &[], Some(br#"{"text": "A dog runs."}"#)));
     s.wait_queued(1);
