@@ -63,6 +63,7 @@ export TCHSEQ_CARGO_TEST_FLAGS := $(CARGO_TEST_FLAGS)
 # then fairseq 0.12.2 live beside tchseq on this machine (make parity), in the default mode at one
 # thread and in the reproducible mode at two.
 test: $(FULL_STAMP) browser fonts
+	@mkdir -p target
 	set -o pipefail; $(CARGO) test $(CARGO_TEST_FLAGS) 2>&1 | tee target/cargo-test.log
 	@awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($$i ~ /^ignored/) n += $$(i-1) } END { printf "cargo test: %d ignored\n", n }' target/cargo-test.log
 	@grep -E '^test .* \.\.\. ignored' target/cargo-test.log | sed 's/^test /  ignored here: /' || true
