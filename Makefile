@@ -207,7 +207,7 @@ build-torch-2.11: torch-2.11-venv
 
 # The Rust suite on the 2.11 build (CPU).
 test-torch-2.11: torch-2.11-venv
-	cd builds/torch-2.11 && $(TORCH_211_ENV) $(CARGO) test --release
+	cd builds/torch-2.11 && $(TORCH_211_ENV) $(CARGO) test $(CARGO_TEST_FLAGS)
 
 # gpu/check.sh run here on the CPU with the 2.11 build, as the GPU machine runs it (docs/gpu.md);
 # fairseq comes from a Python 3.11 bundle made as gpu-bundle makes the GPU machines' one.
