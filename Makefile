@@ -96,15 +96,14 @@ fonts:
 		|| { echo "error: the attention PNG test needs a TrueType font: install fonts-dejavu-core" >&2; exit 2; }
 
 # Hand-made mutants of src/, each of which some test must fail (tests/mutants.py; docs/testing.md).
-# TCHSEQ_CARGO_TEST_FLAGS: the flags of each mutant's `cargo test`.
-export TCHSEQ_CARGO_TEST_FLAGS ?= --release
-mutants: build
+# Each mutant's `cargo test` takes the suites' flags (TCHSEQ_CARGO_TEST_FLAGS, above).
+mutants: $(VENV_STAMP)
 	$(PYTHON) tests/mutants.py
 
 # Three of them, picked by the commit (a fixed seed outside a git checkout): every commit tests
 # another three, and the same commit the same three.
 MUTANTS_SEED = $(shell git rev-parse HEAD 2>/dev/null || echo tchseq-mutants)
-mutants-sample: build
+mutants-sample: $(VENV_STAMP)
 	$(PYTHON) tests/mutants.py --sample 3 --seed $(MUTANTS_SEED)
 
 # How far results move from the goldens under other kernels (tests/drift.sh; docs/testing.md).

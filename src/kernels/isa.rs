@@ -12,7 +12,7 @@ pub enum Isa {
 
 /// Whether `TCHSEQ_CPU_FEATURES_OFF` (feature names apart by spaces or commas) hides `feature`
 /// from the host kernels, as the tests do to run a smaller CPU's path.
-pub fn feature_hidden(feature: &str) -> bool {
+fn feature_hidden(feature: &str) -> bool {
     names(&std::env::var("TCHSEQ_CPU_FEATURES_OFF").unwrap_or_default(), feature)
 }
 
