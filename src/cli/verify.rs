@@ -18,6 +18,7 @@
 
 pub(super) mod against;
 mod compare;
+mod converted;
 mod shapes;
 mod tolerance;
 

@@ -4,7 +4,6 @@
 //! Every door (CLI commands, and later the server and the Python API) loads through
 //! [`ModelBundle::load`].
 
-pub mod against;
 mod compute_type;
 pub mod fault;
 mod guide;

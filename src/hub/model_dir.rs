@@ -73,7 +73,7 @@ const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoi
 /// The checkpoint of a model directory: `model.pt`, else `checkpoint_best.pt`, else
 /// `checkpoint_last.pt`; in `DIR` and then in `DIR/checkpoints`. A Hugging Face directory's
 /// checkpoint is its weights file; one that cannot be read is an error, never "no checkpoint".
-pub(super) fn find_checkpoint(dir: &Path) -> Result<Option<PathBuf>, HubError> {
+pub fn find_checkpoint(dir: &Path) -> Result<Option<PathBuf>, HubError> {
     let fairseq = [dir.to_path_buf(), dir.join("checkpoints")].iter().find_map(|d| CHECKPOINT_NAMES.iter().map(|n| d.join(n)).find(|p| p.is_file()));
     match fairseq {
         Some(found) => Ok(Some(found)),

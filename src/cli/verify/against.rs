@@ -1,5 +1,5 @@
 //! `tchseq verify -m MODEL --against CONVERSION`: a model against a conversion of it, in any two
-//! formats tchseq reads. The configs field by field, the weights name by name (`hub::against`),
+//! formats tchseq reads. The configs field by field, the weights name by name (`converted.rs`),
 //! then, on `--input`'s sentences, both models' activations (teacher-forced on the model's own
 //! translations) and their translations.
 
@@ -13,7 +13,7 @@ use tch::{Kind, Tensor};
 use crate::cli::args::{GlobalArgs, VerifyArgs};
 use crate::cli::common;
 use crate::cli::Outcome;
-use tchseq::hub::against::{compare_config, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
+use super::converted::{compare_config, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
 use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator};
 use tchseq::model::{get_normalized_probs, TransformerModel, PADDING_IDX};
 

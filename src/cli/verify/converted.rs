@@ -10,11 +10,11 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use tch::{Kind, Tensor};
 
-use super::model_dir::find_checkpoint;
-use super::HubError;
-use crate::checkpoint::{ctranslate2, hf, load_checkpoint, upgrade, Checkpoint, CheckpointError};
-use crate::config::TransformerConfig;
-use crate::model::{ModelError, SinusoidalPositionalEmbedding, PADDING_IDX};
+use tchseq::hub::model_dir::find_checkpoint;
+use tchseq::hub::HubError;
+use tchseq::checkpoint::{ctranslate2, hf, load_checkpoint, upgrade, Checkpoint, CheckpointError};
+use tchseq::config::TransformerConfig;
+use tchseq::model::{ModelError, SinusoidalPositionalEmbedding, PADDING_IDX};
 
 /// The formats a conversion may be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
