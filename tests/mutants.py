@@ -308,7 +308,7 @@ MUTANTS = [
      ["--lib", "--", "text::dictionary"]),
     # the library, the server and the command line's output files
     ("hub-alignment-eos", "a hard alignment may point at the source's </s>",
-     "src/hub/translate_batches.rs",
+     "src/hub/run/translate_batches.rs",
      "(0..src.len()).filter(|&j| src[j] != pad && src[j] != eos).collect();",
      "(0..src.len()).filter(|&j| src[j] != pad).collect();",
      ["--test", "it", "--", "look_inside::print_alignment_matches_fairseq_interactive"]),

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use tchseq::hub::{Batching, LanguageModel as HubLanguageModel, ModelSpec, PipelineOverrides};
+use tchseq::hub::{Batching, LanguageModel as HubLanguageModel, LoadOptions, ModelSpec};
 
 use super::{options, parse_device, run_locked, to_results, value_error, ScoringResult, TranslationResult};
 
@@ -36,7 +36,7 @@ impl LanguageModel {
         let device = parse_device(device)?;
         let spec = ModelSpec { model: Some(model_dir), ..Default::default() };
         let lm = py
-            .detach(|| HubLanguageModel::load(&spec, &PipelineOverrides::default(), device, tch::Kind::Float, false))
+            .detach(|| HubLanguageModel::load(&spec, &LoadOptions::fp32(device)))
             .map_err(value_error)?;
         Ok(LanguageModel { inner: Mutex::new(lm), threads })
     }

@@ -194,6 +194,9 @@ pub fn hub_error_naming(e: HubError, pair_hint: &str) -> anyhow::Error {
         HubError::LanguagesNeeded(_) => pair_hint,
         HubError::DictionariesNotFound { .. } => "pass --data DIR",
         HubError::NoModel => "use --model DIR|FILE or --path A.pt[:B.pt]",
+        HubError::ComputeType(ComputeTypeError::LanguageModel(compute_type)) => {
+            return anyhow::anyhow!("--compute-type {compute_type} is not supported with a language model (it computes exact only)");
+        }
         HubError::ComputeType(ComputeTypeError::DtypeDisagrees { dtype, compute_type }) => {
             return anyhow::anyhow!(
                 "--dtype {} and --compute-type {compute_type} disagree: --compute-type float16 and bfloat16 halve the model themselves, and the others compute in fp32",

@@ -10,7 +10,6 @@ use super::args::{GlobalArgs, ModelArgs, ServeArgs};
 use super::common;
 use super::Outcome;
 use crate::serve::{self, BatchPolicy, Limits, Model, ModelToServe, Settings};
-use tchseq::config::ComputeType;
 use tchseq::hub::{language_model_checkpoint, LanguageModel, LoadOptions, ModelBundle, ModelSpec, TextMode, Translator, Weights};
 
 pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
@@ -60,10 +59,8 @@ pub fn run(global: &GlobalArgs, a: &ServeArgs) -> Result<Outcome> {
         // without @SRC-TGT a multilingual model serves every pair it knows, on one copy of its weights
         let spec = ModelSpec { any_pair: pair.is_none(), ..common::model_spec(&model_args) };
         if pair.is_none() && language_model_checkpoint(&spec).is_some() {
-            if a.compute_type != ComputeType::Exact {
-                bail!("--model {name}: a language model is served with --compute-type exact only");
-            }
-            let lm = LanguageModel::load(&spec, &Default::default(), device, tch::Kind::Float, false).map_err(common::hub_error)?;
+            let options = LoadOptions { weights, pipeline: Default::default(), compute_type: a.compute_type };
+            let lm = LanguageModel::load(&spec, &options).map_err(common::hub_error)?;
             for w in &lm.warnings {
                 eprintln!("warning: {w}");
             }

@@ -14,8 +14,7 @@ use super::translate_input::{batching_flags, for_each_buffer, options, reads_a_t
 use super::translate_output::{refuse_what_text_cannot_show, write_buffer, Output, SharedStrings, Strings};
 use super::Outcome;
 use tchseq::generate::Hypothesis;
-use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel};
-use tchseq::config::ComputeType;
+use tchseq::hub::{AttentionMatrix, HypothesisText, LanguageModel, LoadOptions, Weights};
 use tchseq::text::pipeline::PipelineError;
 
 impl Strings for LanguageModel {
@@ -46,7 +45,6 @@ fn refuse(a: &TranslateArgs) -> Result<()> {
         (a.print_alignment.is_some(), "--print-alignment (a language model has no source to align to)"),
         (a.shard.num_shards.is_some(), "--num-shards"),
         (a.input_format != InputFormat::Text, "--input-format jsonl"),
-        (a.compute_type != ComputeType::Exact, "--compute-type other than exact"),
         (a.dtype != DtypeArg::Fp32, "--dtype other than fp32"),
         (a.resume, "--resume"),
     ];
@@ -63,7 +61,8 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
     let seed = i64::try_from(a.seed).context("--seed is too large")?;
     tch::manual_seed(seed);
     let overrides = common::pipeline_overrides(&a.pipeline);
-    let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float, a.sampling).map_err(common::hub_error)?;
+    let load = LoadOptions { weights: Weights::Load { device, kind: tch::Kind::Float, replay_init: a.sampling }, pipeline: overrides, compute_type: a.compute_type };
+    let lm = LanguageModel::load(&common::model_spec(&a.model), &load).map_err(common::hub_error)?;
     for w in &lm.warnings {
         eprintln!("warning: {w}");
     }

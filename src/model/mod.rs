@@ -55,6 +55,8 @@ pub enum ModelError {
     Unsupported(String),
     #[error(transparent)]
     Kernel(#[from] crate::kernels::KernelError),
+    #[error("compute type {compute_type} runs on the CPU only, not on {device:?}")]
+    CpuOnly { compute_type: crate::config::ComputeType, device: tch::Device },
     #[error("bad model input: {0}")]
     Input(String),
     #[error("libtorch: {0}")]

@@ -93,9 +93,7 @@ impl TransformerModel {
         let _guard = tch::no_grad_guard();
         match (compute_type, crate::kernels::compute_type::host_precision(compute_type, self.device)) {
             (ComputeType::Exact, _) => Ok(()),
-            (ComputeType::Int8, _) if self.device != Device::Cpu => {
-                Err(ModelError::Unsupported(format!("compute type int8 on {:?} (it runs on the CPU only)", self.device)))
-            }
+            (c, _) if c.cpu_only() && self.device != Device::Cpu => Err(ModelError::CpuOnly { compute_type: c, device: self.device }),
             (_, Some(precision)) => {
                 self.cast_for(compute_type)?;
                 if precision == Precision::Bf16 {

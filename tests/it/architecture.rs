@@ -97,32 +97,75 @@ fn every_module_uses_only_the_floors_below_its_own() {
     assert!(wrong.is_empty(), "imports that contradict docs/architecture.md:\n{}", wrong.join("\n"));
 }
 
-/// No folder of `src/` has an import circle among its files (`mod.rs`, the folder's face, aside).
+/// The names a file declares at its top level (`pub struct X`, `pub fn f`, `pub mod m`, ...),
+/// which a re-export lets other code name without the file's path.
+fn declared(code: &str) -> BTreeSet<String> {
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let mut names = BTreeSet::new();
+    for rest in code.lines().filter_map(|l| l.strip_prefix("pub ")) {
+        for keyword in ["struct ", "enum ", "fn ", "type ", "trait ", "const ", "static ", "mod "] {
+            if let Some(name) = rest.strip_prefix(keyword) {
+                names.insert(ident(name));
+            }
+        }
+    }
+    names.remove("");
+    names
+}
+
+/// No folder of `src/` has an import circle among its rooms: its files (`mod.rs`, the folder's
+/// face, aside) and its sub-folders, each taken whole. A use counts by the path it names
+/// (`super::file`, `crate::folder::sub::`) or by a name that one room alone declares and a
+/// re-export makes reachable (`crate::hub::HubError`).
 #[test]
 fn no_folder_has_an_import_circle() {
     let src = repo("src");
-    let mut rooms: BTreeMap<PathBuf, BTreeMap<String, String>> = BTreeMap::new();
+    let mut rooms: BTreeMap<PathBuf, BTreeMap<String, (bool, String)>> = BTreeMap::new();
     for path in rust_files(&src) {
-        let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        if name == "mod" {
+        let Some(code) = code(&path) else { continue };
+        let rel = path.strip_prefix(&src).unwrap();
+        let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+        // the file is a room of its own folder, and part of a sub-folder's room in each folder above
+        for depth in 1..parts.len() {
+            let folder = src.join(parts[..depth].join("/"));
+            let room = rooms.entry(folder).or_default().entry(parts[depth].trim_end_matches(".rs").to_string()).or_default();
+            room.0 = depth + 1 < parts.len();
+            room.1.push_str(&code);
+            room.1.push('\n');
+        }
+        if parts.len() == 1 {
             continue;
         }
-        if let Some(code) = code(&path) {
-            rooms.entry(path.parent().unwrap().to_path_buf()).or_default().insert(name, code);
+        if parts.last().unwrap() == "mod.rs" {
+            // a folder's face belongs to the folder's room above, not to the folder itself
+            let folder = src.join(parts[..parts.len() - 1].join("/"));
+            if let Some(room) = rooms.get_mut(&folder) {
+                room.remove("mod");
+            }
         }
     }
     let mut circles = Vec::new();
-    for (room, files) in &rooms {
-        let rel = room.strip_prefix(&src).unwrap();
+    for (folder, inside) in &rooms {
+        let rel = folder.strip_prefix(&src).unwrap();
         let crate_path = format!("crate::{}::", rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("::"));
-        let uses: BTreeMap<&str, BTreeSet<String>> = files
+        let declared_by: BTreeMap<&str, BTreeSet<String>> = inside.iter().map(|(name, (_, code))| (name.as_str(), declared(code))).collect();
+        let owner = |used: &str| -> Option<&str> {
+            let mut owners = declared_by.iter().filter(|(_, names)| names.contains(used)).map(|(room, _)| *room);
+            let first = owners.next()?;
+            owners.next().is_none().then_some(first)
+        };
+        let uses: BTreeMap<&str, BTreeSet<String>> = inside
             .iter()
-            .map(|(name, code)| {
-                let mut used = names_after(code, "super::");
-                if !rel.as_os_str().is_empty() {
-                    used.extend(names_after(code, &crate_path));
+            .map(|(name, (is_folder, code))| {
+                let mut named = names_after(code, &crate_path);
+                if !is_folder {
+                    named.extend(names_after(code, "super::"));
                 }
-                used.retain(|u| u != name && files.contains_key(u));
+                let mut used: BTreeSet<String> = named
+                    .iter()
+                    .filter_map(|u| if inside.contains_key(u) { Some(u.clone()) } else { owner(u).map(String::from) })
+                    .collect();
+                used.remove(name);
                 (name.as_str(), used)
             })
             .collect();
@@ -133,7 +176,25 @@ fn no_folder_has_an_import_circle() {
     assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
 }
 
-/// A circle in `uses` (file → the files it uses), as the files along it.
+/// The hub's runtime uses its loader, and the loader never the runtime (docs/architecture.md).
+#[test]
+fn the_hub_loader_knows_nothing_of_its_runtime() {
+    let src = repo("src/hub");
+    let runtime: BTreeSet<String> = rust_files(&src.join("run")).iter().filter_map(|p| code(p)).flat_map(|c| declared(&c)).collect();
+    assert!(runtime.contains("Translator") && runtime.contains("LanguageModel"), "{runtime:?}");
+    let mut wrong = Vec::new();
+    for path in rust_files(&src.join("load")) {
+        let Some(code) = code(&path) else { continue };
+        let used = names_after(&code, "crate::hub::").into_iter().chain(names_after(&code, "super::super::"));
+        for name in used.filter(|n| n == "run" || runtime.contains(n)) {
+            wrong.push(format!("{} uses {name}", path.strip_prefix(&src).unwrap().display()));
+        }
+    }
+    assert!(wrong.is_empty(), "the loader uses the runtime:\n{}", wrong.join("\n"));
+    let loader_used = rust_files(&src.join("run")).iter().filter_map(|p| code(p)).any(|c| names_after(&c, "crate::hub::").contains("HubError"));
+    assert!(loader_used, "the runtime names the loader's error as crate::hub::HubError");
+}
+
 fn find_circle(uses: &BTreeMap<&str, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(node: &str, uses: &BTreeMap<&str, BTreeSet<String>>, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
         if let Some(i) = path.iter().position(|p| p == node) {

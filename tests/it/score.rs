@@ -216,7 +216,7 @@ fn float32_scores_within_1e_4_of_fairseq_s_goldens() {
         .arg(fixture("lm/input.en"))
         .output()
         .unwrap();
-    crate::util::one_line_error(&out, "--compute-type other than exact is not supported with --lm");
+    crate::util::one_line_error(&out, "--compute-type int8 is not supported with a language model (it computes exact only)");
 }
 
 fn first_fixture(m: &serde_json::Value) -> Vec<String> {

@@ -15,8 +15,7 @@ use crate::cli::lines::{lines, Newlines};
 use crate::cli::partial::OutputSink;
 use crate::cli::Outcome;
 use tchseq::generate::lm_samples::{BreakMode, LmRow, LmSamples};
-use tchseq::hub::{LanguageModel, LmScored};
-use tchseq::config::ComputeType;
+use tchseq::hub::{LanguageModel, LmScored, LoadOptions, Weights};
 
 /// One output record: a scored sample, or a line or sample that could not be scored.
 enum Record {
@@ -35,9 +34,6 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     if a.resume || a.shard.num_shards.is_some() {
         bail!("--resume and --num-shards are not supported with --lm");
     }
-    if a.compute_type != ComputeType::Exact {
-        bail!("--compute-type other than exact is not supported with --lm");
-    }
     // fairseq 0.12.2 takes the continuation marker as the value with trailing spaces removed;
     // its bare --remove-bpe ("subword_nmt") then matches no token: here it means `@@`
     let bpe_cont = match a.remove_bpe.as_deref() {
@@ -47,7 +43,8 @@ pub fn run(global: &GlobalArgs, a: &ScoreArgs) -> Result<Outcome> {
     };
     let device = common::resolve_device(global.device)?;
     let overrides = common::pipeline_overrides(&a.pipeline);
-    let lm = LanguageModel::load(&common::model_spec(&a.model), &overrides, device, tch::Kind::Float, false).map_err(common::hub_error)?;
+    let options = LoadOptions { weights: Weights::Load { device, kind: tch::Kind::Float, replay_init: false }, pipeline: overrides, compute_type: a.compute_type };
+    let lm = LanguageModel::load(&common::model_spec(&a.model), &options).map_err(common::hub_error)?;
     for w in &lm.warnings {
         eprintln!("warning: {w}");
     }

@@ -94,7 +94,7 @@ pub fn read_converted(path: &Path) -> Result<Converted, HubError> {
         return read_ctranslate2(&ct2_bin);
     }
     let file = match path.is_dir() {
-        true => find_checkpoint(path)?.ok_or_else(|| HubError::ModelDir(format!("{}: no checkpoint, Hugging Face weights or CTranslate2 model.bin", path.display())))?,
+        true => find_checkpoint(path)?.ok_or_else(|| HubError::NoConversion { dir: path.to_path_buf() })?,
         false => path.to_path_buf(),
     };
     if hf::architecture(&file).is_some() {
@@ -123,8 +123,8 @@ fn torch(source: tch::TchError) -> HubError {
 }
 
 fn read_ctranslate2(model_bin: &Path) -> Result<Converted, HubError> {
-    let m = ctranslate2::load(model_bin).map_err(|e| HubError::ModelDir(e.to_string()))?;
-    let args = m.fairseq_args().map_err(|e| HubError::ModelDir(e.to_string()))?;
+    let m = ctranslate2::load(model_bin)?;
+    let args = m.fairseq_args()?;
     let config = TransformerConfig::from_namespace(&args, None, None, None)
         .map_err(|source| HubError::Checkpoint(CheckpointError::Config { path: model_bin.to_path_buf(), source }))?;
     let mut weights = Vec::new();

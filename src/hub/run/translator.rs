@@ -5,11 +5,10 @@
 
 use tch::Device;
 
-use super::compute_type::{fixed_kv_cache, resolve_compute_type, slow_here, ComputeTypeError, KV_CACHE_ENV};
-use super::guide::TargetGuide;
+use super::guide::{GuideError, TargetGuide};
 use super::options::{OptionError, OptionName, TranslateOptions};
-use super::scorer::PairScoring;
-use super::{HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
+use super::scoring::PairScoring;
+use crate::hub::{apply_compute_type, resolve_compute_type, ComputeTypeError, HubError, LanguageTokens, Languages, LoadReport, ModelBundle};
 use crate::checkpoint::FileStorages;
 use crate::generate::batching::{batch_by_size, ordered_indices};
 use crate::generate::sequence_generator::Specials;
@@ -225,7 +224,7 @@ pub struct Translator {
     pub max_source_positions: usize,
     /// What loading found and did.
     pub report: LoadReport,
-    /// The arithmetic of the linear layers (`exact` unless [`Translator::set_compute_type`]).
+    /// The arithmetic of the linear layers: the bundle's, or [`Translator::set_compute_type`]'s.
     pub compute_type: ComputeType,
     /// The languages of a multilingual model, and the tokens of the loaded pair.
     pub languages: Languages,
@@ -235,22 +234,15 @@ pub struct Translator {
 }
 
 impl Translator {
-    /// Takes a bundle loaded with weights on `device` and builds its translation pipeline, in
-    /// the bundle's compute type ([`Translator::set_compute_type`]). The weights that a compute
-    /// type packs are packed from the checkpoint's file as mapped (where the zip stores them as
-    /// is), and only what the model still holds as tensors is copied afterwards
-    /// (`checkpoint/file_storage.rs`).
+    /// Takes a bundle loaded with weights on `device`, in its compute type, and builds its
+    /// translation pipeline. What the models still read from the checkpoint files moves into
+    /// memory of their own (`checkpoint/file_storage.rs`).
     pub fn new(mut bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
-        let compute_type = bundle.compute_type;
-        // the state dicts go first, so that a weight packed and let go of frees its file pages
+        // the state dicts go first, so that the tensors the models hold are the storages' last users
         let file_storages: Vec<FileStorages> = bundle.checkpoints.drain(..).map(|c| c.file_storages).collect();
-        let mut translator = Self::build(bundle, device, text)?;
-        // resolved by the loader already
-        let switched = translator.apply_compute_type(compute_type);
-        // what the model still reads from the file moves into memory of its own
+        let translator = Self::build(bundle, device, text);
         drop(file_storages);
-        switched?;
-        Ok(translator)
+        translator
     }
 
     fn build(mut bundle: ModelBundle, device: Device, text: TextMode) -> Result<Self, HubError> {
@@ -268,8 +260,7 @@ impl Translator {
         let (src, tgt) = (&bundle.files.source_lang, &bundle.files.target_lang);
         let language_tokens = bundle.languages.tokens(src, tgt, &bundle.src_dict, &bundle.tgt_dict)?;
         let scoring = PairScoring::new(&bundle, &language_tokens);
-        let ModelBundle { models, src_dict, tgt_dict, report, languages, .. } = bundle;
-        let compute_type = ComputeType::Exact;
+        let ModelBundle { models, src_dict, tgt_dict, report, languages, compute_type, .. } = bundle;
         Ok(Translator {
             pipeline,
             target_pipeline,
@@ -286,8 +277,8 @@ impl Translator {
         })
     }
 
-    /// Switches every model to `compute_type`; once `exact` is left, the weights are fused or
-    /// quantized and there is no way back.
+    /// Switches every model to `compute_type`, as if it had been loaded in it; once `exact` is
+    /// left, the weights are fused or quantized and there is no way back.
     pub fn set_compute_type(&mut self, compute_type: ComputeType) -> Result<(), HubError> {
         if compute_type == self.compute_type {
             return Ok(());
@@ -297,23 +288,8 @@ impl Translator {
         }
         // a switch converts the loaded weights itself: no dtype is asked for here
         let wanted = resolve_compute_type(compute_type, tch::Kind::Float, self.device)?;
-        self.apply_compute_type(wanted)
-    }
-
-    /// Switches every model from `exact` to `compute_type`, resolved already.
-    fn apply_compute_type(&mut self, wanted: ComputeType) -> Result<(), HubError> {
-        if wanted == self.compute_type {
-            return Ok(());
-        }
-        let (fixed, cache_warning) = fixed_kv_cache(std::env::var(KV_CACHE_ENV).ok().as_deref());
-        for model in &mut self.models {
-            model.set_compute_type(wanted).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;
-            model.decoder.fixed_kv_cache = fixed;
-        }
-        if let Some(warning) = slow_here(wanted, self.device) {
-            self.report.warnings.push(warning.into());
-        }
-        self.report.warnings.extend(cache_warning);
+        let warnings = apply_compute_type(&mut self.models, wanted, self.device)?;
+        self.report.warnings.extend(warnings);
         self.compute_type = wanted;
         Ok(())
     }
@@ -460,5 +436,28 @@ impl Translator {
         let weights = attn.iter().map(|r| r.get(pad..).unwrap_or(&[]).to_vec()).collect();
         let symbols = |d: &Dictionary, ids: &[i64]| -> Vec<String> { ids.iter().map(|&i| d.symbol(i).to_string()).collect() };
         Some(AttentionMatrix { target: symbols(&self.tgt_dict, &h.tokens), source: symbols(&self.src_dict, src_tokens), weights })
+    }
+}
+
+impl Translator {
+    /// A sentence's guide: `prefix` as target ids, and its constraints' texts encoded as
+    /// [`Translator::encode_constraint`] encodes them.
+    pub fn guide(&self, prefix: Vec<i64>, constraints: &[String]) -> Result<TargetGuide, GuideError> {
+        let d = &self.tgt_dict;
+        if prefix.contains(&d.eos()) {
+            return Err(GuideError::PrefixWithEos);
+        }
+        let mut ids = Vec::with_capacity(constraints.len());
+        for (i, text) in constraints.iter().enumerate() {
+            let c = self.encode_constraint(text);
+            if c.is_empty() {
+                return Err(GuideError::EmptyConstraint(i + 1));
+            }
+            if c.iter().any(|&id| id == d.bos() || id == d.eos() || id == d.pad()) {
+                return Err(GuideError::SpecialSymbol(i + 1));
+            }
+            ids.push(c);
+        }
+        Ok(TargetGuide { prefix, constraints: ids, language: None })
     }
 }

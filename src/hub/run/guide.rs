@@ -2,7 +2,6 @@
 //! lexical constraints, checked once here for every door (the CLI's lines, the server's
 //! requests, Python's calls).
 
-use super::Translator;
 use crate::generate::GenerateError;
 
 /// What a sentence's hypotheses must hold, as target token ids without EOS: a forced prefix
@@ -41,29 +40,6 @@ impl GuideError {
             GuideError::EmptyConstraint(_) => "an empty constraint",
             GuideError::SpecialSymbol(_) => "a constraint with a special symbol",
         }
-    }
-}
-
-impl Translator {
-    /// A sentence's guide: `prefix` as target ids, and its constraints' texts encoded as
-    /// [`Translator::encode_constraint`] encodes them.
-    pub fn guide(&self, prefix: Vec<i64>, constraints: &[String]) -> Result<TargetGuide, GuideError> {
-        let d = &self.tgt_dict;
-        if prefix.contains(&d.eos()) {
-            return Err(GuideError::PrefixWithEos);
-        }
-        let mut ids = Vec::with_capacity(constraints.len());
-        for (i, text) in constraints.iter().enumerate() {
-            let c = self.encode_constraint(text);
-            if c.is_empty() {
-                return Err(GuideError::EmptyConstraint(i + 1));
-            }
-            if c.iter().any(|&id| id == d.bos() || id == d.eos() || id == d.pad()) {
-                return Err(GuideError::SpecialSymbol(i + 1));
-            }
-            ids.push(c);
-        }
-        Ok(TargetGuide { prefix, constraints: ids, language: None })
     }
 }
 

@@ -6,7 +6,8 @@
 //! ends with another EOS (mBART fine-tuning's `[tgt]`) is refused.
 
 use super::translator::HypothesisText;
-use super::{HubError, LanguageTokens, Translator};
+use super::translator::Translator;
+use crate::hub::{HubError, LanguageTokens};
 use crate::generate::Hypothesis;
 use crate::text::pipeline::PipelineError;
 
@@ -28,13 +29,11 @@ impl Translator {
             return Ok(self.language_tokens.clone());
         }
         if !self.languages.is_multilingual() {
-            return Err(HubError::ModelDir(format!("the model is not multilingual: it translates {} only", self.language_pair())));
+            return Err(HubError::NotMultilingual { pair: self.language_pair() });
         }
         let tokens = self.languages.tokens(source_lang, target_lang, &self.src_dict, &self.tgt_dict)?;
         if tokens.eos != self.language_tokens.eos {
-            return Err(HubError::ModelDir(format!(
-                "this model's task ends each target language with its own EOS: load it for {source_lang}-{target_lang} on its own"
-            )));
+            return Err(HubError::PairNeedsOwnLoad { pair: format!("{source_lang}-{target_lang}") });
         }
         Ok(tokens)
     }

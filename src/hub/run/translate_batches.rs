@@ -64,7 +64,7 @@ impl Translator {
         let src_dict = &self.src_dict;
         let translate_batch = |models: &[TransformerModel], batch: Vec<usize>| {
             let samples: Vec<(usize, &[i64])> = batch.iter().map(|&i| (i, tokens_ref[i].as_slice())).collect();
-            super::fault::panic_if_asked(src_dict, samples.iter().map(|(_, t)| *t));
+            crate::hub::fault::panic_if_asked(src_dict, samples.iter().map(|(_, t)| *t));
             let collated = collate(&samples, pad)?;
             let src_tokens = collated.src_tokens.f_to_device(device)?;
             let prefix_tokens = batch_prefixes(guides, &collated.ids, tgt_pad)?;

@@ -1,11 +1,14 @@
 //! The compute type asked for, resolved once against the device and this CPU, as CTranslate2's
 //! `resolve_compute_type` does: every door (the CLI's `--compute-type`, the server's, Python's
 //! `compute_type=`) loads through [`ModelBundle::load`](super::ModelBundle::load), which calls
-//! [`resolve_compute_type`] and [`load_kind`] before a checkpoint is read.
+//! [`resolve_compute_type`] and [`load_kind`] before a checkpoint is read, and
+//! [`apply_compute_type`] once the models are built.
 
 use tch::{Device, Kind};
 
+use super::HubError;
 use crate::config::ComputeType;
+use crate::model::TransformerModel;
 
 /// Why a compute type cannot run as asked, naming what is missing.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -29,6 +32,9 @@ pub enum ComputeTypeError {
         /// The compute type asked for.
         compute_type: ComputeType,
     },
+    /// A language model computes `exact` only.
+    #[error("compute type {0}: a language model computes exact only")]
+    LanguageModel(ComputeType),
     /// The model left `exact` already: its weights are fused or quantized for that compute type.
     #[error("the model already runs in {0}")]
     AlreadyRuns(ComputeType),
@@ -100,6 +106,20 @@ pub fn fixed_kv_cache(value: Option<&str>) -> (bool, Option<String>) {
 pub fn slow_here(compute_type: ComputeType, device: Device) -> Option<&'static str> {
     (device == Device::Cpu && compute_type == ComputeType::Float16 && !crate::kernels::compute_type::fast_on_this_cpu().contains(&compute_type))
         .then_some("compute type float16 on this CPU (no AVX512_FP16) runs several times slower than float32: float16 is for GPUs; use float32 or int8 here")
+}
+
+/// Switches `models` from `exact` to `compute_type`, resolved already (the weights are fused,
+/// packed or quantized: there is no way back); returns what a user should know about it.
+pub fn apply_compute_type(models: &mut [TransformerModel], compute_type: ComputeType, device: Device) -> Result<Vec<String>, HubError> {
+    if compute_type == ComputeType::Exact {
+        return Ok(Vec::new());
+    }
+    let (fixed, cache_warning) = fixed_kv_cache(std::env::var(KV_CACHE_ENV).ok().as_deref());
+    for model in models {
+        model.set_compute_type(compute_type).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;
+        model.decoder.fixed_kv_cache = fixed;
+    }
+    Ok(slow_here(compute_type, device).map(String::from).into_iter().chain(cache_warning).collect())
 }
 
 #[cfg(test)]

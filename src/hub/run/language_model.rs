@@ -1,38 +1,35 @@
-//! A `transformer_lm` ready to run (fairseq's `language_modeling` task): the checkpoint, its one
-//! dictionary (`dict.txt`) and its text pipeline, and fairseq-eval-lm's scoring of
-//! [`LmRow`]s (`SequenceScorer` over a decoder without an encoder).
+//! A loaded `transformer_lm` at work (fairseq's `language_modeling` task): prompts continued as
+//! fairseq-interactive continues them, and fairseq-eval-lm's scoring of [`LmRow`]s
+//! (`SequenceScorer` over a decoder without an encoder).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
-use super::model_dir::find_checkpoint;
 use super::translator::{Batching, HypothesisText, Translation};
-use super::{HubError, ModelSpec, PipelineOverrides};
-use crate::checkpoint::{load_checkpoint, read_summary};
+use crate::hub::{HubError, LanguageModelBundle, LoadOptions, ModelSpec};
 use crate::config::TransformerConfig;
 use crate::generate::batching::batch_by_size;
 use crate::generate::lm_samples::{BreakMode, LmRow, LmSamples, LmSpecials};
 use crate::generate::lm_step::LanguageModelStep;
-use crate::generate::rng_replay::{replay_dataloader_iter, replay_model_init};
+use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::workers::catch_panic;
 use crate::generate::sequence_generator::Specials;
 use crate::generate::{GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::text::pipeline::PipelineError;
 use crate::model::{get_normalized_probs, TransformerLanguageModel, PADDING_IDX};
 use crate::text::dictionary::Dictionary;
-use crate::text::pipeline::{PipelineOptions, TextPipeline};
+use crate::text::pipeline::TextPipeline;
 
 /// A loaded `transformer_lm`: continues prompts (fairseq-interactive `--task
 /// language_modeling`) and scores text (fairseq-eval-lm).
 ///
 /// ```rust
-/// use tchseq::hub::{Batching, LanguageModel, ModelSpec, PipelineOverrides, TranslateOptions, Translation};
+/// use tchseq::hub::{Batching, LanguageModel, LoadOptions, ModelSpec, TranslateOptions, Translation};
 ///
 /// let model = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lm/lm-postnorm");
 /// let spec = ModelSpec { model: Some(model.into()), ..Default::default() };
-/// let (device, kind) = (tch::Device::Cpu, tch::Kind::Float);
-/// let lm = LanguageModel::load(&spec, &PipelineOverrides::default(), device, kind, false)?;
+/// let lm = LanguageModel::load(&spec, &LoadOptions::fp32(tch::Device::Cpu))?;
 /// let prompt = lm.encode_prompt("A man in");
 /// let generator = lm.generator(TranslateOptions { beam: 1, ..Default::default() }.generator_config())?;
 /// let done = lm.complete(&generator, &[prompt.clone()], &Batching::default())?;
@@ -57,21 +54,6 @@ pub struct LanguageModel {
     pub pipeline: TextPipeline,
     /// Moses fallbacks and what loading the weights noticed (e.g. tied weights that differ), one line each.
     pub warnings: Vec<String>,
-}
-
-/// The checkpoint `spec` names, when it holds a language model (else None).
-pub fn language_model_checkpoint(spec: &ModelSpec) -> Option<PathBuf> {
-    let path = match (&spec.path, &spec.model) {
-        (Some(list), _) => PathBuf::from(list.split(':').next()?),
-        (None, Some(m)) if m.is_file() => m.clone(),
-        (None, Some(m)) => find_checkpoint(m).ok().flatten()?,
-        _ => return None,
-    };
-    read_summary(&path).ok().filter(|s| s.config.is_language_model()).map(|_| path)
-}
-
-fn err(msg: impl Into<String>) -> HubError {
-    HubError::ModelDir(msg.into())
 }
 
 /// Scores of one row: the scored target tokens and their natural-log probabilities.
@@ -102,48 +84,15 @@ impl LanguageModel {
     /// as `tchseq score --lm` defaults it).
     pub const SCORE_BATCH_SIZE: usize = 16;
 
-    /// Loads the language model of `spec` (a directory with `model.pt` and `dict.txt`, or a
-    /// checkpoint with `--data` holding `dict.txt`).
-    /// `replay_init` replays fairseq's random initialisation of the model first (sampling draws
-    /// from the generator after it).
-    pub fn load(spec: &ModelSpec, overrides: &PipelineOverrides, device: Device, kind: Kind, replay_init: bool) -> Result<Self, HubError> {
-        let checkpoint = language_model_checkpoint(spec).ok_or_else(|| err("the checkpoint is not a transformer_lm language model"))?;
-        let ckpt = load_checkpoint(&checkpoint)?;
-        // a bare file name (`-m model.pt`) lies in the current directory
-        let ckpt_dir = checkpoint.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
-        let dirs: Vec<PathBuf> = match (&spec.data, &spec.model) {
-            (Some(d), _) => vec![d.clone()],
-            (None, Some(m)) if m.is_dir() => vec![m.clone(), ckpt_dir.clone()],
-            _ => vec![ckpt_dir.clone()],
-        };
-        let dict_path = dirs.iter().map(|d| d.join("dict.txt")).find(|p| p.is_file()).ok_or_else(|| {
-            err(format!("no dict.txt in {} (a language model's dictionary; give --data DIR)", dirs[0].display()))
-        })?;
-        let dict = Dictionary::load(&dict_path).map_err(|source| HubError::Dictionary { path: dict_path.clone(), source })?;
-        let rows = ckpt.state_dict.get("decoder.embed_tokens.weight").map(|t| t.size()[0]);
-        if let Some(rows) = rows.filter(|&r| r != dict.len() as i64) {
-            return Err(HubError::DictionarySize {
-                side: "language model",
-                dict: dict_path,
-                symbols: dict.len(),
-                checkpoint,
-                tensor: "decoder.embed_tokens.weight",
-                rows,
-            });
-        }
-        if replay_init {
-            replay_model_init(&ckpt.state_dict, false, ckpt.config.share_decoder_input_output_embed).map_err(HubError::Replay)?;
-        }
-        let (model, report) = TransformerLanguageModel::from_checkpoint(&ckpt, device, kind)
-            .map_err(|source| HubError::Model { path: checkpoint.clone(), source })?;
-        let mut options = PipelineOptions::from_config(&ckpt.config);
-        for d in &dirs {
-            options = options.with_model_dir(d);
-        }
-        let options = overrides.apply(spec, options);
-        let (pipeline, mut warnings) = super::pipeline::build(&options)?;
-        warnings.extend(report.warnings);
-        Ok(LanguageModel { checkpoint, config: ckpt.config, model, dict, dict_path, pipeline, warnings })
+    /// Loads the language model of `spec` ([`LanguageModelBundle::load`]) and makes it ready to run.
+    pub fn load(spec: &ModelSpec, options: &LoadOptions) -> Result<Self, HubError> {
+        LanguageModelBundle::load(spec, options).map(Self::new)
+    }
+
+    /// The loaded model, ready to run.
+    pub fn new(bundle: LanguageModelBundle) -> Self {
+        let LanguageModelBundle { checkpoint, config, model, dict, dict_path, pipeline, warnings } = bundle;
+        LanguageModel { checkpoint, config, model, dict, dict_path, pipeline, warnings }
     }
 
     /// A line of text → token ids ending in EOS, as fairseq-preprocess binarizes it.
@@ -252,7 +201,7 @@ impl LanguageModel {
         on_token: Option<&dyn Fn(usize, i64)>,
     ) -> Result<Vec<Vec<Hypothesis>>, GenerateError> {
         let (start, pad) = (self.bos_token(), self.dict.pad());
-        super::fault::panic_if_asked(&self.dict, batch.iter().map(|&i| prompts[i].as_slice()));
+        crate::hub::fault::panic_if_asked(&self.dict, batch.iter().map(|&i| prompts[i].as_slice()));
         let width = batch.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);
         let mut src = vec![pad; batch.len() * (width + 1)];
         for (r, &i) in batch.iter().enumerate() {

@@ -90,7 +90,7 @@ impl LanguageTokens {
 const MAX_LANGUAGE_TOKENS: usize = 100_000;
 
 fn unknown_language(lang: &str, langs: &[String]) -> HubError {
-    HubError::ModelDir(format!("language `{lang}` is not one of the model's languages ({})", langs.join(", ")))
+    HubError::UnknownLanguage { lang: lang.to_string(), langs: langs.to_vec() }
 }
 
 impl Languages {
@@ -101,13 +101,13 @@ impl Languages {
             LanguageTask::Bilingual => Vec::new(),
             LanguageTask::FromPretrainedBart { langs, .. } => langs.clone(),
             LanguageTask::Multilingual(m) => match (&m.lang_dict, &m.langs) {
-                (Some(_), Some(_)) => return Err(HubError::ModelDir("--langs and --lang-dict can not both be specified".into())),
+                (Some(_), Some(_)) => return Err(HubError::LangsAndLangDict),
                 (Some(stored), None) => {
                     let path = lang_dict.ok_or_else(|| {
                         let name = Path::new(stored).file_name().map_or(stored.clone(), |n| n.to_string_lossy().into_owned());
-                        HubError::ModelDir(format!("the model's language list `{name}` (--lang-dict {stored}) is not in the model directory"))
+                        HubError::NoLangDict { name, stored: stored.clone() }
                     })?;
-                    let text = std::fs::read_to_string(path).map_err(|e| HubError::ModelDir(format!("{}: {e}", path.display())))?;
+                    let text = std::fs::read_to_string(path).map_err(|source| HubError::LangDictUnreadable { path: path.to_path_buf(), source })?;
                     parse_lang_dict(&text)
                 }
                 _ => m.langs_from_pairs(),
@@ -119,7 +119,7 @@ impl Languages {
         };
         // a checkpoint is untrusted: its lists must not blow the dictionary up
         if langs.len().saturating_mul(specs) > MAX_LANGUAGE_TOKENS {
-            return Err(HubError::ModelDir(format!("{} languages × {specs} language-token sets: more than {MAX_LANGUAGE_TOKENS} tokens", langs.len())));
+            return Err(HubError::TooManyLanguageTokens { langs: langs.len(), specs, max: MAX_LANGUAGE_TOKENS });
         }
         Ok(Languages { task: task.clone(), langs })
     }
@@ -177,7 +177,7 @@ impl Languages {
         self.check(tgt)?;
         let index = |dict: &Dictionary, name: String| -> Result<i64, HubError> {
             match dict.index(&name) {
-                i if i == dict.unk() => Err(HubError::ModelDir(format!("language token {name} is not in the dictionary"))),
+                i if i == dict.unk() => Err(HubError::NoLanguageToken { token: name }),
                 i => Ok(i),
             }
         };

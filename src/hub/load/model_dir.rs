@@ -64,9 +64,6 @@ fn dict_names(task: &LanguageTask, files: Option<&(String, String)>, dir: &Path,
     names
 }
 
-fn err(msg: impl Into<String>) -> HubError {
-    HubError::ModelDir(msg.into())
-}
 
 const CHECKPOINT_NAMES: [&str; 3] = ["model.pt", "checkpoint_best.pt", "checkpoint_last.pt"];
 
@@ -110,7 +107,7 @@ impl ModelFiles {
         let model_dir = match model {
             Some(m) if m.is_dir() => Some(m.to_path_buf()),
             Some(m) if m.is_file() => None,
-            Some(m) => return Err(err(format!("model {}: no such file or directory", m.display()))),
+            Some(m) => return Err(HubError::NoSuchModel { path: m.to_path_buf() }),
             None => None,
         };
         let checkpoints: Vec<PathBuf> = match (path, model) {
@@ -127,17 +124,17 @@ impl ModelFiles {
                 .collect(),
             (None, Some(m)) if m.is_file() => vec![m.to_path_buf()],
             (None, Some(m)) => vec![find_checkpoint(m)?.ok_or_else(|| match m.join("model.bin").is_file() {
-                true => err(format!("{}: a CTranslate2 model, which tchseq reads only to compare it with the model it came from (`tchseq verify -m MODEL --against {}`)", m.display(), m.display())),
-                false => err(format!("{}: no model.pt, checkpoint_best.pt or checkpoint_last.pt (also looked in {})", m.display(), m.join("checkpoints").display())),
+                true => HubError::CTranslate2Model { dir: m.to_path_buf() },
+                false => HubError::NoCheckpoint { dir: m.to_path_buf() },
             })?],
             (None, None) => return Err(HubError::NoModel),
         };
         if checkpoints.is_empty() {
-            return Err(err("the checkpoint list names no checkpoint"));
+            return Err(HubError::EmptyCheckpointList);
         }
         for c in &checkpoints {
             if !c.is_file() {
-                return Err(err(format!("checkpoint {} does not exist", c.display())));
+                return Err(HubError::NoSuchCheckpoint { path: c.clone() });
             }
         }
         // a bare file name (`-m model.pt`) lies in the current directory
@@ -149,7 +146,7 @@ impl ModelFiles {
         match data {
             Some(d) => {
                 if !d.is_dir() {
-                    return Err(err(format!("data directory {}: not a directory", d.display())));
+                    return Err(HubError::NotADataDirectory { path: d.to_path_buf() });
                 }
                 dirs.push(d.to_path_buf());
             }
