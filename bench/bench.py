@@ -324,13 +324,16 @@ def main():
                    help="base, big and M2M sizes: every sentence is decoded to exactly this many tokens")
     p.add_argument("--reuse", default="", help="sizes whose saved results (bench/work/<size>.json) are reused")
     p.add_argument("--out", default=str(ROOT / "bench" / "results.md"))
+    p.add_argument("--isa", choices=["native", "avx2"], default="native",
+                   help="avx2: every system held to AVX2 and FMA (bench/cpu.py's AVX2_ENV), as on most servers")
     args = p.parse_args()
+    cpu.pin(args.isa)
     data = Path(os.environ.get("DATA", ROOT.parent / "shared" / "data" / "multi30k"))
     work = ROOT / "bench" / "work"
     results = []
     peaks = None
     for size in args.sizes.split(","):
-        saved = work / f"{size}.json"
+        saved = work / (f"{size}.json" if args.isa == "native" else f"{size}-{args.isa}.json")
         if size in args.reuse.split(",") and saved.exists():
             results.append(json.loads(saved.read_text()))
             continue
@@ -344,7 +347,7 @@ def main():
         else:
             sys.exit(f"bench: unknown size {size!r} (bundled, base, {', '.join(sizes.SIZES)})")
         results.append(r)
-        (work / f"{size}.json").write_text(json.dumps(r, indent=1))
+        saved.write_text(json.dumps(r, indent=1))
     Path(args.out).write_text(markdown(results, args), encoding="utf-8")
     print(f"wrote {args.out}")
 

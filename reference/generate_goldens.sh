@@ -65,6 +65,8 @@ runs = [
                                              "--sacrebleu-lowercase"]),
     ("remove_bpe_chrf", base + ["--remove-bpe", "--scoring", "chrf"]),
     ("remove_bpe_wer", base + ["--remove-bpe", "--scoring", "wer", "--wer-tokenizer", "13a", "--wer-lowercase"]),
+    ("remove_bpe_wer_remove_punct", base + ["--remove-bpe", "--scoring", "wer", "--wer-tokenizer", "13a",
+                                            "--wer-remove-punct", "--quiet"]),
     ("quiet", base + ["--quiet", "--max-tokens", "300"]),
     ("results_path", base + ["--results-path", "RESULTS", "--lenpen", "0.6", "--unkpen", "-0.5"]),
     ("valid_shuffled", base + ["--gen-subset", "valid", "--batch-size", "8", "--required-batch-size-multiple", "1"]),

@@ -65,8 +65,12 @@ mod base2_tests {
 pub enum GenerateError {
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
-    #[error("model: {0}")]
-    Model(String),
+    /// A state-dict entry the replay of fairseq's initialisation needs is absent.
+    #[error("model: missing {key}")]
+    MissingWeight { key: String },
+    /// A state-dict entry has another number of dimensions than its module's weight.
+    #[error("model: {key} is not {dims}-d")]
+    WeightDims { key: String, dims: usize },
     #[error("model: {0}")]
     Forward(#[from] crate::model::ModelError),
     #[error("invalid generation option: {0}")]

@@ -26,7 +26,7 @@ fn shape(sd: &IndexMap<String, Tensor>, key: &str) -> Option<Vec<i64>> {
 /// `nn.Linear(..)`: kaiming_uniform_ on the weight, uniform_ on the bias.
 fn linear(ops: &mut Vec<(Init, Vec<i64>)>, sd: &IndexMap<String, Tensor>, prefix: &str) -> Result<(), GenerateError> {
     let w = shape(sd, &format!("{prefix}.weight"))
-        .ok_or_else(|| GenerateError::Model(format!("missing {prefix}.weight")))?;
+        .ok_or_else(|| GenerateError::MissingWeight { key: format!("{prefix}.weight") })?;
     ops.push((Init::Uniform, w));
     if let Some(b) = shape(sd, &format!("{prefix}.bias")) {
         ops.push((Init::Uniform, b));
@@ -41,7 +41,7 @@ fn mha(ops: &mut Vec<(Init, Vec<i64>)>, sd: &IndexMap<String, Tensor>, prefix: &
     // reset_parameters: xavier_uniform_ on k, v, q, out weights
     for p in ["k_proj", "v_proj", "q_proj", "out_proj"] {
         let w = shape(sd, &format!("{prefix}.{p}.weight"))
-            .ok_or_else(|| GenerateError::Model(format!("missing {prefix}.{p}.weight")))?;
+            .ok_or_else(|| GenerateError::MissingWeight { key: format!("{prefix}.{p}.weight") })?;
         ops.push((Init::Uniform, w));
     }
     Ok(())
@@ -61,7 +61,7 @@ fn init_ops(
     share_decoder_input_output_embed: bool,
 ) -> Result<Vec<(Init, Vec<i64>)>, GenerateError> {
     let mut ops = Vec::new();
-    let need = |key: &str| shape(sd, key).ok_or_else(|| GenerateError::Model(format!("missing {key}")));
+    let need = |key: &str| shape(sd, key).ok_or_else(|| GenerateError::MissingWeight { key: key.to_string() });
     // Embedding(): nn.Embedding's normal_ then fairseq's normal_
     let language_model = shape(sd, "encoder.embed_tokens.weight").is_none();
     if !language_model {
@@ -108,7 +108,7 @@ fn init_ops(
     let out = need("decoder.embed_tokens.weight")?;
     let (vocab, dim) = match out.as_slice() {
         &[v, d] => (v, d),
-        _ => return Err(GenerateError::Model("decoder.embed_tokens.weight is not 2-d".into())),
+        _ => return Err(GenerateError::WeightDims { key: "decoder.embed_tokens.weight".into(), dims: 2 }),
     };
     if share_all_embeddings || share_decoder_input_output_embed {
         // nn.Linear(bias=False) is built (and initialized) before its weight is replaced

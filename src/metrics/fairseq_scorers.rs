@@ -135,18 +135,22 @@ impl TokenBleu {
     }
 }
 
-/// fairseq's `EvaluationTokenizer`: a sacreBLEU tokenizer, then character splitting and
-/// lowercasing.
+/// fairseq's `EvaluationTokenizer`: a sacreBLEU tokenizer, then punctuation removal, character
+/// splitting and lowercasing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EvaluationTokenizer {
     pub tokenizer: TokenizerKind,
     pub lowercase: bool,
+    pub punctuation_removal: bool,
     pub character_tokenization: bool,
 }
 
 impl EvaluationTokenizer {
     pub fn tokenize(&self, sent: &str) -> String {
         let mut tokenized = self.tokenizer.tokenize(sent);
+        if self.punctuation_removal {
+            tokenized = remove_punctuation(&tokenized);
+        }
         if self.character_tokenization {
             let escaped = tokenized.replace(' ', "\u{2581}");
             tokenized = escaped.chars().map(String::from).collect::<Vec<_>>().join(" ");
@@ -156,6 +160,16 @@ impl EvaluationTokenizer {
         }
         tokenized
     }
+}
+
+/// `EvaluationTokenizer.remove_punctuation`: the space-separated tokens whose every character
+/// is in a Unicode punctuation category (`P*`; so is an empty token) are dropped. The categories
+/// are the `regex` crate's Unicode tables; Python's `unicodedata` may be an older Unicode, which
+/// differs only on code points that it leaves unassigned.
+pub fn remove_punctuation(sent: &str) -> String {
+    static PUNCTUATION: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let all_punctuation = PUNCTUATION.get_or_init(|| regex::Regex::new(r"^\p{P}*$").expect("a valid pattern"));
+    sent.split(' ').filter(|t| !all_punctuation.is_match(t)).collect::<Vec<_>>().join(" ")
 }
 
 /// Levenshtein distance of two word lists (`editdistance.eval`).
@@ -235,6 +249,17 @@ impl GenerateScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What fairseq's `EvaluationTokenizer.remove_punctuation` returns for the same line under
+    /// Python 3.11's `unicodedata`: `%` and `@` are punctuation (Po), `$` a symbol (Sc); a token
+    /// with one letter stays, and the empty token between two spaces goes.
+    #[test]
+    fn punctuation_removal_drops_the_tokens_fairseq_drops() {
+        let line = "« Bonjour » , dit-il … ¿ Qué ?  — ok ! \"quoted\" 3.5 % @ #hash ‽ ، 。 $";
+        assert_eq!(remove_punctuation(line), "Bonjour dit-il Qué ok \"quoted\" 3.5 #hash $");
+        let wer = EvaluationTokenizer { tokenizer: TokenizerKind::parse("none").unwrap(), lowercase: false, punctuation_removal: true, character_tokenization: false };
+        assert_eq!(wer.tokenize("a , b ."), "a b");
+    }
 
     #[test]
     fn trim_keeps_the_first_id_as_libbleu_does() {

@@ -35,10 +35,7 @@ impl MultiheadAttention {
     /// `kdim` is the key/value input width (the encoder's for `encoder_attn`).
     pub fn load(w: &Weights, embed_dim: i64, kdim: i64, num_heads: i64) -> Result<Self, ModelError> {
         if num_heads <= 0 || embed_dim % num_heads != 0 {
-            return Err(ModelError::Unsupported(format!(
-                "{}: embed_dim {embed_dim} is not divisible by {num_heads} heads",
-                w.prefix()
-            )));
+            return Err(ModelError::Heads { module: w.prefix().to_string(), embed_dim, heads: num_heads });
         }
         let q_proj = Linear::load(&w.sub("q_proj"), embed_dim, embed_dim, true)?;
         let k_proj = Linear::load(&w.sub("k_proj"), kdim, embed_dim, true)?;

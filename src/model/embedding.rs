@@ -170,7 +170,7 @@ impl SinusoidalPositionalEmbedding {
     pub fn get_embedding(num_embeddings: i64, embedding_dim: i64, padding_idx: i64) -> Result<Tensor, ModelError> {
         crate::config::sinusoid::get_embedding(num_embeddings, embedding_dim, padding_idx).map_err(|e| match e {
             crate::config::sinusoid::SinusoidError::Torch(e) => ModelError::Torch(e),
-            e => ModelError::Unsupported(e.to_string()),
+            e => ModelError::Sinusoid(e),
         })
     }
 
@@ -307,7 +307,7 @@ impl EmbeddingFrontEnd {
             None
         };
         let max_pos = i64::try_from(o.max_positions)
-            .map_err(|_| ModelError::Unsupported(format!("{} positions is too many", o.max_positions)))?;
+            .map_err(|_| ModelError::TooManyPositions(o.max_positions))?;
         let embed_positions = if o.no_token_positional_embeddings {
             None
         } else {

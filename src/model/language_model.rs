@@ -29,7 +29,7 @@ impl TransformerLanguageModel {
         let (cfg, sd) = (&checkpoint.config, &checkpoint.state_dict);
         let _guard = tch::no_grad_guard();
         if !cfg.is_language_model() {
-            return Err(ModelError::Unsupported(format!("`{}` is not a transformer_lm architecture", cfg.arch)));
+            return Err(ModelError::NotALanguageModel(cfg.arch.clone()));
         }
         super::check_model_kind(kind)?;
         let options = DecoderOptions::new(cfg)?;

@@ -51,8 +51,22 @@ pub enum ModelError {
     MissingKey(String),
     #[error("`{key}` has shape {actual:?}, the config needs {expected:?}")]
     Shape { key: String, expected: Vec<i64>, actual: Vec<i64> },
+    #[error("unsupported model: model dtype {0:?}")]
+    Dtype(Kind),
+    #[error("unsupported model: {name} = {value}")]
+    Setting { name: String, value: i64 },
+    #[error("unsupported model: {0} positions is too many")]
+    TooManyPositions(usize),
     #[error("unsupported model: {0}")]
-    Unsupported(String),
+    Sinusoid(#[source] crate::config::sinusoid::SinusoidError),
+    #[error("unsupported model: activation function {0:?}")]
+    Activation(String),
+    #[error("unsupported model: {module}: embed_dim {embed_dim} is not divisible by {heads} heads")]
+    Heads { module: String, embed_dim: i64, heads: i64 },
+    #[error("unsupported model: linear without bias")]
+    LinearWithoutBias,
+    #[error("unsupported model: `{0}` is not a transformer_lm architecture")]
+    NotALanguageModel(String),
     #[error(transparent)]
     Kernel(#[from] crate::kernels::KernelError),
     #[error("compute type {compute_type} runs on the CPU only, not on {device:?}")]
@@ -67,7 +81,7 @@ pub enum ModelError {
 pub(crate) fn check_model_kind(kind: Kind) -> Result<(), ModelError> {
     match kind {
         Kind::Float | Kind::Half | Kind::BFloat16 | Kind::Double => Ok(()),
-        other => Err(ModelError::Unsupported(format!("model dtype {other:?}"))),
+        other => Err(ModelError::Dtype(other)),
     }
 }
 

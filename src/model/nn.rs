@@ -328,7 +328,7 @@ impl ActivationFn {
             "gelu_fast" | "gelu_accurate" => Self::GeluAccurate,
             "tanh" => Self::Tanh,
             "linear" => Self::Linear,
-            other => return Err(ModelError::Unsupported(format!("activation function {other:?}"))),
+            other => return Err(ModelError::Activation(other.to_string())),
         })
     }
 
@@ -377,7 +377,7 @@ mod tests {
     #[test]
     fn activations_follow_fairseq_names() {
         assert_eq!(ActivationFn::from_name("gelu_fast").unwrap(), ActivationFn::GeluAccurate);
-        assert!(matches!(ActivationFn::from_name("swish"), Err(ModelError::Unsupported(_))));
+        assert!(matches!(ActivationFn::from_name("swish"), Err(ModelError::Activation(_))));
         let x = Tensor::from_slice(&[-2.0f32, -0.5, 0.0, 0.5, 2.0]);
         let ours = ActivationFn::GeluAccurate.forward(&x).unwrap();
         let torch = x.gelu("tanh");

@@ -37,12 +37,12 @@ fn dim(value: i64, name: &str) -> Result<i64, ModelError> {
     if value > 0 {
         Ok(value)
     } else {
-        Err(ModelError::Unsupported(format!("{name} = {value}")))
+        Err(ModelError::Setting { name: name.to_string(), value })
     }
 }
 
 fn count(value: i64, name: &str) -> Result<usize, ModelError> {
-    usize::try_from(value).map_err(|_| ModelError::Unsupported(format!("{name} = {value}")))
+    usize::try_from(value).map_err(|_| ModelError::Setting { name: name.to_string(), value })
 }
 
 impl EncDecOptions {

@@ -112,6 +112,9 @@ pub struct GenerateArgs {
     /// Lowercase before the wer scorer.
     #[arg(long = "wer-lowercase")]
     pub wer_lowercase: bool,
+    /// Remove punctuation (tokens of Unicode punctuation only) before the wer scorer.
+    #[arg(long = "wer-remove-punct")]
+    pub wer_remove_punct: bool,
     /// Score characters with the wer scorer.
     #[arg(long = "wer-char-level")]
     pub wer_char_level: bool,

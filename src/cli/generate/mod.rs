@@ -306,7 +306,7 @@ fn prefixes(data: &PairDataset, prefix_size: usize, batches: &[Vec<usize>]) -> R
 }
 
 fn scorer(a: &GenerateArgs, t: &Translator) -> Result<GenerateScorer> {
-    let tokenizer = |arg: EvalTokenizerArg, lowercase: bool, character_tokenization: bool| {
+    let tokenizer = |arg: EvalTokenizerArg, lowercase: bool, punctuation_removal: bool, character_tokenization: bool| {
         let name = match arg {
             EvalTokenizerArg::None => "none",
             EvalTokenizerArg::T13a => "13a",
@@ -314,19 +314,19 @@ fn scorer(a: &GenerateArgs, t: &Translator) -> Result<GenerateScorer> {
             EvalTokenizerArg::Char => "char",
             EvalTokenizerArg::Zh => "zh",
         };
-        TokenizerKind::parse(name).map(|tokenizer| EvaluationTokenizer { tokenizer, lowercase, character_tokenization })
+        TokenizerKind::parse(name).map(|tokenizer| EvaluationTokenizer { tokenizer, lowercase, punctuation_removal, character_tokenization })
     };
     let d = &t.tgt_dict;
     Ok(match a.scoring {
         ScoringArg::Bleu => GenerateScorer::Bleu(TokenBleu::new(d.pad(), d.eos(), d.unk())),
         ScoringArg::Sacrebleu => GenerateScorer::Sacrebleu {
-            tokenizer: tokenizer(a.sacrebleu_tokenizer, a.sacrebleu_lowercase, a.sacrebleu_char_level)?,
+            tokenizer: tokenizer(a.sacrebleu_tokenizer, a.sacrebleu_lowercase, false, a.sacrebleu_char_level)?,
             refs: Vec::new(),
             preds: Vec::new(),
         },
         ScoringArg::Chrf => GenerateScorer::Chrf { refs: Vec::new(), preds: Vec::new() },
         ScoringArg::Wer => GenerateScorer::Wer {
-            tokenizer: tokenizer(a.wer_tokenizer, a.wer_lowercase, a.wer_char_level)?,
+            tokenizer: tokenizer(a.wer_tokenizer, a.wer_lowercase, a.wer_remove_punct, a.wer_char_level)?,
             distance: 0,
             ref_length: 0,
         },
