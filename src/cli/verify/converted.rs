@@ -12,8 +12,9 @@ use tch::{Kind, Tensor};
 
 use tchseq::hub::model_dir::find_checkpoint;
 use tchseq::hub::HubError;
-use tchseq::checkpoint::{ctranslate2, hf, load_checkpoint, upgrade, Checkpoint, CheckpointError};
+use tchseq::checkpoint::{ctranslate2, hf, hf_fields, load_checkpoint, upgrade, Checkpoint, CheckpointError};
 use tchseq::config::TransformerConfig;
+use tchseq::text::dictionary::Dictionary;
 use tchseq::model::{ModelError, SinusoidalPositionalEmbedding, PADDING_IDX};
 
 /// The formats a conversion may be in.
@@ -209,11 +210,15 @@ pub struct WeightRow {
     pub note: Option<String>,
 }
 
-/// One architecture field of the two configs.
+/// One field of the two configs.
 #[derive(Debug, Serialize)]
 pub struct ConfigRow {
-    /// fairseq's name of the field.
+    /// fairseq's name of the field, or the conversion's where `file` names its file.
     pub field: String,
+    /// The conversion's file that holds the field (`config.json`, ...), where it is compared
+    /// under the conversion's own name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<&'static str>,
     /// The reference's value.
     pub reference: serde_json::Value,
     /// The conversion's value.
@@ -233,8 +238,27 @@ pub fn compare_config(reference: &TransformerConfig, converted: &TransformerConf
     ARCHITECTURE
         .iter()
         .filter(|f| a.get(**f) != b.get(**f))
-        .map(|f| ConfigRow { field: f.to_string(), reference: a.get(*f).cloned().unwrap_or_default(), converted: b.get(*f).cloned().unwrap_or_default() })
+        .map(|f| ConfigRow { field: f.to_string(), file: None, reference: a.get(*f).cloned().unwrap_or_default(), converted: b.get(*f).cloned().unwrap_or_default() })
         .collect()
+}
+
+/// The fields of a Hugging Face conversion's `config.json` and `generation_config.json` that
+/// differ from what a faithful conversion of `reference` holds (`hf_fields`): each under
+/// transformers' name; an error for a field tchseq does not know.
+pub fn compare_hf_fields(reference: &Checkpoint, tgt_dict: &Dictionary, converted: &Converted) -> Result<Vec<ConfigRow>, HubError> {
+    let Some(arch) = hf::architecture(&converted.path) else { return Ok(Vec::new()) };
+    let rows = |name: &str| reference.state_dict.get(name).and_then(|t| t.size().first().copied()).unwrap_or(0);
+    let model = hf_fields::FairseqModel {
+        config: &reference.config,
+        bos: tgt_dict.bos(),
+        pad: tgt_dict.pad(),
+        eos: tgt_dict.eos(),
+        source_rows: rows("encoder.embed_tokens.weight"),
+        target_rows: rows("decoder.embed_tokens.weight"),
+    };
+    let dir = converted.path.parent().unwrap_or(Path::new("."));
+    let diffs = hf_fields::check(dir, arch, &model).map_err(|e| checkpoint_error(CheckpointError::HuggingFace(e)))?;
+    Ok(diffs.into_iter().map(|d| ConfigRow { field: d.field, file: Some(d.file), reference: d.faithful, converted: d.found }).collect())
 }
 
 /// Every fairseq weight of `reference` against the conversion's (missing ones fail), then every
