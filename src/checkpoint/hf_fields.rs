@@ -23,10 +23,13 @@ pub const GENERATION_CONFIG: &str = "generation_config.json";
 #[derive(Debug, Clone)]
 pub struct FairseqModel<'a> {
     pub config: &'a TransformerConfig,
-    /// The target dictionary's `<s>`, `<pad>`, `</s>`.
+    /// The target dictionary's `<s>`, `<pad>`, `</s>`, and the symbols of `<s>`, `</s>`, `<unk>`.
     pub bos: i64,
     pub pad: i64,
     pub eos: i64,
+    pub bos_word: &'a str,
+    pub eos_word: &'a str,
+    pub unk_word: &'a str,
     /// Rows of the encoder's and the decoder's embedding tables.
     pub source_rows: i64,
     pub target_rows: i64,
@@ -209,7 +212,7 @@ mod tests {
     fn compared_once(file: &str) -> Vec<&'static str> {
         let ns = serde_json::from_value(json!({"arch": "transformer"})).unwrap_or_default();
         let c = TransformerConfig::from_namespace(&ns, None, None, None).unwrap();
-        let m = FairseqModel { config: &c, bos: 0, pad: 1, eos: 2, source_rows: 8, target_rows: 8 };
+        let m = FairseqModel { config: &c, bos: 0, pad: 1, eos: 2, bos_word: "<s>", eos_word: "</s>", unk_word: "<unk>", source_rows: 8, target_rows: 8 };
         match file {
             CONFIG => [HfArchitecture::M2m100, HfArchitecture::Fsmt].iter().flat_map(|a| config_fields(*a, &m)).map(|f| f.field).collect(),
             _ => generation_fields(&m).into_iter().map(|f| f.field).collect(),

@@ -13,7 +13,7 @@ use tch::{Kind, Tensor};
 use crate::cli::args::{GlobalArgs, VerifyArgs};
 use crate::cli::common;
 use crate::cli::Outcome;
-use super::converted::{compare_config, compare_hf_fields, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
+use super::converted::{compare_config, compare_fields, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
 use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator};
 use tchseq::model::{get_normalized_probs, TransformerModel, PADDING_IDX};
 
@@ -65,7 +65,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs, against: &Path) -> Result<Out
     let converted = read_converted(against).map_err(common::hub_error)?;
     let checkpoint = bundle.checkpoints.first().context("the model has no checkpoint")?;
     let mut config = compare_config(&checkpoint.config, &converted.config);
-    config.extend(compare_hf_fields(checkpoint, &bundle.tgt_dict, &converted).map_err(common::hub_error)?);
+    config.extend(compare_fields(checkpoint, &bundle.tgt_dict, &converted).map_err(common::hub_error)?);
     let judged = converted.weights.iter().all(|w| w.bound.is_none());
     if !config.is_empty() {
         let report = Report {
