@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Which `config.json` fields of a Hugging Face conversion change what transformers computes:
+"""Which `config.json` (and `generation_config.json`) fields of a Hugging Face conversion change
+what transformers computes:
 each candidate plant (one field of a faithful fixture set to another value) is loaded with
 transformers' own class and run on the fixture's inputs; the golden records, per plant, the
 largest |logit| difference from the faithful directory (teacher-forced on the faithful model's
@@ -126,6 +127,7 @@ WHY_INERT = {
     "generation_config.json:forced_bos_token_id": "M2M-100's generate() is given the target language's id, which overrides it",
     "generation_config.json:bos_token_id": "an encoder-decoder model's generate() starts from decoder_start_token_id",
     "generation_config.json:pad_token_id": "pads only finished beams, whose scores no longer change",
+    "generation_config.json:forced_eos_token_id": "forces </s> only at max_length, which these translations end before",
     "generation_config.json:suppress_tokens": "suppresses <pad>, which no hypothesis of these models reaches",
     "langs": "read by FSMTTokenizer from tokenizer_config.json, not by the model",
     "vocab_size": "FSMT reads src_vocab_size / tgt_vocab_size; vocab_size only in the training loss",
