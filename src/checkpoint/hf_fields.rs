@@ -196,11 +196,17 @@ pub fn check(dir: &Path, arch: HfArchitecture, m: &FairseqModel) -> Result<Vec<F
         HfArchitecture::Fsmt => "FSMTConfig",
     };
     let config_inert = |k: &str| CONFIG_INERT.contains(&k) || (arch == HfArchitecture::Fsmt && FSMT_INERT.contains(&k));
-    let mut out = check_file(&dir.join(CONFIG), CONFIG, &config_fields(arch, m), &config_inert, class)?;
+    let fields = config_fields(arch, m);
+    let mut out = check_file(&dir.join(CONFIG), CONFIG, &fields, &config_inert, class)?;
     let generation: PathBuf = dir.join(GENERATION_CONFIG);
     if generation.is_file() {
         let generation_inert = |k: &str| GENERATION_INERT.contains(&k);
         out.extend(check_file(&generation, GENERATION_CONFIG, &generation_fields(m), &generation_inert, "GenerationConfig")?);
+    } else if let Value::Object(map) = read_config_json(&dir.join(CONFIG))? {
+        // without it, generate() takes its config from config.json (GenerationConfig.from_model_config):
+        // the token fields only it reads are compared there
+        let only_generation: Vec<Compared> = generation_fields(m).into_iter().filter(|g| !fields.iter().any(|f| f.field == g.field)).collect();
+        out.extend(diffs(CONFIG, &map, &only_generation));
     }
     Ok(out)
 }
@@ -217,6 +223,33 @@ mod tests {
             CONFIG => [HfArchitecture::M2m100, HfArchitecture::Fsmt].iter().flat_map(|a| config_fields(*a, &m)).map(|f| f.field).collect(),
             _ => generation_fields(&m).into_iter().map(|f| f.field).collect(),
         }
+    }
+
+    fn fields_of(dir: &Path, config: Value, generation: Option<Value>) -> Vec<(&'static str, String)> {
+        std::fs::write(dir.join(CONFIG), config.to_string()).unwrap();
+        if let Some(g) = generation {
+            std::fs::write(dir.join(GENERATION_CONFIG), g.to_string()).unwrap();
+        }
+        let ns = serde_json::from_value(json!({"arch": "transformer", "encoder_embed_dim": 8, "encoder_layers": 1, "decoder_layers": 1})).unwrap_or_default();
+        let c = TransformerConfig::from_namespace(&ns, None, None, None).unwrap();
+        let m = FairseqModel { config: &c, bos: 0, pad: 1, eos: 2, bos_word: "<s>", eos_word: "</s>", unk_word: "<unk>", source_rows: 8, target_rows: 8 };
+        check(dir, HfArchitecture::M2m100, &m).unwrap().into_iter().map(|d| (d.file, d.field)).collect()
+    }
+
+    /// Absent fields are transformers' defaults; the token fields generate() reads are compared
+    /// in generation_config.json, or in config.json when there is none.
+    #[test]
+    fn defaults_and_the_generation_fields_are_compared_where_transformers_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = json!({"d_model": 8, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 8, "decoder_attention_heads": 8,
+            "encoder_ffn_dim": 2048, "decoder_ffn_dim": 2048, "vocab_size": 8, "suppress_tokens": [5], "forced_decoder_ids": [[1, 5]]});
+        let mut without_scale = fields_of(dir.path(), base.clone(), None);
+        without_scale.sort();
+        assert_eq!(without_scale, vec![(CONFIG, "forced_decoder_ids".to_string()), (CONFIG, "suppress_tokens".to_string())]);
+        let mut unscaled = base;
+        unscaled["scale_embedding"] = json!(false);
+        let with_generation = fields_of(dir.path(), unscaled, Some(json!({"decoder_start_token_id": 0, "num_beams": 4})));
+        assert_eq!(with_generation, vec![(CONFIG, "scale_embedding".to_string()), (GENERATION_CONFIG, "decoder_start_token_id".to_string())]);
     }
 
     /// No field is both compared and inert: each has one meaning.
