@@ -87,6 +87,20 @@ GENERATION = [
     ("forced_eos_token_id", 3),
     ("suppress_tokens", []),
 ]
+# config.json in a directory without generation_config.json: generate() then takes its token
+# ids and decoding options from config.json (GenerationConfig.from_model_config)
+WITHOUT_GENERATION = [
+    ("bos_token_id", 3),
+    ("eos_token_id", 3),
+    ("pad_token_id", 0),
+    ("decoder_start_token_id", 0),
+    ("forced_bos_token_id", 5),
+    ("forced_eos_token_id", 3),
+    ("suppress_tokens", [5]),
+    ("begin_suppress_tokens", [5]),
+    ("forced_decoder_ids", [[1, 5]]),
+    ("bad_words_ids", [[5]]),
+]
 CANDIDATES = (
     [("m2m", f, v) for f, v in BOTH]
     + [("m2m", "vocab_size", 4000), ("m2m", "tie_word_embeddings", False)]
@@ -129,6 +143,14 @@ WHY_INERT = {
     "generation_config.json:pad_token_id": "pads only finished beams, whose scores no longer change",
     "generation_config.json:forced_eos_token_id": "forces </s> only at max_length, which these translations end before",
     "generation_config.json:suppress_tokens": "suppresses <pad>, which no hypothesis of these models reaches",
+    "without generation_config.json:bos_token_id": "an encoder-decoder model's generate() starts from decoder_start_token_id",
+    "without generation_config.json:pad_token_id": "pads only finished hypotheses (greedy search here: config.json sets no num_beams)",
+    "without generation_config.json:forced_bos_token_id": "M2M-100's generate() is given the target language's id, which overrides it",
+    "without generation_config.json:forced_eos_token_id": "forces </s> only at max_length, which these translations end before",
+    "without generation_config.json:begin_suppress_tokens": "suppresses its tokens at the first generated position only, where these translations do not choose them",
+    "without generation_config.json:suppress_tokens": "suppresses a token these translations do not choose",
+    "without generation_config.json:forced_decoder_ids": "measured: transformers 4.57.6's generate() applies no forced_decoder_ids to these models",
+    "without generation_config.json:bad_words_ids": "bans a token these translations do not choose",
     "langs": "read by FSMTTokenizer from tokenizer_config.json, not by the model",
     "vocab_size": "FSMT reads src_vocab_size / tgt_vocab_size; vocab_size only in the training loss",
 }
@@ -187,15 +209,24 @@ def measure(kind, cls, base_dir, inputs, field, value, base):
 
 def main(golden):
     plants, inert = [], []
+    tmp = tempfile.TemporaryDirectory()
     for fixture, (hf_dir, cls, input_file, kind) in FIXTURES.items():
         inputs = lines(input_file)
-        base = run(kind, cls, hf_dir, inputs)
-        for fx, field, value in CANDIDATES:
-            if fx != fixture:
-                continue
-            r = measure(kind, cls, hf_dir, inputs, field, value, base)
+        bare = os.path.join(tmp.name, fixture)
+        shutil.copytree(hf_dir, bare)
+        os.remove(os.path.join(bare, "generation_config.json"))
+        candidates = [(f, v, hf_dir, None) for fx, f, v in CANDIDATES if fx == fixture]
+        candidates += [(f, v, bare, "generation_config.json") for f, v in WITHOUT_GENERATION]
+        bases = {}
+        for field, value, base_dir, removed in candidates:
+            if base_dir not in bases:
+                bases[base_dir] = run(kind, cls, base_dir, inputs)
+            r = measure(kind, cls, base_dir, inputs, field, value, bases[base_dir])
             file, name = field.split(":") if ":" in field else ("config.json", field)
             row = {"fixture": fixture, "file": file, "field": name, "value": value, **r}
+            if removed:
+                row = {"fixture": fixture, "removed": removed, **{k: v for k, v in row.items() if k != "fixture"}}
+                field = "without generation_config.json:" + field
             changes = "error" in r or "logits_shape" in r or r.get("max_abs_logit_diff", 0.0) > 0.0 or r.get("generate_changed", 0) > 0
             if changes:
                 plants.append(row)
@@ -203,6 +234,7 @@ def main(golden):
                 row["why"] = WHY_INERT.get(field, WHY_INERT.get(name, "(no reason recorded)"))
                 inert.append(row)
             print(f"{fixture} {field}={json.dumps(value)}: {'PLANT' if changes else 'inert'} {r}", file=sys.stderr)
+    tmp.cleanup()
     doc = {
         "made_by": "python reference/hf_plants.py " + golden,
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
@@ -210,7 +242,8 @@ def main(golden):
                "(from_pretrained, eval, float32), generate() with generation_config.json (M2M-100: forced_bos_token_id "
                "= vocab.json's __de__, the source's first token vocab.json's __en__) on the first 4 input lines, logits teacher-forced on the faithful "
                "directory's own generate() output; max_abs_logit_diff and generate_changed against the faithful "
-               "directory, or the error transformers raises",
+               "directory, or the error transformers raises; a plant with `removed` is made in (and measured against) "
+               "the fixture without that file",
         "plants": plants,
         "not_plants": inert,
     }
