@@ -52,7 +52,7 @@ pub struct FieldDiff {
 /// classes: training-only settings, bookkeeping `PretrainedConfig` writes, output switches, and
 /// decoding options (which `generate()` reads from `generation_config.json` when it is there;
 /// tchseq's are its command line's).
-const CONFIG_INERT: [&str; 60] = [
+const CONFIG_INERT: [&str; 55] = [
     // training only: eval() disables dropout and LayerDrop; init_std initialises missing weights
     "dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop", "init_std", "gradient_checkpointing",
     // what PretrainedConfig writes about itself
@@ -64,15 +64,15 @@ const CONFIG_INERT: [&str; 60] = [
     "chunk_size_feed_forward", "add_cross_attention", "cross_attention_hidden_size", "sep_token_id",
     // decoding options
     "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k",
-    "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
     "num_return_sequences", "output_scores", "return_dict_in_generate", "remove_invalid_values", "exponential_decay_length_penalty",
-    "suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "max_new_tokens", "min_new_tokens", "decoder",
+    "max_new_tokens", "min_new_tokens",
 ];
 
 /// `FSMTConfig` fields the model never reads: `langs` (FSMTTokenizer reads its own from
 /// `tokenizer_config.json`), `decoder` (rebuilt from the top-level fields), `vocab_size` (the
 /// training loss only).
-const FSMT_INERT: [&str; 2] = ["langs", "vocab_size"];
+const FSMT_INERT: [&str; 3] = ["langs", "decoder", "vocab_size"];
 
 /// `generation_config.json` fields that are decoding options (tchseq's come from its command
 /// line) or bookkeeping.
@@ -164,12 +164,12 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-fn check_file(path: &Path, file: &'static str, fields: &[Compared], inert: &dyn Fn(&str) -> bool, class: &'static str) -> Result<Vec<FieldDiff>, HfDirError> {
+fn check_file(path: &Path, file: &'static str, fields: &[Compared], not_compared: &dyn Fn(&str) -> bool, class: &'static str) -> Result<Vec<FieldDiff>, HfDirError> {
     let value = read_config_json(path)?;
     let Value::Object(map) = value else {
         return Err(HfDirError::NotAnObject { path: path.to_path_buf() });
     };
-    if let Some(unknown) = map.keys().find(|k| !inert(k) && !fields.iter().any(|f| f.field == k.as_str())) {
+    if let Some(unknown) = map.keys().find(|k| !not_compared(k) && !fields.iter().any(|f| f.field == k.as_str())) {
         return Err(HfDirError::UnknownField { path: path.to_path_buf(), field: unknown.clone(), class });
     }
     Ok(diffs(file, &map, fields))
@@ -195,18 +195,20 @@ pub fn check(dir: &Path, arch: HfArchitecture, m: &FairseqModel) -> Result<Vec<F
         HfArchitecture::M2m100 => "M2M100Config",
         HfArchitecture::Fsmt => "FSMTConfig",
     };
-    let config_inert = |k: &str| CONFIG_INERT.contains(&k) || (arch == HfArchitecture::Fsmt && FSMT_INERT.contains(&k));
     let fields = config_fields(arch, m);
-    let mut out = check_file(&dir.join(CONFIG), CONFIG, &fields, &config_inert, class)?;
+    // the token fields only generate() reads (suppress_tokens, ...): in generation_config.json
+    // where there is one, else in config.json (GenerationConfig.from_model_config)
+    let generation_only: Vec<Compared> = generation_fields(m).into_iter().filter(|g| !fields.iter().any(|f| f.field == g.field)).collect();
+    let config_not_compared = |k: &str| {
+        CONFIG_INERT.contains(&k) || (arch == HfArchitecture::Fsmt && FSMT_INERT.contains(&k)) || generation_only.iter().any(|g| g.field == k)
+    };
+    let mut out = check_file(&dir.join(CONFIG), CONFIG, &fields, &config_not_compared, class)?;
     let generation: PathBuf = dir.join(GENERATION_CONFIG);
     if generation.is_file() {
         let generation_inert = |k: &str| GENERATION_INERT.contains(&k);
         out.extend(check_file(&generation, GENERATION_CONFIG, &generation_fields(m), &generation_inert, "GenerationConfig")?);
     } else if let Value::Object(map) = read_config_json(&dir.join(CONFIG))? {
-        // without it, generate() takes its config from config.json (GenerationConfig.from_model_config):
-        // the token fields only it reads are compared there
-        let only_generation: Vec<Compared> = generation_fields(m).into_iter().filter(|g| !fields.iter().any(|f| f.field == g.field)).collect();
-        out.extend(diffs(CONFIG, &map, &only_generation));
+        out.extend(diffs(CONFIG, &map, &generation_only));
     }
     Ok(out)
 }
