@@ -65,7 +65,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs, against: &Path) -> Result<Out
     let converted = read_converted(against).map_err(common::hub_error)?;
     let checkpoint = bundle.checkpoints.first().context("the model has no checkpoint")?;
     let mut config = compare_config(&checkpoint.config, &converted.config);
-    config.extend(compare_fields(checkpoint, &bundle.tgt_dict, &converted).map_err(common::hub_error)?);
+    config.extend(compare_fields(checkpoint, &bundle.tgt_dict, &converted)?);
     let judged = converted.weights.iter().all(|w| w.bound.is_none());
     if !config.is_empty() {
         let report = Report {

@@ -249,7 +249,7 @@ pub fn compare_config(reference: &TransformerConfig, converted: &TransformerConf
 /// `config.json` and `generation_config.json` (`hf_fields`), a CTranslate2 directory's
 /// `config.json` and spec flags (`ctranslate2::fields`); an error for a field tchseq does not
 /// know.
-pub fn compare_fields(reference: &Checkpoint, tgt_dict: &Dictionary, converted: &Converted) -> Result<Vec<ConfigRow>, HubError> {
+pub fn compare_fields(reference: &Checkpoint, tgt_dict: &Dictionary, converted: &Converted) -> anyhow::Result<Vec<ConfigRow>> {
     let rows = |name: &str| reference.state_dict.get(name).and_then(|t| t.size().first().copied()).unwrap_or(0);
     let model = hf_fields::FairseqModel {
         config: &reference.config,
@@ -263,11 +263,8 @@ pub fn compare_fields(reference: &Checkpoint, tgt_dict: &Dictionary, converted: 
         target_rows: rows("decoder.embed_tokens.weight"),
     };
     let diffs = match (&converted.ct2, hf::architecture(&converted.path)) {
-        (Some(ct2), _) => ctranslate2::fields::check(ct2, &model).map_err(|e| HubError::ModelDir(e.to_string()))?,
-        (None, Some(arch)) => {
-            let dir = converted.path.parent().unwrap_or(Path::new("."));
-            hf_fields::check(dir, arch, &model).map_err(|e| checkpoint_error(CheckpointError::HuggingFace(e)))?
-        }
+        (Some(ct2), _) => ctranslate2::fields::check(ct2, &model)?,
+        (None, Some(arch)) => hf_fields::check(converted.path.parent().unwrap_or(Path::new(".")), arch, &model)?,
         (None, None) => Vec::new(),
     };
     Ok(diffs.into_iter().map(|d| ConfigRow { field: d.field, file: Some(d.file), reference: d.faithful, converted: d.found }).collect())
