@@ -16,10 +16,14 @@ use crate::checkpoint::hf_fields::{FairseqModel, FieldDiff};
 pub const CONFIG: &str = "config.json";
 pub const MODEL_BIN: &str = "model.bin";
 
-/// The flags of `model.bin` that CTranslate2 4.8.5 reads but that leave its translations and
-/// scores unchanged for a fairseq model (measured): the attention returned, several source
-/// features merged, ALiBi's options without ALiBi.
-pub const INERT_FLAGS: [&str; 5] = ["decoder/alignment_layer", "decoder/alignment_heads", "encoder/embeddings_merge", "decoder/alibi_use_positive_positions", "decoder/scale_alibi"];
+/// The spec flags compared (`<side>/` and the flag); a scalar the spec stores that is no flag is
+/// an error (`Ct2Model::fairseq_args`).
+const COMPARED_FLAGS: [&str; 7] = ["num_heads", "pre_norm", "activation", "scale_embeddings", "alibi", "start_from_zero_embedding", "multi_query_attention"];
+
+/// The flags CTranslate2 4.8.5 reads but that leave its translations and scores unchanged for a
+/// fairseq model (measured): the attention returned, several source features merged, ALiBi's
+/// options without ALiBi.
+const INERT_FLAGS: [&str; 5] = ["alignment_layer", "alignment_heads", "embeddings_merge", "alibi_use_positive_positions", "scale_alibi"];
 
 /// A `config.json` field: the values a faithful conversion holds, and CTranslate2's default.
 struct ConfigField {
@@ -107,4 +111,19 @@ pub fn check(model: &Ct2Model, m: &FairseqModel) -> Result<Vec<FieldDiff>, Ct2Er
 
 fn activation_id(flags: &SideFlags) -> i64 {
     (0..7).find(|&id| Activation::from_id(id) == Some(flags.activation)).unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every flag the reader accepts is either compared or known to change nothing.
+    #[test]
+    fn every_flag_is_compared_or_inert() {
+        let mut decided: Vec<&str> = COMPARED_FLAGS.iter().chain(&INERT_FLAGS).copied().collect();
+        let mut read: Vec<&str> = super::super::names::FLAGS.to_vec();
+        decided.sort_unstable();
+        read.sort_unstable();
+        assert_eq!(decided, read);
+    }
 }
