@@ -5,7 +5,7 @@
 # not part of reference/make_all.sh (CI does not need transformers).
 #
 #   bash reference/hf_goldens.sh
-#   STEPS=convert,check bash reference/hf_goldens.sh     # subset of: convert,check,random,tokenizers,bundled,ct2,finish
+#   STEPS=convert,check bash reference/hf_goldens.sh     # subset of: convert,check,random,tokenizers,bundled,ct2,plants,finish
 #   HF_PYTHON=.venv-hf4/bin/python STEPS=tokenizers bash reference/hf_goldens.sh   # transformers 4 elsewhere
 #
 # convert  reference/hf_convert.py: m2m -> tests/fixtures/hf/m2m (M2M100ForConditionalGeneration),
@@ -24,12 +24,14 @@
 # bundled  the bundled weights/multi30k.en-de as FSMT in reference/work/hf/fsmt-multi30k
 #          (12 MB, not committed): conversion + forward + tokenizer check, recorded in the manifest
 # ct2      reference/ct2_convert.sh: tests/fixtures/ct2/* and tests/fixtures/ct2/manifest.json
+# plants   reference/hf_plants.py, reference/ct2_plants.py: which config fields change transformers'
+#          and CTranslate2's output (tests/fixtures/hf/plants.json, tests/fixtures/ct2/plants.json)
 # finish   versions, commands and file sizes into tests/fixtures/hf/manifest.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source reference/env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
-STEPS="${STEPS:-convert,check,random,tokenizers,bundled,ct2,finish}"
+STEPS="${STEPS:-convert,check,random,tokenizers,bundled,ct2,plants,finish}"
 HF=tests/fixtures/hf
 MANIFEST=$HF/manifest.json
 LOG=reference/work/hf
@@ -83,6 +85,10 @@ if has bundled; then
 fi
 if has ct2; then
   run bash reference/ct2_convert.sh
+fi
+if has plants; then
+  run "$HF_PYTHON" reference/hf_plants.py $HF/plants.json
+  run python reference/ct2_plants.py tests/fixtures/ct2/plants.json
 fi
 if has finish; then
   python - "$MANIFEST" "$LOG/commands.txt" <<'EOF'

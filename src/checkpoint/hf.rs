@@ -37,7 +37,8 @@ struct HfConfig {
     #[serde(default = "relu")]
     activation_function: String,
     max_position_embeddings: i64,
-    #[serde(default)]
+    /// Both classes default it to true.
+    #[serde(default = "yes")]
     scale_embedding: bool,
     #[serde(default)]
     tie_word_embeddings: Option<bool>,
@@ -48,6 +49,10 @@ struct HfConfig {
 
 fn relu() -> String {
     "relu".into()
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn read_config(weights: &Path) -> Result<(HfArchitecture, HfConfig), CheckpointError> {

@@ -116,6 +116,23 @@ pub enum HfDirError {
         /// serde_json's error, with its line and column.
         source: serde_json::Error,
     },
+    /// A config file that is JSON but not one object.
+    #[error("{}: not a JSON object, as transformers writes its configs", path.display())]
+    NotAnObject {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A config field that is neither compared with the fairseq model nor known to leave
+    /// transformers' output unchanged (see `hf_fields`).
+    #[error("{}: field {field:?} is not one tchseq knows the meaning of in a {class}: it cannot say whether the conversion computes what the fairseq model does", path.display())]
+    UnknownField {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// transformers' class the file is read by.
+        class: &'static str,
+    },
     /// `config.json` names no `model_type`.
     #[error("{}: no model_type (tchseq reads {})", path.display(), supported())]
     NoModelType {

@@ -23,6 +23,7 @@ pub mod ctranslate2;
 mod file_storage;
 pub mod hf;
 pub mod hf_dir;
+pub mod hf_fields;
 pub mod hf_tokens;
 pub mod pickle;
 pub mod pyjson;

@@ -2,6 +2,7 @@
 //! One module per area.
 
 mod against;
+mod against_fields;
 mod architecture;
 mod average;
 mod bad_input;

@@ -20,6 +20,7 @@
 //! calls `<blank>`; the LayerNorm epsilon (`layer_norm_epsilon: null`, i.e. 1e-5); whether two
 //! equal tensors were one parameter (aliases are made by value).
 
+pub mod fields;
 mod flags;
 pub mod model_bin;
 pub mod names;
@@ -544,7 +545,7 @@ impl Ct2Model {
             return Err(unsupported("decoder layers without encoder attention".into()));
         }
         if enc.activation != dec.activation || enc.layernorm_embedding != dec.layernorm_embedding {
-            return Err(unsupported("encoder and decoder differ in activation or layernorm_embedding, which fairseq sets once".into()));
+            return Err(unsupported("encoder/activation and decoder/activation (or the sides' layernorm_embedding) differ, which fairseq sets once for both".into()));
         }
         let activation = dec.activation.fairseq_name().ok_or_else(|| unsupported(format!("activation {:?}", dec.activation)))?;
         let sqrt_dim = |f: &SideFlags| (f.embed_dim as f32).sqrt();
@@ -553,7 +554,7 @@ impl Ct2Model {
         } else if enc.embed_scale == sqrt_dim(enc) && dec.embed_scale == sqrt_dim(dec) {
             false
         } else {
-            return Err(unsupported(format!("embedding scales {} and {}, neither 1 nor sqrt(embed_dim) on both sides", enc.embed_scale, dec.embed_scale)));
+            return Err(unsupported(format!("encoder/scale_embeddings {} and decoder/scale_embeddings {}: neither 1 nor sqrt(embed_dim) on both sides", enc.embed_scale, dec.embed_scale)));
         };
         let learned = |module: &str| -> Result<bool, Ct2Error> {
             match self.sinusoidal_max_abs_diff(module)? {

@@ -5,7 +5,7 @@
 
 /// The scalars a fairseq conversion stores (`TransformerEncoderSpec`/`TransformerDecoderSpec`
 /// attributes), and `embeddings/multiply_by_sqrt_depth` of older models.
-const FLAGS: [&str; 12] = [
+pub(super) const FLAGS: [&str; 12] = [
     "num_heads",
     "pre_norm",
     "activation",

@@ -13,7 +13,7 @@ use tch::{Kind, Tensor};
 use crate::cli::args::{GlobalArgs, VerifyArgs};
 use crate::cli::common;
 use crate::cli::Outcome;
-use super::converted::{compare_config, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
+use super::converted::{compare_config, compare_fields, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
 use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator};
 use tchseq::model::{get_normalized_probs, TransformerModel, PADDING_IDX};
 
@@ -64,7 +64,8 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs, against: &Path) -> Result<Out
     let bundle = common::load_single(global, &args.model, None, Kind::Float)?;
     let converted = read_converted(against).map_err(common::hub_error)?;
     let checkpoint = bundle.checkpoints.first().context("the model has no checkpoint")?;
-    let config = compare_config(&checkpoint.config, &converted.config);
+    let mut config = compare_config(&checkpoint.config, &converted.config);
+    config.extend(compare_fields(checkpoint, &bundle.tgt_dict, &converted)?);
     let judged = converted.weights.iter().all(|w| w.bound.is_none());
     if !config.is_empty() {
         let report = Report {
@@ -73,7 +74,7 @@ pub fn run(global: &GlobalArgs, args: &VerifyArgs, against: &Path) -> Result<Out
             format: converted.format,
             failed: config.len(),
             stopped: Some(format!(
-                "the configs differ in {} architecture field{}: weights, activations and translations not compared",
+                "the configs differ in {} field{}: weights, activations and translations not compared",
                 config.len(),
                 if config.len() == 1 { "" } else { "s" }
             )),
@@ -207,7 +208,8 @@ fn print(r: &Report, json: bool) -> Result<()> {
     }
     writeln!(out, "{} against {} ({})", r.model, r.against, r.format.name())?;
     for c in &r.config {
-        writeln!(out, "config {}: {} here, {} in the conversion  FAIL", c.field, c.reference, c.converted)?;
+        let field = c.file.map_or(c.field.clone(), |f| format!("{f} {}", c.field));
+        writeln!(out, "config {field}: {} here, {} in the conversion  FAIL", c.reference, c.converted)?;
     }
     if let Some(why) = &r.stopped {
         writeln!(out, "{why}")?;

@@ -12,8 +12,9 @@ use tch::{Kind, Tensor};
 
 use tchseq::hub::model_dir::find_checkpoint;
 use tchseq::hub::HubError;
-use tchseq::checkpoint::{ctranslate2, hf, load_checkpoint, upgrade, Checkpoint, CheckpointError};
+use tchseq::checkpoint::{ctranslate2, hf, hf_fields, load_checkpoint, upgrade, Checkpoint, CheckpointError};
 use tchseq::config::TransformerConfig;
+use tchseq::text::dictionary::Dictionary;
 use tchseq::model::{ModelError, SinusoidalPositionalEmbedding, PADDING_IDX};
 
 /// The formats a conversion may be in.
@@ -69,6 +70,8 @@ pub struct Converted {
     pub positions: Vec<StoredPositions>,
     /// fairseq names → tensors (the first stored weight of each), to build the model from.
     pub state_dict: IndexMap<String, Tensor>,
+    /// A CTranslate2 directory as read, for its own fields.
+    pub ct2: Option<ctranslate2::Ct2Model>,
 }
 
 impl Format {
@@ -111,11 +114,11 @@ pub fn read_converted(path: &Path) -> Result<Converted, HubError> {
             }
         }
         let state_dict = built_state_dict(&config, &weights)?;
-        return Ok(Converted { format: Format::HuggingFace, path: file, config, weights, positions, state_dict });
+        return Ok(Converted { format: Format::HuggingFace, path: file, config, weights, positions, state_dict, ct2: None });
     }
     let ckpt = load_checkpoint(&file).map_err(checkpoint_error)?;
     let weights = comparable(&ckpt).into_iter().map(|(n, t)| StoredWeight { stored_as: n.clone(), fairseq: n, tensor: t, bound: None }).collect();
-    Ok(Converted { format: Format::Fairseq, path: file, config: ckpt.config.clone(), weights, positions: Vec::new(), state_dict: ckpt.state_dict })
+    Ok(Converted { format: Format::Fairseq, path: file, config: ckpt.config.clone(), weights, positions: Vec::new(), state_dict: ckpt.state_dict, ct2: None })
 }
 
 fn torch(source: tch::TchError) -> HubError {
@@ -146,7 +149,7 @@ fn read_ctranslate2(model_bin: &Path) -> Result<Converted, HubError> {
         })
         .collect();
     let state_dict = built_state_dict(&config, &weights)?;
-    Ok(Converted { format: Format::Ctranslate2, path: model_bin.to_path_buf(), config, weights, positions, state_dict })
+    Ok(Converted { format: Format::Ctranslate2, path: model_bin.to_path_buf(), config, weights, positions, state_dict, ct2: Some(m) })
 }
 
 /// The state dict a conversion's model is built from: each fairseq name's first stored weight,
@@ -209,11 +212,15 @@ pub struct WeightRow {
     pub note: Option<String>,
 }
 
-/// One architecture field of the two configs.
+/// One field of the two configs.
 #[derive(Debug, Serialize)]
 pub struct ConfigRow {
-    /// fairseq's name of the field.
+    /// fairseq's name of the field, or the conversion's where `file` names its file.
     pub field: String,
+    /// The conversion's file that holds the field (`config.json`, ...), where it is compared
+    /// under the conversion's own name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<&'static str>,
     /// The reference's value.
     pub reference: serde_json::Value,
     /// The conversion's value.
@@ -233,8 +240,34 @@ pub fn compare_config(reference: &TransformerConfig, converted: &TransformerConf
     ARCHITECTURE
         .iter()
         .filter(|f| a.get(**f) != b.get(**f))
-        .map(|f| ConfigRow { field: f.to_string(), reference: a.get(*f).cloned().unwrap_or_default(), converted: b.get(*f).cloned().unwrap_or_default() })
+        .map(|f| ConfigRow { field: f.to_string(), file: None, reference: a.get(*f).cloned().unwrap_or_default(), converted: b.get(*f).cloned().unwrap_or_default() })
         .collect()
+}
+
+/// The fields of a conversion's own files that differ from what a faithful conversion of
+/// `reference` holds, each under the conversion's name: a Hugging Face directory's
+/// `config.json` and `generation_config.json` (`hf_fields`), a CTranslate2 directory's
+/// `config.json` and spec flags (`ctranslate2::fields`); an error for a field tchseq does not
+/// know.
+pub fn compare_fields(reference: &Checkpoint, tgt_dict: &Dictionary, converted: &Converted) -> anyhow::Result<Vec<ConfigRow>> {
+    let rows = |name: &str| reference.state_dict.get(name).and_then(|t| t.size().first().copied()).unwrap_or(0);
+    let model = hf_fields::FairseqModel {
+        config: &reference.config,
+        bos: tgt_dict.bos(),
+        pad: tgt_dict.pad(),
+        eos: tgt_dict.eos(),
+        bos_word: tgt_dict.symbol(tgt_dict.bos()),
+        eos_word: tgt_dict.symbol(tgt_dict.eos()),
+        unk_word: tgt_dict.symbol(tgt_dict.unk()),
+        source_rows: rows("encoder.embed_tokens.weight"),
+        target_rows: rows("decoder.embed_tokens.weight"),
+    };
+    let diffs = match (&converted.ct2, hf::architecture(&converted.path)) {
+        (Some(ct2), _) => ctranslate2::fields::check(ct2, &model)?,
+        (None, Some(arch)) => hf_fields::check(converted.path.parent().unwrap_or(Path::new(".")), arch, &model)?,
+        (None, None) => Vec::new(),
+    };
+    Ok(diffs.into_iter().map(|d| ConfigRow { field: d.field, file: Some(d.file), reference: d.faithful, converted: d.found }).collect())
 }
 
 /// Every fairseq weight of `reference` against the conversion's (missing ones fail), then every
