@@ -18,11 +18,13 @@ pub const MODEL_BIN: &str = "model.bin";
 
 /// The spec flags compared (`<side>/` and the flag); a scalar the spec stores that is no flag is
 /// an error (`Ct2Model::fairseq_args`).
+#[cfg(test)]
 const COMPARED_FLAGS: [&str; 7] = ["num_heads", "pre_norm", "activation", "scale_embeddings", "alibi", "start_from_zero_embedding", "multi_query_attention"];
 
 /// The flags CTranslate2 4.8.5 reads but that leave its translations and scores unchanged for a
 /// fairseq model (measured): the attention returned, several source features merged, ALiBi's
 /// options without ALiBi.
+#[cfg(test)]
 const INERT_FLAGS: [&str; 5] = ["alignment_layer", "alignment_heads", "embeddings_merge", "alibi_use_positive_positions", "scale_alibi"];
 
 /// A `config.json` field: the values a faithful conversion holds, and CTranslate2's default.

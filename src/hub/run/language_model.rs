@@ -2,13 +2,10 @@
 //! fairseq-interactive continues them, and fairseq-eval-lm's scoring of [`LmRow`]s
 //! (`SequenceScorer` over a decoder without an encoder).
 
-use std::path::PathBuf;
-
 use tch::{Device, Tensor};
 
 use super::translator::{Batching, HypothesisText, Translation};
 use crate::hub::{HubError, LanguageModelBundle, LoadOptions, ModelSpec};
-use crate::config::TransformerConfig;
 use crate::generate::batching::batch_by_size;
 use crate::generate::lm_samples::{BreakMode, LmRow, LmSamples, LmSpecials};
 use crate::generate::lm_step::LanguageModelStep;
@@ -17,9 +14,7 @@ use crate::generate::workers::catch_panic;
 use crate::generate::sequence_generator::Specials;
 use crate::generate::{GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, SequenceGenerator};
 use crate::text::pipeline::PipelineError;
-use crate::model::{get_normalized_probs, TransformerLanguageModel, PADDING_IDX};
-use crate::text::dictionary::Dictionary;
-use crate::text::pipeline::TextPipeline;
+use crate::model::{get_normalized_probs, PADDING_IDX};
 
 /// A loaded `transformer_lm`: continues prompts (fairseq-interactive `--task
 /// language_modeling`) and scores text (fairseq-eval-lm).
@@ -39,21 +34,15 @@ use crate::text::pipeline::TextPipeline;
 /// assert!(lm.hypothesis_text(&hypos[0])?.text.starts_with("A man in "));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct LanguageModel {
-    /// The checkpoint file (`model.pt` of a directory, or the first of `--path`).
-    pub checkpoint: PathBuf,
-    /// The checkpoint's config (`add_bos_token` picks the start symbol).
-    pub config: TransformerConfig,
-    /// The decoder, without an encoder (fairseq's `TransformerLanguageModel`).
-    pub model: TransformerLanguageModel,
-    /// The model's one dictionary.
-    pub dict: Dictionary,
-    /// Where the dictionary was found (`dict.txt`).
-    pub dict_path: PathBuf,
-    /// Tokenizes and detokenizes text (one language).
-    pub pipeline: TextPipeline,
-    /// Moses fallbacks and what loading the weights noticed (e.g. tied weights that differ), one line each.
-    pub warnings: Vec<String>,
+pub struct LanguageModel(LanguageModelBundle);
+
+/// The loaded model's parts (checkpoint, config, model, dictionary, pipeline, warnings).
+impl std::ops::Deref for LanguageModel {
+    type Target = LanguageModelBundle;
+
+    fn deref(&self) -> &LanguageModelBundle {
+        &self.0
+    }
 }
 
 /// Scores of one row: the scored target tokens and their natural-log probabilities.
@@ -91,8 +80,7 @@ impl LanguageModel {
 
     /// The loaded model, ready to run.
     pub fn new(bundle: LanguageModelBundle) -> Self {
-        let LanguageModelBundle { checkpoint, config, model, dict, dict_path, pipeline, warnings } = bundle;
-        LanguageModel { checkpoint, config, model, dict, dict_path, pipeline, warnings }
+        LanguageModel(bundle)
     }
 
     /// A line of text → token ids ending in EOS, as fairseq-preprocess binarizes it.
