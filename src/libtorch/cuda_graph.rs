@@ -189,14 +189,26 @@ impl Drop for CudaGraph {
 mod tests {
     use super::*;
 
-    /// Without a GPU the shim may load (libtorch_cuda is there) or not, but a graph is never
-    /// captured: construction or capture_begin fails with a typed error instead.
+    /// The embedded shim's symbols resolve against the libtorch_cuda this process loads: a
+    /// build made against other headers than the library it runs on fails here.
+    #[test]
+    fn the_shim_loads_wherever_libtorch_cuda_does() {
+        let cuda = super::super::load_cuda();
+        match (cfg!(tchseq_cuda_graph), cuda) {
+            (true, Ok(_)) => assert!(cuda_graphs_available().is_ok(), "{:?}", cuda_graphs_available()),
+            (true, Err(_)) => assert!(matches!(cuda_graphs_available(), Err(CudaGraphError::NoCuda(_)))),
+            (false, _) => assert!(matches!(cuda_graphs_available(), Err(CudaGraphError::NotBuilt))),
+        }
+    }
+
+    /// Without a GPU a graph is never captured: construction or capture_begin fails with a
+    /// typed error instead.
     #[test]
     fn without_a_device_a_capture_is_a_typed_error() {
+        let outcome = CudaGraph::new().and_then(|mut g| g.capture(0, || Ok::<(), ()>(())).map(|_| g));
         if tch::Cuda::is_available() {
             return;
         }
-        let outcome = CudaGraph::new().and_then(|mut g| g.capture(0, || Ok::<(), ()>(())).map(|_| g));
         match outcome {
             Err(CudaGraphError::NotBuilt | CudaGraphError::NoCuda(_) | CudaGraphError::Failed { .. }) => {}
             Err(CudaGraphError::Unloadable(why)) => panic!("the shim must load where libtorch_cuda does: {why}"),

@@ -326,3 +326,167 @@ impl IncrementalState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::model::fixed_cache::FixedKvCache;
+    use tch::Kind;
+
+    /// A graph that runs its body when captured (on the CPU that computes it) and does nothing
+    /// when replayed.
+    struct Recording;
+
+    impl StepGraph for Recording {
+        fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError> {
+            Ok(body())
+        }
+
+        fn replay(&mut self) -> Result<(), CudaGraphError> {
+            Ok(())
+        }
+    }
+
+    struct BrokenReplay;
+
+    impl StepGraph for BrokenReplay {
+        fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError> {
+            Ok(body())
+        }
+
+        fn replay(&mut self) -> Result<(), CudaGraphError> {
+            Err(CudaGraphError::Failed { stage: "replay", message: "test".into() })
+        }
+    }
+
+    fn recording(_: Device) -> Result<Box<dyn StepGraph>, CudaGraphError> {
+        Ok(Box::new(Recording))
+    }
+
+    fn broken_replay(_: Device) -> Result<Box<dyn StepGraph>, CudaGraphError> {
+        Ok(Box::new(BrokenReplay))
+    }
+
+    const ROWS: i64 = 4;
+
+    /// A one-layer state whose fixed cache holds one position of `ROWS` rows.
+    fn state() -> IncrementalState {
+        let mut state = IncrementalState::new();
+        let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+        let mut cache = FixedKvCache::new(&k).unwrap();
+        cache.append(&k, &k).unwrap();
+        state.layer_mut(0).self_attn.fixed_cache = Some(cache);
+        state
+    }
+
+    fn cache_len(state: &IncrementalState) -> i64 {
+        state.layers[0].self_attn.fixed_cache.as_ref().unwrap().len()
+    }
+
+    /// Runs `steps` steps of a body that appends to the cache and doubles its input; returns
+    /// how often the body ran and the last result.
+    fn run(graphs: &StepGraphs, state: &mut IncrementalState, steps: usize) -> (usize, Tensor) {
+        let calls = Cell::new(0);
+        let mut body = |x: &Tensor, s: &mut IncrementalState| -> Result<Tensor, ModelError> {
+            calls.set(calls.get() + 1);
+            let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+            s.layers[0].self_attn.fixed_cache.as_mut().unwrap().append(&k, &k)?;
+            Ok(x.f_mul_scalar(2.0)?)
+        };
+        let mut last = None;
+        for step in 0..steps {
+            let x = Tensor::full([1, ROWS, 8], step as f64, (Kind::Float, Device::Cpu));
+            last = graphs.step(&x, state, false, &mut body).unwrap();
+        }
+        (calls.get(), last.unwrap())
+    }
+
+    #[test]
+    fn a_bucket_runs_eagerly_then_is_captured_once_and_replayed_and_each_step_counts_one_position() {
+        let graphs = StepGraphs::new(recording);
+        let mut state = state();
+        let (calls, _) = run(&graphs, &mut state, 6);
+        // two eager steps, the capture's run, then replays that do not run the body
+        assert_eq!(calls, WARMUP_STEPS + 1);
+        assert_eq!(graphs.stats(), GraphStats { captures: 1, replays: 6 - WARMUP_STEPS - 1, eager_steps: WARMUP_STEPS, failed_buckets: 0 });
+        assert_eq!(cache_len(&state), 1 + 6);
+        assert_eq!(graphs.graphs(), 1);
+        // the caches are no longer deferred after a capture: an eager append counts itself
+        let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+        state.layers[0].self_attn.fixed_cache.as_mut().unwrap().append(&k, &k).unwrap();
+        assert_eq!(cache_len(&state), 8);
+    }
+
+    #[test]
+    fn a_state_with_other_buffers_captures_again_and_a_new_length_bucket_is_another_graph() {
+        let graphs = StepGraphs::new(recording);
+        let mut first = state();
+        let _ = run(&graphs, &mut first, 4);
+        let mut second = state();
+        let (calls, _) = run(&graphs, &mut second, 4);
+        assert_eq!(calls, WARMUP_STEPS + 1, "the first batch's graph reads the first batch's buffers");
+        assert_eq!(graphs.stats().captures, 2);
+        assert_eq!(graphs.graphs(), 1);
+        // past 32 positions the cache grows to the next length bucket: a second key
+        let _ = run(&graphs, &mut second, 30);
+        assert_eq!(cache_len(&second), 1 + 4 + 30);
+        assert_eq!(graphs.graphs(), 2);
+        assert_eq!(graphs.stats().captures, 3);
+    }
+
+    /// Without CUDA every capture fails: the bucket is reported, then every step is the eager
+    /// step's, with its result, and still counts one position.
+    #[test]
+    fn without_cuda_a_bucket_falls_back_to_the_eager_step() {
+        let graphs = StepGraphs::new(cuda_graph_factory);
+        let mut state = state();
+        let (calls, last) = run(&graphs, &mut state, 5);
+        assert_eq!(calls, 5);
+        assert_eq!(Vec::<f32>::try_from(last.flatten(0, -1)).unwrap(), vec![8.0; (ROWS * 8) as usize]);
+        assert_eq!(graphs.stats(), GraphStats { captures: 0, replays: 0, eager_steps: 5, failed_buckets: 1 });
+        assert_eq!(cache_len(&state), 1 + 5);
+        assert_eq!(graphs.graphs(), 0);
+    }
+
+    #[test]
+    fn a_failed_replay_gives_the_eager_result_and_leaves_the_bucket_eager() {
+        let graphs = StepGraphs::new(broken_replay);
+        let mut state = state();
+        let (calls, last) = run(&graphs, &mut state, 5);
+        // the capture ran the body, its replay failed, so the step ran again eagerly
+        assert_eq!(calls, 5 + 1);
+        assert_eq!(Vec::<f32>::try_from(last.flatten(0, -1)).unwrap(), vec![8.0; (ROWS * 8) as usize]);
+        assert_eq!(graphs.stats().failed_buckets, 1);
+        assert_eq!(graphs.stats().replays, 0);
+        assert_eq!(cache_len(&state), 1 + 5);
+    }
+
+    #[test]
+    fn a_step_without_a_written_fixed_cache_is_left_to_the_caller() {
+        let graphs = StepGraphs::new(recording);
+        let x = Tensor::zeros([1, ROWS, 8], (Kind::Float, Device::Cpu));
+        let mut body = |x: &Tensor, _: &mut IncrementalState| Ok(x.shallow_clone());
+        assert!(graphs.step(&x, &mut IncrementalState::new(), false, &mut body).unwrap().is_none());
+        // an encoder whose attentions have no keys yet: the first step of a batch
+        assert!(graphs.step(&x, &mut state(), true, &mut body).unwrap().is_none());
+        // rows that are not the cache's bucket
+        let three = Tensor::zeros([1, 3, 8], (Kind::Float, Device::Cpu));
+        assert!(graphs.step(&three, &mut state(), false, &mut body).unwrap().is_none());
+        assert_eq!(graphs.stats(), GraphStats::default());
+    }
+
+    #[test]
+    fn the_setting_is_on_or_off_and_anything_else_is_named() {
+        for on in ["1", "on", " TRUE ", "yes"] {
+            assert_eq!(cuda_graph_requested(Some(on)), (true, None), "{on}");
+        }
+        for off in [None, Some(""), Some("0"), Some("off"), Some("no")] {
+            assert_eq!(cuda_graph_requested(off), (false, None), "{off:?}");
+        }
+        let (on, warning) = cuda_graph_requested(Some("2"));
+        assert!(!on);
+        assert_eq!(warning.unwrap(), r#"TCHSEQ_CUDA_GRAPH="2": neither 1 nor 0; the step runs eagerly"#);
+    }
+}
