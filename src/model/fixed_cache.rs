@@ -247,6 +247,33 @@ mod tests {
         assert_eq!(moved, ["reorder 19 to 3", "reorder 29 to 2", "append 32"]);
     }
 
+    /// A deferred append (a replayed step's) writes at the position `prepare` put on the device,
+    /// as often as it runs, and counts nothing; the caller's `commit` counts it once.
+    #[test]
+    fn a_deferred_append_writes_at_the_prepared_position_and_the_caller_counts_it() {
+        let k = |v: f64| Tensor::full([2, 1, 1, 2], v, (tch::Kind::Float, tch::Device::Cpu));
+        let mut c = FixedKvCache::new(&k(1.0)).unwrap();
+        c.append(&k(1.0), &k(1.0)).unwrap();
+        c.prepare().unwrap();
+        c.defer(true);
+        c.append(&k(2.0), &k(2.0)).unwrap();
+        c.append(&k(3.0), &k(3.0)).unwrap();
+        assert_eq!(c.len(), 1);
+        c.defer(false);
+        c.commit();
+        let (keys, values) = c.to_tensors().unwrap();
+        assert_eq!(Vec::<f32>::try_from(keys.select(0, 1).flatten(0, -1)).unwrap(), [1., 1., 3., 3.]);
+        assert_eq!(Vec::<f32>::try_from(values.select(0, 0).flatten(0, -1)).unwrap(), [1., 1., 3., 3.]);
+        let (_, _, bias) = c.attended().unwrap();
+        let bias = Vec::<f32>::try_from(bias.flatten(0, -1)).unwrap();
+        assert_eq!(bias[..2], [0., 0.]);
+        assert!(bias[2..].iter().all(|b| *b == f32::NEG_INFINITY));
+        // an append of its own prepares the next position
+        c.append(&k(4.0), &k(4.0)).unwrap();
+        assert_eq!(c.len(), 3);
+        assert_eq!(Vec::<f32>::try_from(c.to_tensors().unwrap().0.select(0, 0).flatten(0, -1)).unwrap(), [1., 1., 3., 3., 4., 4.]);
+    }
+
     #[test]
     fn buckets_round_up() {
         assert_eq!([1, 2, 3, 5, 8, 9].map(row_bucket), [1, 2, 4, 8, 8, 16]);

@@ -48,13 +48,19 @@ pub trait StepGraph: Send {
     fn replay(&mut self) -> Result<(), CudaGraphError>;
 }
 
-impl StepGraph for (CudaGraph, usize) {
+/// A [`CudaGraph`] of a step on CUDA device `device`.
+struct DeviceGraph {
+    graph: CudaGraph,
+    device: usize,
+}
+
+impl StepGraph for DeviceGraph {
     fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError> {
-        self.0.capture(self.1, body)
+        self.graph.capture(self.device, body)
     }
 
     fn replay(&mut self) -> Result<(), CudaGraphError> {
-        self.0.replay()
+        self.graph.replay()
     }
 }
 
@@ -64,7 +70,7 @@ pub type GraphFactory = fn(Device) -> Result<Box<dyn StepGraph>, CudaGraphError>
 /// [`CudaGraph`] on a CUDA device; anywhere else there is nothing to capture.
 pub fn cuda_graph_factory(device: Device) -> Result<Box<dyn StepGraph>, CudaGraphError> {
     match device {
-        Device::Cuda(index) => Ok(Box::new((CudaGraph::new()?, index))),
+        Device::Cuda(device) => Ok(Box::new(DeviceGraph { graph: CudaGraph::new()?, device })),
         other => Err(CudaGraphError::NoCuda(format!("the step runs on {other:?}"))),
     }
 }
