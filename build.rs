@@ -30,6 +30,7 @@ fn main() {
                 .unwrap_or_else(|| "unknown".to_string());
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION={version}");
             compile_shim(std::path::Path::new(&lib));
+            compile_cuda_graph_shim(std::path::Path::new(&lib));
         }
         _ => {
             // torch-sys already failed the build if libtorch was missing; reaching this point
@@ -41,6 +42,7 @@ fn main() {
             println!("cargo:rustc-env=TCHSEQ_LIBTORCH_BUILD_VERSION=unknown");
         }
     }
+    println!("cargo::rustc-check-cfg=cfg(tchseq_cuda_graph)");
     cpu_features_for_tests();
     println!("cargo:rerun-if-env-changed=TCHSEQ_LINK_CUDA");
     let link_cuda = std::env::var("TCHSEQ_LINK_CUDA").is_ok_and(|v| v == "1");
@@ -107,4 +109,56 @@ fn compile_shim(lib: &std::path::Path) {
     build().flag("-fopenmp").file("csrc/parallel_for.cpp").compile("tchseq_parallel");
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-arg=-l:libgomp.so.1");
+}
+
+/// csrc/cuda_graph.cpp as a shared object of its own (`libtorch::cuda_graph` embeds it and opens
+/// it once libtorch_cuda is loaded), where the CUDA runtime's headers are found whole: those the
+/// torch wheel's dependencies install (nvidia's, or triton's), or `TCHSEQ_CUDA_INCLUDE`. Elsewhere, or when it does not
+/// compile, the program is built without it (`cfg(tchseq_cuda_graph)` unset) and a replayed step
+/// is refused at run time.
+fn compile_cuda_graph_shim(lib: &std::path::Path) {
+    println!("cargo:rerun-if-env-changed=TCHSEQ_CUDA_INCLUDE");
+    println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
+    let mut candidates: Vec<std::path::PathBuf> = std::env::var_os("TCHSEQ_CUDA_INCLUDE").map(Into::into).into_iter().collect();
+    if let Ok(entries) = std::fs::read_dir(lib.join("../../nvidia")) {
+        let mut found: Vec<std::path::PathBuf> =
+            entries.flatten().map(|e| e.path().join("include")).collect();
+        found.sort();
+        candidates.extend(found);
+    }
+    // the runtime's headers need the compiler's crt/, which triton's copy of them carries
+    candidates.push(lib.join("../../triton/backends/nvidia/include"));
+    candidates.push("/usr/local/cuda/include".into());
+    let complete = |p: &std::path::PathBuf| p.join("cuda_runtime_api.h").is_file() && p.join("crt/host_config.h").is_file();
+    let Some(cuda_include) = candidates.into_iter().find(complete) else {
+        println!("cargo:warning=no CUDA runtime headers: built without the CUDA-graph step (TCHSEQ_CUDA_INCLUDE names them)");
+        return;
+    };
+    if !lib.join("../include/ATen/cuda/CUDAGraph.h").is_file() {
+        println!("cargo:warning=libtorch has no ATen/cuda/CUDAGraph.h: built without the CUDA-graph step");
+        return;
+    }
+    let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_string());
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default()).join("libtchseq_cuda_graph.so");
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let status = std::process::Command::new(&compiler)
+        .args(["-shared", "-fPIC", "-O2", "-std=c++17", "-DGLOG_USE_GLOG_EXPORT", "-w"])
+        .arg(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .arg("-I")
+        .arg(lib.join("../include"))
+        .arg("-I")
+        .arg(lib.join("../include/torch/csrc/api/include"))
+        .arg("-I")
+        .arg(&cuda_include)
+        .arg("csrc/cuda_graph.cpp")
+        .arg("-o")
+        .arg(&out)
+        .status();
+    match status {
+        Ok(s) if s.success() => {
+            println!("cargo:rustc-cfg=tchseq_cuda_graph");
+            println!("cargo:rustc-env=TCHSEQ_CUDA_GRAPH_SO={}", out.display());
+        }
+        other => println!("cargo:warning=csrc/cuda_graph.cpp did not compile ({other:?}): built without the CUDA-graph step"),
+    }
 }

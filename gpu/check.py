@@ -15,6 +15,9 @@ OUT/raw/:
   * speed: batch-32 and batch-128 throughput (target tokens/s) and batch-1 latency for every
     compute type on both models, start-up time, and the peak memory (libtorch's CUDA allocator
     statistics, through TCHSEQ_MEMORY_REPORT);
+  * cuda_graph: the decoder step replayed as a CUDA graph (TCHSEQ_CUDA_GRAPH=1) beside the eager
+    fixed-shape step: the same hypotheses, and both timed (on the CPU: the setting refused, and
+    the hypotheses unchanged);
   * a reference on the same device: fairseq 0.12.2 (from --pylib, which gpu/fairseq.sh prepares
     for the GPU machines, else where PY imports it), run beside tchseq: fp32 and --fp16 line for
     line against tchseq's exact in fp32 and fp16 (the same libtorch on both sides), and time.
@@ -37,6 +40,7 @@ import sys
 import time
 from collections import Counter
 
+from cuda_graph import cuda_graph
 from speed import cpu_threads, speed, test_set
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +64,7 @@ def parse_args():
     p.add_argument("--pylib", default=os.path.join(ROOT, "gpu/pylib"),
                    help="fairseq and the packages it needs, from gpu/fairseq.sh (used when it exists)")
     p.add_argument("--sentences", type=int, help="test_2016_flickr sentences (default: 1000 on cuda, 100 on cpu)")
-    p.add_argument("--steps", help="a comma-separated subset of parity,fidelity,speed,cpu_threads,fairseq (the environment always "
+    p.add_argument("--steps", help="a comma-separated subset of parity,fidelity,speed,cuda_graph,cpu_threads,fairseq (the environment always "
                    "runs)")
     p.add_argument("--compute-types", default=",".join(COMPUTE_TYPES),
                    help="a comma-separated subset of the compute types the speed step times")
@@ -486,8 +490,8 @@ def main():
         print(f"error: {a.tchseq} is not an executable tchseq (run `make gpu-bundle`, or pass --tchseq)", file=sys.stderr)
         return 2
     check = Check(a)
-    steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("fairseq", fairseq),
-             ("cpu_threads", cpu_threads)]
+    steps = [("environment", environment), ("parity", parity), ("fidelity", fidelity), ("speed", speed), ("cuda_graph", cuda_graph),
+             ("fairseq", fairseq), ("cpu_threads", cpu_threads)]
     timings = {}
     if a.steps:
         wanted = set(a.steps.split(","))

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 mod cuda;
+mod cuda_graph;
 pub mod host;
 mod memory_report;
 pub mod omp_wait;
@@ -13,6 +14,7 @@ pub mod library_pages;
 pub mod startup_pages;
 mod version_py;
 pub use cuda::{cuda_registered, load_cuda, CudaLoadError};
+pub use cuda_graph::{cuda_graphs_available, CudaGraph, CudaGraphError};
 pub use memory_report::{CudaPeak, MemoryReport};
 pub use op_profile::OpProfile;
 pub use version_py::{parse_version_py, release as version_release, series as version_series};

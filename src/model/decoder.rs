@@ -11,6 +11,7 @@ use super::incremental::IncrementalState;
 use super::layer::TransformerDecoderLayer;
 use super::nn::{LayerNorm, Linear};
 use super::options::DecoderOptions;
+use super::step_graphs::StepGraphs;
 use super::weights::Weights;
 use super::{ModelError, PADDING_IDX};
 use crate::libtorch::reuse::BufferPool;
@@ -54,6 +55,8 @@ pub struct TransformerDecoder {
     fixed_shape_steps: AtomicUsize,
     /// The logits' buffers, reused from step to step where the output projection is packed.
     pub(super) logits: BufferPool,
+    /// Fixed-shape steps replayed as CUDA graphs (`step_graphs.rs`); None runs them eagerly.
+    pub cuda_graphs: Option<StepGraphs>,
 }
 
 impl TransformerDecoder {
@@ -89,6 +92,7 @@ impl TransformerDecoder {
             fixed_steps: AtomicUsize::new(0),
             fixed_shape_steps: AtomicUsize::new(0),
             logits: BufferPool::default(),
+            cuda_graphs: None,
         };
         Ok((decoder, warnings))
     }
@@ -163,7 +167,8 @@ impl TransformerDecoder {
             }
         }
         // a fixed-shape step runs on its rows padded to the row bucket, and returns the real ones
-        let padded = match incremental_state.as_deref_mut().filter(|s| self.fixed_shape_step(s, need_attn, return_all_hiddens)) {
+        let fixed_shape = incremental_state.as_deref().is_some_and(|s| self.fixed_shape_step(s, need_attn, return_all_hiddens));
+        let padded = match incremental_state.as_deref_mut().filter(|_| fixed_shape) {
             Some(state) => self.pad_to_bucket(prev_output_tokens, encoder_out, state)?,
             None => None,
         };
@@ -187,6 +192,16 @@ impl TransformerDecoder {
         let pad_mask = tokens.f_eq(self.padding_idx)?;
         let self_attn_padding_mask = (pad_mask.f_any()?.f_int64_value(&[])? != 0).then_some(pad_mask);
         let encoder_padding_mask = encoder_out.map(|e| &e.encoder_padding_mask);
+        if let (Some(graphs), Some(s), true) = (&self.cuda_graphs, incremental_state.as_deref_mut(), fixed_shape && self_attn_padding_mask.is_none()) {
+            let mut body = |x: &Tensor, s: &mut IncrementalState| self.step_layers(x, enc, encoder_padding_mask, s);
+            if let Some(mut logits) = graphs.step(&x, s, enc.is_some(), &mut body)? {
+                self.fixed_steps.fetch_add(1, Ordering::Relaxed);
+                if let Some((_, _, rows)) = padded {
+                    logits = logits.f_narrow(0, 0, rows)?;
+                }
+                return Ok(DecoderOut { logits, attn: None, inner_states: Vec::new() });
+            }
+        }
         let mut inner_states = Vec::new();
         if return_all_hiddens {
             inner_states.push(x.shallow_clone());
@@ -231,6 +246,24 @@ impl TransformerDecoder {
             logits = logits.f_narrow(0, 0, rows)?;
         }
         Ok(DecoderOut { logits, attn, inner_states })
+    }
+
+    /// A fixed-shape step's layers and output layer on `x` `[1, rows, C]`, without masks or the
+    /// attention weights: what a CUDA graph captures (`step_graphs.rs`).
+    fn step_layers(
+        &self,
+        x: &Tensor,
+        enc: Option<&Tensor>,
+        encoder_padding_mask: Option<&Tensor>,
+        state: &mut IncrementalState,
+    ) -> Result<Tensor, ModelError> {
+        state.fixed_capacity = self.fixed_kv_cache;
+        let mut x = x.shallow_clone();
+        for (idx, layer) in self.layers.iter().enumerate() {
+            let layer_state = Some(state.layer_mut(idx));
+            (x, _) = layer.forward(&x, enc, encoder_padding_mask, layer_state, None, None, false, self.torch_self_attention)?;
+        }
+        self.output_layer(&x)
     }
 
     /// Whether an incremental step runs at a fixed shape: the fixed-capacity cache on every

@@ -33,8 +33,13 @@ pub struct FixedKvCache {
     values: Tensor,
     /// `[1, 1, 1, length capacity]`: 0 where a position is written, -inf after.
     bias: Tensor,
+    /// `[1]` int64 on the cache's device: the position the next write goes to, so that a
+    /// replayed step reads it from memory instead of having it captured as a constant.
+    position: Tensor,
     rows: i64,
     len: i64,
+    /// The next position is prepared ([`Self::prepare`]) and its write left to a replayed step.
+    deferred: bool,
 }
 
 impl FixedKvCache {
@@ -42,7 +47,8 @@ impl FixedKvCache {
     pub fn new(k: &Tensor) -> Result<Self, ModelError> {
         let (rows, heads, _, head_dim) = k.size4()?;
         let (keys, values, bias) = Self::buffers(row_bucket(rows), heads, LENGTH_BUCKET, head_dim, k)?;
-        Ok(Self { keys, values, bias, rows, len: 0 })
+        let position = Tensor::f_zeros([1], (tch::Kind::Int64, k.device()))?;
+        Ok(Self { keys, values, bias, position, rows, len: 0, deferred: false })
     }
 
     fn buffers(rows: i64, heads: i64, len: i64, head_dim: i64, like: &Tensor) -> Result<(Tensor, Tensor, Tensor), ModelError> {
@@ -70,8 +76,33 @@ impl FixedKvCache {
         self.len == 0
     }
 
-    /// Writes the next position's keys and values, `[rows, H, 1, D]` each.
+    /// Writes the next position's keys and values, `[rows, H, 1, D]` each: [`Self::prepare`],
+    /// [`Self::write`] and [`Self::commit`], or the write alone while a replayed step defers the
+    /// other two to its caller.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(), ModelError> {
+        if self.deferred {
+            return self.write(k, v);
+        }
+        self.prepare()?;
+        self.write(k, v)?;
+        self.commit();
+        Ok(())
+    }
+
+    /// Makes room for the next position (a new length bucket when the capacity is full) and
+    /// points [`Self::write`] at it. Outside a captured step: this reads the host's length.
+    pub fn prepare(&mut self) -> Result<(), ModelError> {
+        let (row_capacity, length_capacity) = self.capacity();
+        if self.len == length_capacity {
+            self.resize(row_capacity, length_bucket(self.len + 1))?;
+        }
+        let _ = self.position.f_fill_(self.len)?;
+        Ok(())
+    }
+
+    /// Writes `k` and `v` at the prepared position: device operations alone, the same from step
+    /// to step, which a CUDA graph can capture.
+    pub fn write(&mut self, k: &Tensor, v: &Tensor) -> Result<(), ModelError> {
         if k.size()[0] != self.rows || v.size() != k.size() {
             return Err(ModelError::Input(format!(
                 "a step of {:?} keys and {:?} values for a cache of {} rows",
@@ -80,16 +111,20 @@ impl FixedKvCache {
                 self.rows
             )));
         }
-        let (row_capacity, length_capacity) = self.capacity();
-        if self.len == length_capacity {
-            self.resize(row_capacity, length_bucket(self.len + 1))?;
-        }
-        let at = |t: &Tensor| t.f_narrow(0, 0, self.rows)?.f_narrow(2, self.len, 1);
-        at(&self.keys)?.f_copy_(k)?;
-        at(&self.values)?.f_copy_(v)?;
-        let _ = self.bias.f_narrow(3, self.len, 1)?.f_fill_(0.0)?;
-        self.len += 1;
+        let _ = self.keys.f_narrow(0, 0, self.rows)?.f_index_copy_(2, &self.position, k)?;
+        let _ = self.values.f_narrow(0, 0, self.rows)?.f_index_copy_(2, &self.position, v)?;
+        let _ = self.bias.f_index_fill_(3, &self.position, 0.0)?;
         Ok(())
+    }
+
+    /// Counts the prepared position as written.
+    pub fn commit(&mut self) {
+        self.len += 1;
+    }
+
+    /// While set, [`Self::append`] only writes: the caller prepared the position and commits it.
+    pub fn defer(&mut self, deferred: bool) {
+        self.deferred = deferred;
     }
 
     /// New buffers of `rows` × `len` capacity holding what is written.
@@ -136,6 +171,11 @@ impl FixedKvCache {
     /// The buffers' addresses: the same from step to step within one shape.
     pub fn addresses(&self) -> [usize; 3] {
         [self.keys.data_ptr() as usize, self.values.data_ptr() as usize, self.bias.data_ptr() as usize]
+    }
+
+    /// The address of the write position (fixed for the cache's life).
+    pub fn position_address(&self) -> usize {
+        self.position.data_ptr() as usize
     }
 }
 
@@ -205,6 +245,33 @@ mod tests {
         assert_eq!(cache.unwrap().capacity().1, 64);
         // only a new length bucket (step 32) and a smaller row bucket (3 rows: 4, 2 rows: 2)
         assert_eq!(moved, ["reorder 19 to 3", "reorder 29 to 2", "append 32"]);
+    }
+
+    /// A deferred append (a replayed step's) writes at the position `prepare` put on the device,
+    /// as often as it runs, and counts nothing; the caller's `commit` counts it once.
+    #[test]
+    fn a_deferred_append_writes_at_the_prepared_position_and_the_caller_counts_it() {
+        let k = |v: f64| Tensor::full([2, 1, 1, 2], v, (tch::Kind::Float, tch::Device::Cpu));
+        let mut c = FixedKvCache::new(&k(1.0)).unwrap();
+        c.append(&k(1.0), &k(1.0)).unwrap();
+        c.prepare().unwrap();
+        c.defer(true);
+        c.append(&k(2.0), &k(2.0)).unwrap();
+        c.append(&k(3.0), &k(3.0)).unwrap();
+        assert_eq!(c.len(), 1);
+        c.defer(false);
+        c.commit();
+        let (keys, values) = c.to_tensors().unwrap();
+        assert_eq!(Vec::<f32>::try_from(keys.select(0, 1).flatten(0, -1)).unwrap(), [1., 1., 3., 3.]);
+        assert_eq!(Vec::<f32>::try_from(values.select(0, 0).flatten(0, -1)).unwrap(), [1., 1., 3., 3.]);
+        let (_, _, bias) = c.attended().unwrap();
+        let bias = Vec::<f32>::try_from(bias.flatten(0, -1)).unwrap();
+        assert_eq!(bias[..2], [0., 0.]);
+        assert!(bias[2..].iter().all(|b| *b == f32::NEG_INFINITY));
+        // an append of its own prepares the next position
+        c.append(&k(4.0), &k(4.0)).unwrap();
+        assert_eq!(c.len(), 3);
+        assert_eq!(Vec::<f32>::try_from(c.to_tensors().unwrap().0.select(0, 0).flatten(0, -1)).unwrap(), [1., 1., 3., 3., 4., 4.]);
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod language_model;
 mod layer;
 mod nn;
 mod options;
+mod step_graphs;
 mod transformer;
 pub mod weights;
 
@@ -37,6 +38,7 @@ pub use crate::kernels::log_softmax_in_place;
 pub use language_model::TransformerLanguageModel;
 pub use layer::{TransformerDecoderLayer, TransformerEncoderLayer};
 pub use nn::{python_float, ActivationFn, LayerNorm, Linear};
+pub use step_graphs::{cuda_graph_factory, cuda_graph_requested, GraphFactory, GraphKey, GraphStats, StepGraph, StepGraphs, CUDA_GRAPH_ENV, WARMUP_STEPS};
 pub use transformer::TransformerModel;
 pub use weights::LoadReport;
 

@@ -11,6 +11,7 @@ mod bundled;
 mod cli;
 mod compute_type;
 mod constraints;
+mod cuda_graph;
 mod data_bin;
 mod decoding;
 mod examples;

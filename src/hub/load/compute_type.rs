@@ -8,7 +8,7 @@ use tch::{Device, Kind};
 
 use super::HubError;
 use crate::config::ComputeType;
-use crate::model::TransformerModel;
+use crate::model::{cuda_graph_factory, cuda_graph_requested, StepGraphs, TransformerModel, CUDA_GRAPH_ENV};
 
 /// Why a compute type cannot run as asked, naming what is missing.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -115,11 +115,34 @@ pub fn apply_compute_type(models: &mut [TransformerModel], compute_type: Compute
         return Ok(Vec::new());
     }
     let (fixed, cache_warning) = fixed_kv_cache(std::env::var(KV_CACHE_ENV).ok().as_deref());
+    let (graphs, graph_warning) = cuda_graphs(std::env::var(CUDA_GRAPH_ENV).ok().as_deref(), fixed, device);
     for model in models {
         model.set_compute_type(compute_type).map_err(|source| HubError::Model { path: "the loaded model".into(), source })?;
         model.decoder.fixed_kv_cache = fixed;
+        model.decoder.cuda_graphs = graphs.then(|| StepGraphs::new(cuda_graph_factory));
     }
-    Ok(slow_here(compute_type, device).map(String::from).into_iter().chain(cache_warning).collect())
+    Ok(slow_here(compute_type, device).map(String::from).into_iter().chain(cache_warning).chain(graph_warning).collect())
+}
+
+/// Whether the decoder step is replayed as a CUDA graph (`model/step_graphs.rs`): asked for by
+/// `value` (of [`CUDA_GRAPH_ENV`]), with the fixed-capacity cache, on a CUDA device whose graphs
+/// this build can capture; else why not, where it was asked for.
+pub fn cuda_graphs(value: Option<&str>, fixed_kv_cache: bool, device: Device) -> (bool, Option<String>) {
+    let (asked, warning) = cuda_graph_requested(value);
+    if !asked {
+        return (false, warning);
+    }
+    let refused = |why: String| (false, Some(format!("{CUDA_GRAPH_ENV}=1: {why}; the step runs eagerly")));
+    if !fixed_kv_cache {
+        return refused(format!("needs {KV_CACHE_ENV}=fixed"));
+    }
+    if !device.is_cuda() {
+        return refused(format!("no CUDA device ({device:?})"));
+    }
+    match crate::libtorch::cuda_graphs_available() {
+        Ok(()) => (true, None),
+        Err(e) => refused(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -155,5 +178,23 @@ mod tests {
         let (fixed, warning) = fixed_kv_cache(Some("static"));
         assert!(!fixed);
         assert_eq!(warning.unwrap(), r#"TCHSEQ_KV_CACHE="static": not a cache kind (fixed or growing); the cache grows"#);
+    }
+
+    /// The replayed step is off unless asked for, and asked for it needs the fixed cache and a
+    /// CUDA device; every refusal says why.
+    #[test]
+    fn cuda_graphs_need_the_fixed_cache_and_a_cuda_device() {
+        for off in [None, Some(""), Some("0"), Some("off")] {
+            assert_eq!(cuda_graphs(off, true, Device::Cuda(0)), (false, None), "{off:?}");
+        }
+        let (on, warning) = cuda_graphs(Some("maybe"), true, Device::Cuda(0));
+        assert!(!on);
+        assert_eq!(warning.unwrap(), r#"TCHSEQ_CUDA_GRAPH="maybe": neither 1 nor 0; the step runs eagerly"#);
+        let (on, warning) = cuda_graphs(Some("1"), false, Device::Cuda(0));
+        assert!(!on);
+        assert_eq!(warning.unwrap(), "TCHSEQ_CUDA_GRAPH=1: needs TCHSEQ_KV_CACHE=fixed; the step runs eagerly");
+        let (on, warning) = cuda_graphs(Some(" ON\n"), true, Device::Cpu);
+        assert!(!on);
+        assert_eq!(warning.unwrap(), "TCHSEQ_CUDA_GRAPH=1: no CUDA device (Cpu); the step runs eagerly");
     }
 }

@@ -1,0 +1,498 @@
+//! The decoder step replayed as a CUDA graph (`TCHSEQ_CUDA_GRAPH=1`, with `TCHSEQ_KV_CACHE=fixed`).
+//!
+//! A fixed-shape step (`fixed_cache.rs`, `TransformerDecoder::pad_to_bucket`) reads and writes
+//! the same memory from step to step within one (row bucket, length bucket). Its layers, from
+//! the embedded input `[1, rows, C]` to the logits, are captured once per bucket and replayed:
+//! the input is copied into the graph's static input before a replay and the logits copied out
+//! of its static output after. What a capture cannot hold stays outside it: the embedding (it
+//! checks the token ids on the host), the write position of every cache (`FixedKvCache::prepare`,
+//! a device scalar the graph reads) and the host's count of written positions (`commit`).
+//!
+//! A graph holds the addresses it was captured with, so it is replayed only while every buffer
+//! of the state is where it was (a new batch has new buffers: it captures again). A bucket is
+//! captured after [`WARMUP_STEPS`] eager steps at the same addresses, so that a bucket a batch
+//! only passes through never pays for a capture. Any failure to capture or replay is reported
+//! once and leaves that bucket to the eager step: a graph never gives a result the eager step
+//! would not.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use tch::{Device, Tensor};
+
+use super::incremental::IncrementalState;
+use super::ModelError;
+use crate::libtorch::{CudaGraph, CudaGraphError};
+
+/// The variable that switches the replayed step on: `1` (or `on`, `true`, `yes`).
+pub const CUDA_GRAPH_ENV: &str = "TCHSEQ_CUDA_GRAPH";
+
+/// Eager steps at one bucket's shape and addresses before it is captured.
+pub const WARMUP_STEPS: usize = 2;
+
+/// Whether `value` (of [`CUDA_GRAPH_ENV`]) asks for the replayed step, or a warning when it is
+/// neither on nor off.
+pub fn cuda_graph_requested(value: Option<&str>) -> (bool, Option<String>) {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Some("1" | "on" | "true" | "yes") => (true, None),
+        None | Some("" | "0" | "off" | "false" | "no") => (false, None),
+        Some(other) => (false, Some(format!("{CUDA_GRAPH_ENV}={other:?}: neither 1 nor 0; the step runs eagerly"))),
+    }
+}
+
+/// A step's graph, as [`StepGraphs`] uses it: [`CudaGraph`] on a GPU; tests give others.
+pub trait StepGraph: Send {
+    /// Captures `body`'s device work; the outer error is the capture's, the inner the body's.
+    fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError>;
+    fn replay(&mut self) -> Result<(), CudaGraphError>;
+}
+
+/// A [`CudaGraph`] of a step on CUDA device `device`.
+struct DeviceGraph {
+    graph: CudaGraph,
+    device: usize,
+}
+
+impl StepGraph for DeviceGraph {
+    fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError> {
+        self.graph.capture(self.device, body)
+    }
+
+    fn replay(&mut self) -> Result<(), CudaGraphError> {
+        self.graph.replay()
+    }
+}
+
+/// Makes a graph for a step on `device`.
+pub type GraphFactory = fn(Device) -> Result<Box<dyn StepGraph>, CudaGraphError>;
+
+/// [`CudaGraph`] on a CUDA device; anywhere else there is nothing to capture.
+pub fn cuda_graph_factory(device: Device) -> Result<Box<dyn StepGraph>, CudaGraphError> {
+    match device {
+        Device::Cuda(device) => Ok(Box::new(DeviceGraph { graph: CudaGraph::new()?, device })),
+        other => Err(CudaGraphError::NoCuda(format!("the step runs on {other:?}"))),
+    }
+}
+
+/// A graph's bucket: the step's rows (a row bucket) and its caches' length capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GraphKey {
+    pub rows: i64,
+    pub length: i64,
+}
+
+struct Captured {
+    graph: Box<dyn StepGraph>,
+    input: Tensor,
+    output: Tensor,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The state's buffers the eager steps or the graph saw.
+    addresses: Vec<usize>,
+    eager_steps: usize,
+    captured: Option<Captured>,
+    /// A capture or replay failed here: this bucket stays eager.
+    failed: bool,
+}
+
+/// What a step at a bucket does.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    Eager,
+    Capture,
+    Replay,
+}
+
+impl Slot {
+    fn plan(&mut self, addresses: &[usize]) -> Plan {
+        if self.failed {
+            return Plan::Eager;
+        }
+        if self.addresses != addresses {
+            // another batch, or buffers moved: what was captured reads memory no longer ours
+            self.captured = None;
+            self.eager_steps = 0;
+            self.addresses = addresses.to_vec();
+        }
+        match (&self.captured, self.eager_steps >= WARMUP_STEPS) {
+            (Some(_), _) => Plan::Replay,
+            (None, true) => Plan::Capture,
+            (None, false) => {
+                self.eager_steps += 1;
+                Plan::Eager
+            }
+        }
+    }
+}
+
+/// How the replayed steps went, for a report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    pub captures: usize,
+    pub replays: usize,
+    pub eager_steps: usize,
+    pub failed_buckets: usize,
+}
+
+/// One graph per bucket, made by `factory` and kept while its addresses hold.
+pub struct StepGraphs {
+    factory: GraphFactory,
+    slots: Mutex<HashMap<GraphKey, Slot>>,
+    reported: AtomicBool,
+    captures: AtomicUsize,
+    replays: AtomicUsize,
+    eager_steps: AtomicUsize,
+    failed_buckets: AtomicUsize,
+}
+
+impl std::fmt::Debug for StepGraphs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepGraphs").field("stats", &self.stats()).finish()
+    }
+}
+
+impl StepGraphs {
+    pub fn new(factory: GraphFactory) -> Self {
+        Self {
+            factory,
+            slots: Mutex::new(HashMap::new()),
+            reported: AtomicBool::new(false),
+            captures: AtomicUsize::new(0),
+            replays: AtomicUsize::new(0),
+            eager_steps: AtomicUsize::new(0),
+            failed_buckets: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn stats(&self) -> GraphStats {
+        GraphStats {
+            captures: self.captures.load(Ordering::Relaxed),
+            replays: self.replays.load(Ordering::Relaxed),
+            eager_steps: self.eager_steps.load(Ordering::Relaxed),
+            failed_buckets: self.failed_buckets.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The number of buckets holding a graph.
+    pub fn graphs(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.captured.is_some()).count()
+    }
+
+    /// A fixed-shape step: `body` (the step's layers on `x`, `[1, rows, C]`, to the logits) run
+    /// eagerly, captured, or replayed at the bucket of `state`. None where the state is not
+    /// ready for a replayed step (the first step of a batch; `encoder`: whether the step has an
+    /// encoder, whose attentions' keys must be cached); the caller then runs the step itself.
+    pub fn step(
+        &self,
+        x: &Tensor,
+        state: &mut IncrementalState,
+        encoder: bool,
+        body: &mut dyn FnMut(&Tensor, &mut IncrementalState) -> Result<Tensor, ModelError>,
+    ) -> Result<Option<Tensor>, ModelError> {
+        let rows = x.size().get(1).copied().unwrap_or(0);
+        let Some(key) = state.prepare_graph_step(rows, encoder)? else { return Ok(None) };
+        let addresses = state.graph_addresses();
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.entry(key).or_default();
+        match slot.plan(&addresses) {
+            Plan::Eager => {}
+            Plan::Replay => {
+                if let Some(captured) = slot.captured.as_mut() {
+                    captured.input.f_copy_(x)?;
+                    match captured.graph.replay() {
+                        Ok(()) => {
+                            state.commit_fixed_caches();
+                            self.replays.fetch_add(1, Ordering::Relaxed);
+                            return Ok(Some(copied(&captured.output)?));
+                        }
+                        Err(e) => self.fail(slot, key, &e.to_string()),
+                    }
+                }
+            }
+            Plan::Capture => match self.capture(x, state, body) {
+                Ok(mut captured) => match captured.graph.replay() {
+                    Ok(()) => {
+                        state.commit_fixed_caches();
+                        self.captures.fetch_add(1, Ordering::Relaxed);
+                        let logits = copied(&captured.output)?;
+                        slot.captured = Some(captured);
+                        return Ok(Some(logits));
+                    }
+                    Err(e) => self.fail(slot, key, &e.to_string()),
+                },
+                Err(why) => self.fail(slot, key, &why),
+            },
+        }
+        drop(slots);
+        self.eager_steps.fetch_add(1, Ordering::Relaxed);
+        body(x, state).map(Some)
+    }
+
+    /// A graph of `body` on a static copy of `x`, the caches' positions prepared and their
+    /// count left to the caller.
+    fn capture(
+        &self,
+        x: &Tensor,
+        state: &mut IncrementalState,
+        body: &mut dyn FnMut(&Tensor, &mut IncrementalState) -> Result<Tensor, ModelError>,
+    ) -> Result<Captured, String> {
+        let mut graph = (self.factory)(x.device()).map_err(|e| e.to_string())?;
+        let input = copied(x).map_err(|e| e.to_string())?;
+        state.defer_fixed_caches(true);
+        let outcome = graph.capture(&mut || body(&input, state));
+        state.defer_fixed_caches(false);
+        match outcome {
+            Ok(Ok(output)) => Ok(Captured { graph, input, output }),
+            Ok(Err(e)) => Err(format!("the step failed inside the capture: {e}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn fail(&self, slot: &mut Slot, key: GraphKey, why: &str) {
+        slot.failed = true;
+        slot.captured = None;
+        self.failed_buckets.fetch_add(1, Ordering::Relaxed);
+        if !self.reported.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "tchseq: the decoder step at {} rows and {} positions runs eagerly, as will any other that fails so: {why}",
+                key.rows, key.length
+            );
+        }
+    }
+}
+
+impl Drop for StepGraphs {
+    fn drop(&mut self) {
+        let s = self.stats();
+        if s.captures + s.replays + s.failed_buckets > 0 {
+            eprintln!(
+                "tchseq: CUDA graphs: {} captured, {} steps replayed, {} eager, {} buckets failed",
+                s.captures, s.replays, s.eager_steps, s.failed_buckets
+            );
+        }
+    }
+}
+
+/// A new tensor holding `t`'s values, laid out as `t`.
+fn copied(t: &Tensor) -> Result<Tensor, tch::TchError> {
+    let mut out = t.f_empty_like()?;
+    out.f_copy_(t)?;
+    Ok(out)
+}
+
+impl IncrementalState {
+    /// The key of a replayable step: every layer's self-attention holds a fixed cache with a
+    /// position written and the batch's rows, and (`encoder`) every encoder attention its keys;
+    /// the next position prepared. None where the step must run eagerly.
+    pub(crate) fn prepare_graph_step(&mut self, rows: i64, encoder: bool) -> Result<Option<GraphKey>, ModelError> {
+        let ready = !self.layers.is_empty()
+            && self.layers.iter().all(|l| {
+                l.self_attn.fixed_cache.as_ref().is_some_and(|c| !c.is_empty() && c.rows() == rows && c.capacity().0 == rows)
+                    && (!encoder || l.encoder_attn.prev_key.is_some())
+            });
+        if !ready {
+            return Ok(None);
+        }
+        let mut length = 0;
+        for cache in self.layers.iter_mut().filter_map(|l| l.self_attn.fixed_cache.as_mut()) {
+            cache.prepare()?;
+            length = cache.capacity().1;
+        }
+        Ok(Some(GraphKey { rows, length }))
+    }
+
+    /// Every buffer a replayed step reads or writes.
+    pub(crate) fn graph_addresses(&self) -> Vec<usize> {
+        let mut addresses = Vec::new();
+        for layer in &self.layers {
+            if let Some(cache) = &layer.self_attn.fixed_cache {
+                addresses.extend(cache.addresses());
+                addresses.push(cache.position_address());
+            }
+            let e = &layer.encoder_attn;
+            for t in [&e.prev_key, &e.prev_value, &e.attn_bias] {
+                addresses.push(t.as_ref().map_or(0, |t| t.data_ptr() as usize));
+            }
+        }
+        addresses
+    }
+
+    pub(crate) fn defer_fixed_caches(&mut self, deferred: bool) {
+        for cache in self.layers.iter_mut().filter_map(|l| l.self_attn.fixed_cache.as_mut()) {
+            cache.defer(deferred);
+        }
+    }
+
+    pub(crate) fn commit_fixed_caches(&mut self) {
+        for cache in self.layers.iter_mut().filter_map(|l| l.self_attn.fixed_cache.as_mut()) {
+            cache.commit();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::model::fixed_cache::FixedKvCache;
+    use tch::Kind;
+
+    /// A graph that runs its body when captured (on the CPU that computes it) and does nothing
+    /// when replayed.
+    struct Recording;
+
+    impl StepGraph for Recording {
+        fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError> {
+            Ok(body())
+        }
+
+        fn replay(&mut self) -> Result<(), CudaGraphError> {
+            Ok(())
+        }
+    }
+
+    struct BrokenReplay;
+
+    impl StepGraph for BrokenReplay {
+        fn capture(&mut self, body: &mut dyn FnMut() -> Result<Tensor, ModelError>) -> Result<Result<Tensor, ModelError>, CudaGraphError> {
+            Ok(body())
+        }
+
+        fn replay(&mut self) -> Result<(), CudaGraphError> {
+            Err(CudaGraphError::Failed { stage: "replay", message: "test".into() })
+        }
+    }
+
+    fn recording(_: Device) -> Result<Box<dyn StepGraph>, CudaGraphError> {
+        Ok(Box::new(Recording))
+    }
+
+    fn broken_replay(_: Device) -> Result<Box<dyn StepGraph>, CudaGraphError> {
+        Ok(Box::new(BrokenReplay))
+    }
+
+    const ROWS: i64 = 4;
+
+    /// A one-layer state whose fixed cache holds one position of `ROWS` rows.
+    fn state() -> IncrementalState {
+        let mut state = IncrementalState::new();
+        let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+        let mut cache = FixedKvCache::new(&k).unwrap();
+        cache.append(&k, &k).unwrap();
+        state.layer_mut(0).self_attn.fixed_cache = Some(cache);
+        state
+    }
+
+    fn cache_len(state: &IncrementalState) -> i64 {
+        state.layers[0].self_attn.fixed_cache.as_ref().unwrap().len()
+    }
+
+    /// Runs `steps` steps of a body that appends to the cache and doubles its input; returns
+    /// how often the body ran and the last result.
+    fn run(graphs: &StepGraphs, state: &mut IncrementalState, steps: usize) -> (usize, Tensor) {
+        let calls = Cell::new(0);
+        let mut body = |x: &Tensor, s: &mut IncrementalState| -> Result<Tensor, ModelError> {
+            calls.set(calls.get() + 1);
+            let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+            s.layers[0].self_attn.fixed_cache.as_mut().unwrap().append(&k, &k)?;
+            Ok(x.f_mul_scalar(2.0)?)
+        };
+        let mut last = None;
+        for step in 0..steps {
+            let x = Tensor::full([1, ROWS, 8], step as f64, (Kind::Float, Device::Cpu));
+            last = graphs.step(&x, state, false, &mut body).unwrap();
+        }
+        (calls.get(), last.unwrap())
+    }
+
+    #[test]
+    fn a_bucket_runs_eagerly_then_is_captured_once_and_replayed_and_each_step_counts_one_position() {
+        let graphs = StepGraphs::new(recording);
+        let mut state = state();
+        let (calls, _) = run(&graphs, &mut state, 6);
+        // two eager steps, the capture's run, then replays that do not run the body
+        assert_eq!(calls, WARMUP_STEPS + 1);
+        assert_eq!(graphs.stats(), GraphStats { captures: 1, replays: 6 - WARMUP_STEPS - 1, eager_steps: WARMUP_STEPS, failed_buckets: 0 });
+        assert_eq!(cache_len(&state), 1 + 6);
+        assert_eq!(graphs.graphs(), 1);
+        // the caches are no longer deferred after a capture: an eager append counts itself
+        let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+        state.layers[0].self_attn.fixed_cache.as_mut().unwrap().append(&k, &k).unwrap();
+        assert_eq!(cache_len(&state), 8);
+    }
+
+    #[test]
+    fn a_state_with_other_buffers_captures_again_and_a_new_length_bucket_is_another_graph() {
+        let graphs = StepGraphs::new(recording);
+        let mut first = state();
+        let _ = run(&graphs, &mut first, 4);
+        let mut second = state();
+        let (calls, _) = run(&graphs, &mut second, 4);
+        assert_eq!(calls, WARMUP_STEPS + 1, "the first batch's graph reads the first batch's buffers");
+        assert_eq!(graphs.stats().captures, 2);
+        assert_eq!(graphs.graphs(), 1);
+        // past 32 positions the cache grows to the next length bucket: a second key
+        let _ = run(&graphs, &mut second, 30);
+        assert_eq!(cache_len(&second), 1 + 4 + 30);
+        assert_eq!(graphs.graphs(), 2);
+        assert_eq!(graphs.stats().captures, 3);
+    }
+
+    /// Without CUDA every capture fails: the bucket is reported, then every step is the eager
+    /// step's, with its result, and still counts one position.
+    #[test]
+    fn without_cuda_a_bucket_falls_back_to_the_eager_step() {
+        let graphs = StepGraphs::new(cuda_graph_factory);
+        let mut state = state();
+        let (calls, last) = run(&graphs, &mut state, 5);
+        assert_eq!(calls, 5);
+        assert_eq!(Vec::<f32>::try_from(last.flatten(0, -1)).unwrap(), vec![8.0; (ROWS * 8) as usize]);
+        assert_eq!(graphs.stats(), GraphStats { captures: 0, replays: 0, eager_steps: 5, failed_buckets: 1 });
+        assert_eq!(cache_len(&state), 1 + 5);
+        assert_eq!(graphs.graphs(), 0);
+    }
+
+    #[test]
+    fn a_failed_replay_gives_the_eager_result_and_leaves_the_bucket_eager() {
+        let graphs = StepGraphs::new(broken_replay);
+        let mut state = state();
+        let (calls, last) = run(&graphs, &mut state, 5);
+        // the capture ran the body, its replay failed, so the step ran again eagerly
+        assert_eq!(calls, 5 + 1);
+        assert_eq!(Vec::<f32>::try_from(last.flatten(0, -1)).unwrap(), vec![8.0; (ROWS * 8) as usize]);
+        assert_eq!(graphs.stats().failed_buckets, 1);
+        assert_eq!(graphs.stats().replays, 0);
+        assert_eq!(cache_len(&state), 1 + 5);
+    }
+
+    #[test]
+    fn a_step_without_a_written_fixed_cache_is_left_to_the_caller() {
+        let graphs = StepGraphs::new(recording);
+        let x = Tensor::zeros([1, ROWS, 8], (Kind::Float, Device::Cpu));
+        let mut body = |x: &Tensor, _: &mut IncrementalState| Ok(x.shallow_clone());
+        assert!(graphs.step(&x, &mut IncrementalState::new(), false, &mut body).unwrap().is_none());
+        // an encoder whose attentions have no keys yet: the first step of a batch
+        assert!(graphs.step(&x, &mut state(), true, &mut body).unwrap().is_none());
+        // rows that are not the cache's bucket
+        let three = Tensor::zeros([1, 3, 8], (Kind::Float, Device::Cpu));
+        assert!(graphs.step(&three, &mut state(), false, &mut body).unwrap().is_none());
+        assert_eq!(graphs.stats(), GraphStats::default());
+    }
+
+    #[test]
+    fn the_setting_is_on_or_off_and_anything_else_is_named() {
+        for on in ["1", "on", " TRUE ", "yes"] {
+            assert_eq!(cuda_graph_requested(Some(on)), (true, None), "{on}");
+        }
+        for off in [None, Some(""), Some("0"), Some("off"), Some("no")] {
+            assert_eq!(cuda_graph_requested(off), (false, None), "{off:?}");
+        }
+        let (on, warning) = cuda_graph_requested(Some("2"));
+        assert!(!on);
+        assert_eq!(warning.unwrap(), r#"TCHSEQ_CUDA_GRAPH="2": neither 1 nor 0; the step runs eagerly"#);
+    }
+}
