@@ -7,6 +7,7 @@
 #     1-40, raw text);
 #   * models/NAME/: every small fixture's test split (tests/fixtures/models/inputs.*) with its
 #     own dictionaries;
+#   * multilingual/: data-bins for the multilingual and BART-family fixtures (below);
 #   * runs.json and goldens/NAME.txt: each fairseq-generate command line and what it printed
 #     (log lines dropped; with --results-path, the file it wrote).
 # tchseq takes each command line unchanged (`tchseq generate` + the same arguments).
@@ -39,6 +40,41 @@ preprocess "$WORK/raw" raw --testpref "$WORK/text/test"
 cp "$WORK"/mmap/dict.*.txt "$WORK"/mmap/test.* "$WORK"/mmap/valid.* "$OUT/bundled/"
 for f in "$WORK"/cached/test.*; do cp "$f" "$OUT/bundled/legacy${f##*/test}"; done
 for f in "$WORK"/raw/test.*; do cp "$f" "$OUT/bundled/raw${f##*/test}"; done
+# rawunk: the raw split with a made-up word (not in the dictionary) in every third source line,
+# for --replace-unk, which prints the raw lines and takes the source words from them; and an
+# alignment dictionary for two of the words
+python3 - "$OUT/bundled" <<'PY'
+import sys
+d = sys.argv[1]
+made_up = ["Kraxelhuber", "Zwieselbrot", "Quorbex", "Flimsdorf", "Yaxley", "Brumhilde"]
+lines = open(f"{d}/raw.en-de.en", encoding="utf-8").read().splitlines()
+for i, line in enumerate(lines):
+    words = line.split(" ")
+    if i % 3 == 0 and len(words) > 3:
+        words[1] = made_up[i % len(made_up)]
+    lines[i] = " ".join(words)
+open(f"{d}/rawunk.en-de.en", "w", encoding="utf-8").write("".join(l + "\n" for l in lines))
+open(f"{d}/unk-align.txt", "w", encoding="utf-8").write("Kraxelhuber Kraxelhuber\nQuorbex Quorbex\n")
+PY
+cp "$OUT/bundled/raw.en-de.de" "$OUT/bundled/rawunk.en-de.de"
+
+# multilingual/: the multilingual fixtures' inputs (tests/fixtures/multilingual/input.*) as
+# sentencepiece pieces, binarized with the fixtures' joined dictionary: m2m/ (en-de, the language
+# codes of M2M-100 and BART: `test` lines 1-60, `valid` lines 31-60) and mbart/ (en_XX-de_DE).
+ML=tests/fixtures/multilingual
+mkdir -p "$WORK/spm" "$OUT/multilingual"
+for lang in en de; do
+  python3 -c 'import sys, sentencepiece as s; m = s.SentencePieceProcessor(model_file=sys.argv[1])
+for l in open(sys.argv[2], encoding="utf-8"): print(" ".join(m.encode(l.rstrip("\n"), out_type=str)))' \
+    "$ML/m2m/sentencepiece.bpe.model" "$ML/input.$lang" > "$WORK/spm/test.$lang"
+  sed -n 31,60p "$WORK/spm/test.$lang" > "$WORK/spm/valid.$lang"
+  cp "$WORK/spm/test.$lang" "$WORK/spm/test.$([ $lang = en ] && echo en_XX || echo de_DE)"
+done
+fairseq-preprocess -s en -t de --srcdict "$ML/m2m/model_dict.txt" --tgtdict "$ML/m2m/model_dict.txt" \
+  --testpref "$WORK/spm/test" --validpref "$WORK/spm/valid" --destdir "$OUT/multilingual/m2m" --workers 1 > /dev/null 2>&1
+fairseq-preprocess -s en_XX -t de_DE --srcdict "$ML/mbart50/dict.en_XX.txt" --tgtdict "$ML/mbart50/dict.de_DE.txt" \
+  --testpref "$WORK/spm/test" --destdir "$OUT/multilingual/mbart" --workers 1 > /dev/null 2>&1
+rm -f "$OUT"/multilingual/*/preprocess.log
 
 python3 - "$OUT" <<'PY'
 import json, os, re, subprocess, sys
@@ -58,6 +94,7 @@ base = [B, "--path", f"{M}/model.pt", "--cpu", "-s", "en", "-t", "de"]
 runs = [
     ("default", base),
     ("batch7_nbest2_alignment", base + ["--batch-size", "7", "--nbest", "2", "--print-alignment"]),
+    ("batch16_soft_alignment", base + ["--batch-size", "16", "--print-alignment", "soft"]),
     ("remove_bpe", base + ["--remove-bpe"]),
     ("moses_bpe_sacrebleu", base + ["--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", f"{M}/bpecodes",
                                     "--scoring", "sacrebleu"]),
@@ -75,6 +112,8 @@ runs = [
     ("cached", base + ["--gen-subset", "legacy", "--dataset-impl", "cached", "--batch-size", "16"]),
     ("legacy_inferred", base + ["--gen-subset", "legacy", "--batch-size", "16"]),
     ("raw", base + ["--gen-subset", "raw", "--dataset-impl", "raw", "--batch-size", "16"]),
+    ("replace_unk_raw", base + ["--gen-subset", "rawunk", "--dataset-impl", "raw", "--replace-unk", f"{B}/unk-align.txt",
+                                "--batch-size", "16"]),
     ("prefix2", base + ["--prefix-size", "2", "--batch-size", "16"]),
     ("sampling_topk10", base + ["--sampling", "--sampling-topk", "10", "--beam", "2", "--nbest", "2", "--seed", "3",
                                 "--batch-size", "16"]),
@@ -93,6 +132,30 @@ runs = [
 for fx in m["fixtures"]:
     runs.append((f"models_{fx['name']}", [f"{out}/models/{fx['name']}", "--path", f"{fx['dir']}/model.pt", "--cpu",
                                          "-s", fx["source_lang"], "-t", fx["target_lang"], "--batch-size", "16"]))
+ML, MD = "tests/fixtures/multilingual", f"{out}/multilingual"
+spm = ["--bpe", "sentencepiece", "--sentencepiece-model", f"{ML}/m2m/sentencepiece.bpe.model"]
+m2m = [f"{MD}/m2m", "--path", f"{ML}/m2m/model.pt", "--task", "translation_multi_simple_epoch",
+       "--lang-pairs", f"{ML}/m2m/language_pairs.txt", "--lang-dict", f"{ML}/m2m/lang_list.txt",
+       "--fixed-dictionary", f"{ML}/m2m/model_dict.txt", "--encoder-langtok", "src", "--decoder-langtok", "--cpu"]
+mbart50 = [f"{MD}/mbart", "--path", f"{ML}/mbart50/model.pt", "--task", "translation_multi_simple_epoch",
+           "--lang-pairs", f"{ML}/mbart50/language_pairs.txt", "--langs", "en_XX,de_DE,fr_XX", "--lang-tok-style", "mbart",
+           "--encoder-langtok", "src", "--decoder-langtok", "--cpu", "-s", "en_XX", "-t", "de_DE"]
+mbart_ft = [f"{MD}/mbart", "--path", f"{ML}/mbart-ft/model.pt", "--task", "translation_from_pretrained_bart",
+            "--langs", "en_XX,de_DE,fr_XX", "--cpu", "-s", "en_XX", "-t", "de_DE"]
+runs += [
+    # the same search as the next run, in subwords: its near-ties are the next run's
+    ("m2m_alignment", m2m + ["-s", "en", "-t", "de", "--print-alignment", "--batch-size", "16"]),
+    ("m2m_en-de_sacrebleu", m2m + ["-s", "en", "-t", "de", "--batch-size", "16", "--remove-bpe", "sentencepiece",
+                                   "--scoring", "sacrebleu"] + spm),
+    ("m2m_de-en_nbest2_maxtokens", m2m + ["-s", "de", "-t", "en", "--nbest", "2", "--max-tokens", "300"]),
+    ("m2m_valid_prefix2", m2m + ["-s", "en", "-t", "de", "--gen-subset", "valid", "--prefix-size", "2", "--batch-size", "8"]),
+    ("m2m_score_reference", m2m + ["-s", "en", "-t", "de", "--score-reference", "--batch-size", "16"]),
+    ("mbart50_en_XX-de_DE", mbart50 + ["--batch-size", "16", "--scoring", "chrf"]),
+    ("mbart-ft_en_XX-de_DE", mbart_ft + ["--batch-size", "16", "--print-alignment"]),
+    ("mbart-ft_score_reference", mbart_ft + ["--score-reference", "--max-tokens", "400"]),
+    ("bart_en-de", [f"{MD}/m2m", "--path", f"{ML}/bart/model.pt", "--task", "translation", "--cpu", "-s", "en", "-t", "de",
+                    "--batch-size", "16"]),
+]
 log = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| ")
 manifest = []
 for name, argv in runs:

@@ -116,7 +116,7 @@ impl Bytes {
 #[derive(Debug)]
 enum Items {
     Binary { index: Index, bin: Bytes },
-    Raw { tokens_list: Vec<Vec<i64>> },
+    Raw { tokens_list: Vec<Vec<i64>>, lines: Vec<String> },
 }
 
 /// One opened dataset, every token id checked against its dictionary.
@@ -171,13 +171,14 @@ impl IndexedDataset {
     /// through `encode_line(line, add_if_not_exist=False, append_eos=True, reverse_order=False)`.
     fn open_raw(path: &Path, dictionary: &Dictionary) -> Result<Self, DataError> {
         let bytes = read(path)?;
-        let mut tokens_list = Vec::new();
+        let (mut tokens_list, mut lines) = (Vec::new(), Vec::new());
         for (i, line) in universal_lines(&bytes).enumerate() {
             let line = std::str::from_utf8(line).map_err(|_| DataError::Encoding { path: path.to_path_buf(), line: i + 1 })?;
             tokens_list.push(dictionary.encode_line(line, true));
+            lines.push(line.to_string());
         }
         let sizes = tokens_list.iter().map(|t| t.len() as i64).collect();
-        Ok(IndexedDataset { path: path.to_path_buf(), dataset_impl: DatasetImpl::Raw, items: Items::Raw { tokens_list }, sizes })
+        Ok(IndexedDataset { path: path.to_path_buf(), dataset_impl: DatasetImpl::Raw, items: Items::Raw { tokens_list, lines }, sizes })
     }
 
     fn check_tokens(&self, dictionary: &Dictionary, dict_path: &Path) -> Result<(), DataError> {
@@ -210,13 +211,22 @@ impl IndexedDataset {
         &self.sizes
     }
 
+    /// `get_original_text(i)`: line `i` as a raw text dataset read it; `None` for the binary
+    /// formats, which keep only token ids.
+    pub fn original_text(&self, i: usize) -> Option<&str> {
+        match &self.items {
+            Items::Raw { lines, .. } => lines.get(i).map(String::as_str),
+            Items::Binary { .. } => None,
+        }
+    }
+
     /// Sentence `i`, or the typed error of a bad read.
     pub fn try_get(&self, i: usize) -> Result<Vec<i64>, DataError> {
         match &self.items {
             Items::Binary { index, bin } => {
                 index.item(bin.as_slice(), i).map_err(|source| DataError::Index { path: self.path.clone(), source })
             }
-            Items::Raw { tokens_list } => tokens_list.get(i).cloned().ok_or_else(|| DataError::Index {
+            Items::Raw { tokens_list, .. } => tokens_list.get(i).cloned().ok_or_else(|| DataError::Index {
                 path: self.path.clone(),
                 source: crate::data::indexed_dataset::IndexError::ItemIndex { index: i, len: tokens_list.len() },
             }),

@@ -1,7 +1,7 @@
 //! A split of a data-bin directory as fairseq's translation task loads it
 //! (`tasks/translation.py`: `setup_task`, `load_langpair_dataset`; `data_utils.infer_language_pair`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::data::dataset::{dataset_exists, infer_dataset_impl, DatasetImpl, IndexedDataset};
 use crate::data::error::DataError;
@@ -49,8 +49,22 @@ impl DataBin {
             let path = dir.join(format!("dict.{lang}.txt"));
             Dictionary::load(&path).map(|d| (d, path.clone())).map_err(|source| DataError::Dictionary { path, source })
         };
-        let (src_dict, src_dict_path) = load_dict(&source_lang)?;
-        let (tgt_dict, tgt_dict_path) = load_dict(&target_lang)?;
+        let src = load_dict(&source_lang)?;
+        let tgt = load_dict(&target_lang)?;
+        Self::open_with_dictionaries(dir, split, (&source_lang, src), (&target_lang, tgt), options)
+    }
+
+    /// `load_langpair_dataset` with dictionaries the task found elsewhere (a multilingual task's
+    /// `--fixed-dictionary`, with its language tokens): each side is its language, its
+    /// dictionary and the file the dictionary came from (named in errors).
+    pub fn open_with_dictionaries(
+        dir: &Path,
+        split: &str,
+        (source_lang, (src_dict, src_dict_path)): (&str, (Dictionary, PathBuf)),
+        (target_lang, (tgt_dict, tgt_dict_path)): (&str, (Dictionary, PathBuf)),
+        options: LoadOptions,
+    ) -> Result<PairDataset, DataError> {
+        let (source_lang, target_lang) = (source_lang.to_string(), target_lang.to_string());
         let dicts = Dicts { src: &src_dict, src_path: &src_dict_path, tgt: &tgt_dict, tgt_path: &tgt_dict_path };
         let shards = load_langpair_dataset(dir, split, &source_lang, &target_lang, &dicts, options)?;
         let mut cumulative_sizes = Vec::with_capacity(shards.len());
@@ -227,6 +241,21 @@ impl PairDataset {
         let (shard, j) = self.locate(i);
         self.tgt_sizes.as_ref()?;
         shard.tgt.as_ref().map(|t| t.try_get(j).unwrap_or_default())
+    }
+
+    /// The source line of sentence `i` as the raw text format holds it (`get_original_text`);
+    /// `None` for the binary formats.
+    pub fn src_text(&self, i: usize) -> Option<&str> {
+        let (shard, j) = self.locate(i);
+        shard.src.original_text(j)
+    }
+
+    /// The target line of sentence `i` as the raw text format holds it; `None` for the binary
+    /// formats and a split without targets.
+    pub fn tgt_text(&self, i: usize) -> Option<&str> {
+        let (shard, j) = self.locate(i);
+        self.tgt_sizes.as_ref()?;
+        shard.tgt.as_ref()?.original_text(j)
     }
 
     pub fn src_sizes(&self) -> &[i64] {

@@ -5,4 +5,5 @@ pub mod dictionary;
 pub mod moses;
 pub mod pipeline;
 pub mod pyutil;
+pub mod replace_unk;
 pub mod sentencepiece;

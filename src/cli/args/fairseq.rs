@@ -66,6 +66,7 @@ pub const GENERATE_FLAGS: &[FairseqFlag] = &[
     f("--max-source-positions", Arity::Value, Treatment::Same),
     f("--max-target-positions", Arity::Value, Treatment::Same),
     f("--no-progress-bar", Arity::Flag, Treatment::Ignored("the progress bar shows only on a terminal; fairseq-generate's --quiet is tchseq's too")),
+    f("--replace-unk", Arity::Optional(&[]), Treatment::Same),
     f("--required-batch-size-multiple", Arity::Value, Treatment::Same),
     f("--results-path", Arity::Value, Treatment::Same),
     f("--sacrebleu", Arity::Flag, Treatment::Ignored("fairseq-generate 0.12.2 only silences a warning with it: the scorer is --scoring's")),

@@ -122,10 +122,16 @@ pub struct GenerateArgs {
     /// each reference with its average log-probability (base 2).
     #[arg(long = "score-reference")]
     pub score_reference: bool,
-    /// Print hard alignments (A- lines).
-    #[arg(long = "print-alignment", value_name = "hard", num_args = 0..=1, require_equals = true,
-        default_missing_value = "hard", value_parser = ["hard"])]
+    /// Print alignments (A- lines): `hard`, source-target word pairs, or `soft`, each target
+    /// token's attention over the source tokens.
+    #[arg(long = "print-alignment", value_name = "hard|soft", num_args = 0..=1, require_equals = true,
+        default_missing_value = "hard", value_parser = ["hard", "soft"])]
     pub print_alignment: Option<String>,
+    /// Replace each <unk> of a hypothesis by the source word it is aligned with, or by that
+    /// word's entry in the alignment dictionary FILE (`SOURCE TARGET` per line). The source words
+    /// and the S-/T- lines come from the split's raw text (--dataset-impl raw).
+    #[arg(long = "replace-unk", value_name = "FILE", num_args = 0..=1)]
+    pub replace_unk: Option<Option<PathBuf>>,
     /// fairseq's --post-process (alias --remove-bpe): subword marks removed from S-, T- and H-
     /// lines, and the scorer given words.
     #[arg(long = "post-process", visible_alias = "remove-bpe", value_name = "SYMBOL", num_args = 0..=1,

@@ -7,7 +7,7 @@
 mod output;
 mod reference;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -16,10 +16,11 @@ use anyhow::{bail, Context, Result};
 use tchseq::data::{infer_language_pair, DataBin, DatasetImpl, LoadOptions, PairDataset};
 use tchseq::generate::epoch::{epoch_batches, EpochOptions};
 use tchseq::hub::{TargetGuide, TextMode, TranslateOptions, TranslateRequest, Translation, Translator, Weights};
-use tchseq::config::ComputeType;
+use tchseq::config::{ComputeType, LanguageTask};
 use tchseq::metrics::fairseq_scorers::{EvaluationTokenizer, GenerateScorer, TokenBleu};
 use tchseq::metrics::TokenizerKind;
 use tchseq::text::pipeline::{PipelineOptions, TextPipeline};
+use tchseq::text::replace_unk::load_align_dict;
 
 use super::args::generate::{EvalTokenizerArg, GenerateArgs, ScoringArg};
 use super::args::GlobalArgs;
@@ -28,7 +29,7 @@ use super::interrupt::Piece;
 use super::lines::Failures;
 use super::partial::OutputSink;
 use super::Outcome;
-use output::{Lines, Scoring};
+use output::{AlignmentLines, Lines, Original, Scoring};
 
 pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
     validate(a)?;
@@ -40,11 +41,6 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
         (Some(s), Some(t)) => (s.clone(), t.clone()),
         _ => infer_language_pair(&a.data_dir).map_err(|e| anyhow::anyhow!("{e} (pass -s SRC -t TGT)"))?,
     };
-    let dataset_impl = a.dataset_impl.as_deref().and_then(DatasetImpl::from_name);
-    // fairseq-generate loads --gen-subset alone (combine=False)
-    let options = LoadOptions { dataset_impl, combine: false };
-    let data = DataBin::open_with(&a.data_dir, &a.gen_subset, Some(&src), Some(&tgt), options)?;
-
     let mut model = a.model.clone();
     model.data = Some(a.data_dir.clone());
     (model.source_lang, model.target_lang) = (Some(src.clone()), Some(tgt.clone()));
@@ -52,9 +48,8 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
     let bundle = common::load_bundle(&model, None, weights, a.compute_type)?;
     let translator = Translator::new(bundle, device, TextMode::Tokenized).map_err(common::hub_error)?;
     common::print_warnings(&translator.report);
-    if translator.src_dict.len() != data.src_dict.len() || translator.tgt_dict.len() != data.tgt_dict.len() {
-        bail!("the model's dictionaries differ from {}'s", a.data_dir.display());
-    }
+    let data = open_split(a, &translator, &src, &tgt)?;
+    let samples = Samples::new(&translator, &data);
     let decode = TextPipeline::new(&pipeline_options(a, &src, &tgt)).map_err(common::pipeline_error)?;
     let generator = translator.generator(common::generator_config(&search_options(a))?)?;
 
@@ -62,9 +57,8 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
         translator.models.iter().map(|m| m.max_source_positions()).chain([a.max_source_positions]).min().unwrap_or(0),
         translator.models.iter().map(|m| m.max_target_positions()).chain([a.max_target_positions]).min().unwrap_or(0),
     );
-    let usize_sizes = |s: &[i64]| -> Vec<usize> { s.iter().map(|&x| usize::try_from(x).unwrap_or(0)).collect() };
-    let src_sizes = usize_sizes(data.src_sizes());
-    let tgt_sizes = data.tgt_sizes().map(usize_sizes);
+    let src_sizes: Vec<usize> = samples.sources.iter().map(Vec::len).collect();
+    let tgt_sizes: Option<Vec<usize>> = samples.targets.as_ref().map(|t| t.iter().map(Vec::len).collect());
     let (max_tokens, batch_size) = match (a.batching.max_tokens, a.batching.batch_size) {
         (None, None) => (Some(12000), None),
         limits => limits,
@@ -75,7 +69,7 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
         required_batch_size_multiple: a.required_batch_size_multiple,
         max_positions,
         ignore_invalid_inputs: a.skip_invalid_size_inputs_valid_test,
-        shuffle: a.gen_subset != "test",
+        shuffle: shuffled(&translator.languages.task, &a.gen_subset),
         seed: u32::try_from(a.seed).context("--seed must fit numpy's seed (below 2^32)")?,
         num_shards: a.num_shards,
         shard_id: a.shard_id,
@@ -92,8 +86,9 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
             first.join(", ")
         );
     }
-    let tokens: Vec<Vec<i64>> = (0..data.len()).map(|i| data.src(i)).collect();
-    let guides = prefixes(&data, a.search.prefix_size, &epoch.batches)?;
+    let tokens = samples.sources.clone();
+    let opens_with_language = translator.language_tokens.target_prefix.is_some();
+    let guides = prefixes(&samples, a.search.prefix_size, opens_with_language, &epoch.batches)?;
     let sentences: usize = epoch.batches.iter().map(Vec::len).sum();
     let mut batch_of = vec![usize::MAX; data.len()];
     for (k, batch) in epoch.batches.iter().enumerate() {
@@ -119,15 +114,25 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
         }
     }
     let scorer = scorer(a, &translator)?;
+    let align_dict = replace_unk_dictionary(a, &data)?;
     let lines = Lines {
         src_dict: &translator.src_dict,
         tgt_dict: &translator.tgt_dict,
         decode: &decode,
         post_process: a.post_process.as_deref(),
-        eos: translator.generator_eos(),
+        // fairseq's SequenceScorer strips only its EOS, not the decoder language token
+        strip: if a.score_reference { vec![translator.tgt_dict.eos(), translator.generator_eos()] } else { translator.output_strip() },
         nbest: a.nbest,
         quiet: a.quiet,
-        print_alignment: a.print_alignment.is_some(),
+        print_alignment: match a.print_alignment.as_deref() {
+            None => None,
+            Some("soft") => Some(AlignmentLines::Soft),
+            Some(_) => Some(AlignmentLines::Hard),
+        },
+        // translation_from_pretrained_bart's generator computes no alignment: its A- lines are empty
+        aligned_task: !matches!(translator.languages.task, LanguageTask::FromPretrainedBart { .. }),
+        replace_unk: align_dict,
+        source_offset: usize::from(translator.language_tokens.source_prefix.is_some()) + usize::from(translator.language_tokens.prepend_bos),
         device,
     };
     let shown = !a.quiet && std::io::stderr().is_terminal();
@@ -150,17 +155,17 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
         }
         let Some(&k) = done.first().map(|(i, _)| &batch_of[*i]) else { return };
         w.pending.insert(k, done.to_vec());
-        if let Err(e) = w.flush(&lines, &data) {
+        if let Err(e) = w.flush(&lines, &samples, &data) {
             w.error = Some(e);
         }
         bar.set_position(w.written as u64);
     };
-    let request = TranslateRequest { guides: &guides, alignment: a.print_alignment.is_some(), on_token: None, on_batch: Some(&on_batch) };
+    let request = TranslateRequest { guides: &guides, alignment: aligned(a), on_token: None, on_batch: Some(&on_batch) };
     // fairseq's random draws (sampling) happen in batch order
     let inter_threads = if a.sampling { 1 } else { global.inter_threads };
     let started = Instant::now();
     let translated = if a.score_reference {
-        reference::score(&translator, &data, &epoch.batches, inter_threads, &on_batch)
+        reference::score(&translator, &samples, &epoch.batches, inter_threads, &on_batch)
     } else if epoch.batches.is_empty() {
         Ok(())
     } else {
@@ -174,7 +179,7 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
     bar.finish_and_clear();
     let Writer { mut out, scoring, failures, written, generated_tokens, seconds, .. } = w;
     let wall = started.elapsed().as_secs_f64();
-    if data.tgt_sizes().is_some() {
+    if samples.targets.is_some() {
         let ran = match translator.compute_type {
             ComputeType::Exact => String::new(),
             other => format!(" (compute type {other})"),
@@ -207,13 +212,17 @@ struct Writer {
 }
 
 impl Writer {
-    fn flush(&mut self, lines: &Lines, data: &PairDataset) -> Result<()> {
+    fn flush(&mut self, lines: &Lines, samples: &Samples, data: &PairDataset) -> Result<()> {
         while let Some(batch) = self.pending.remove(&self.next) {
             for (id, t) in &batch {
                 match t {
                     Translation::Done { src_tokens, hypos, seconds } => {
-                        let target = data.tgt(*id);
-                        lines.sentence(&mut self.out, &mut self.scoring, *id, src_tokens, target.as_deref(), hypos)?;
+                        let target = samples.target(*id);
+                        let original = lines.replace_unk.as_ref().map(|_| Original {
+                            source: data.src_text(*id).unwrap_or_default(),
+                            target: data.tgt_text(*id),
+                        });
+                        lines.sentence(&mut self.out, &mut self.scoring, *id, src_tokens, target, original.as_ref(), hypos)?;
                         self.generated_tokens += hypos.first().map_or(0, |h| h.tokens.len());
                         self.seconds += seconds;
                     }
@@ -264,7 +273,7 @@ fn search_options(a: &GenerateArgs) -> TranslateOptions {
         sampling_topp: a.sampling_topp,
         temperature: a.temperature,
         seed: a.seed,
-        alignment: a.print_alignment.is_some(),
+        alignment: aligned(a),
         compute_type: Some(a.compute_type),
         ..common::translate_options(&a.search)
     }
@@ -286,23 +295,96 @@ fn pipeline_options(a: &GenerateArgs, src: &str, tgt: &str) -> PipelineOptions {
 }
 
 /// `--prefix-size N`: each sentence's hypotheses start with its reference's first N tokens
-/// (`sample["target"][:, :N]`).
-fn prefixes(data: &PairDataset, prefix_size: usize, batches: &[Vec<usize>]) -> Result<Vec<TargetGuide>> {
+/// (`sample["target"][:, :N]`). A multilingual target opens with the decoder language token,
+/// which the translator forces itself: the guide holds the tokens after it.
+fn prefixes(samples: &Samples, prefix_size: usize, opens_with_language: bool, batches: &[Vec<usize>]) -> Result<Vec<TargetGuide>> {
     if prefix_size == 0 {
         return Ok(Vec::new());
     }
-    if data.tgt_sizes().is_none() {
+    let Some(targets) = &samples.targets else {
         bail!("--prefix-size takes the prefix from the reference targets, and this split has none");
-    }
-    let mut guides = vec![TargetGuide::default(); data.len()];
+    };
+    let mut guides = vec![TargetGuide::default(); targets.len()];
     for &i in batches.iter().flatten() {
-        let target = data.tgt(i).unwrap_or_default();
+        let target = &targets[i];
         if target.len() < prefix_size {
             bail!("sentence {i}'s reference has {} tokens, fewer than --prefix-size {prefix_size}", target.len());
         }
-        guides[i].prefix = target[..prefix_size].to_vec();
+        guides[i].prefix = target[usize::from(opens_with_language)..prefix_size].to_vec();
     }
     Ok(guides)
+}
+
+/// Whether hypotheses need their hard alignments: for A- lines, or to replace unknown words.
+fn aligned(a: &GenerateArgs) -> bool {
+    a.print_alignment.is_some() || a.replace_unk.is_some()
+}
+
+/// `--replace-unk [FILE]`: the alignment dictionary, read from FILE or empty. The source words
+/// come from the raw text, as fairseq-generate takes them (`get_original_text`).
+fn replace_unk_dictionary(a: &GenerateArgs, data: &PairDataset) -> Result<Option<HashMap<String, String>>> {
+    let Some(file) = &a.replace_unk else { return Ok(None) };
+    if !data.is_empty() && data.src_text(0).is_none() {
+        bail!("--replace-unk takes the source words from the split's raw text: binarize it with --dataset-impl raw");
+    }
+    match file {
+        Some(file) => Ok(Some(load_align_dict(file)?)),
+        None => Ok(Some(HashMap::new())),
+    }
+}
+
+/// The split's samples as the model's task holds them: the language tokens of a multilingual or
+/// mBART task around both sides.
+pub struct Samples {
+    pub sources: Vec<Vec<i64>>,
+    /// `None` for a split without targets.
+    pub targets: Option<Vec<Vec<i64>>>,
+}
+
+impl Samples {
+    fn new(translator: &Translator, data: &PairDataset) -> Self {
+        let has_targets = data.tgt_sizes().is_some();
+        let (sources, targets): (Vec<_>, Vec<_>) = (0..data.len()).map(|i| translator.task_sample(data.src(i), data.tgt(i))).unzip();
+        let targets = has_targets.then(|| targets.into_iter().map(Option::unwrap_or_default).collect());
+        Samples { sources, targets }
+    }
+
+    pub fn target(&self, i: usize) -> Option<&[i64]> {
+        self.targets.as_ref().and_then(|t| t.get(i)).map(Vec::as_slice)
+    }
+}
+
+/// `--gen-subset` of DATA as the model's task loads it: `translation_multi_simple_epoch` with the
+/// task's own dictionaries (`--fixed-dictionary` or `dict.{lang}.txt`, language tokens added);
+/// the translation tasks with DATA's `dict.{lang}.txt`, which must be the model's (language
+/// tokens and `<mask>` aside).
+fn open_split(a: &GenerateArgs, translator: &Translator, src: &str, tgt: &str) -> Result<PairDataset> {
+    let dataset_impl = a.dataset_impl.as_deref().and_then(DatasetImpl::from_name);
+    // fairseq-generate loads --gen-subset alone (combine=False)
+    let options = LoadOptions { dataset_impl, combine: false };
+    let report = &translator.report;
+    if let LanguageTask::Multilingual(_) = translator.languages.task {
+        let src_dict = (translator.src_dict.clone(), report.source_dictionary.path.clone());
+        let tgt_dict = (translator.tgt_dict.clone(), report.target_dictionary.path.clone());
+        return Ok(DataBin::open_with_dictionaries(&a.data_dir, &a.gen_subset, (src, src_dict), (tgt, tgt_dict), options)?);
+    }
+    let data = DataBin::open_with(&a.data_dir, &a.gen_subset, Some(src), Some(tgt), options)?;
+    let added = report.languages.as_ref().map_or(0, |l| l.tokens.len());
+    if translator.src_dict.len() != data.src_dict.len() + added || translator.tgt_dict.len() != data.tgt_dict.len() + added {
+        bail!("the model's dictionaries differ from {}'s", a.data_dir.display());
+    }
+    Ok(data)
+}
+
+/// Whether the task's batch order starts from a shuffle: `translation` shuffles every split but
+/// `test`, `translation_from_pretrained_bart` every split (its `load_langpair_dataset` keeps
+/// the default), and `translation_multi_simple_epoch` none (its `ConcatDataset` only sorts).
+fn shuffled(task: &LanguageTask, split: &str) -> bool {
+    match task {
+        LanguageTask::Bilingual => split != "test",
+        LanguageTask::FromPretrainedBart { .. } => true,
+        LanguageTask::Multilingual(_) => false,
+    }
 }
 
 fn scorer(a: &GenerateArgs, t: &Translator) -> Result<GenerateScorer> {

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 
 use anyhow::{bail, Result};
-use tchseq::data::PairDataset;
 use tchseq::generate::batching::collate;
 use tchseq::generate::Hypothesis;
 use tchseq::hub::{Encoded, Scored, Translation, Translator};
+
+use super::Samples;
 
 /// Batches handed to the workers at a time, per worker: what is finished is written before the
 /// next ones start.
@@ -17,16 +18,16 @@ const BATCHES_PER_WORKER: usize = 4;
 /// order (the batch's rows sorted by descending source length).
 pub fn score(
     t: &Translator,
-    data: &PairDataset,
+    samples: &Samples,
     batches: &[Vec<usize>],
     inter_threads: usize,
     on_batch: &dyn Fn(&[(usize, Translation)]),
 ) -> Result<()> {
-    if data.tgt_sizes().is_none() {
+    let Some(targets) = &samples.targets else {
         bail!("--score-reference scores the split's references, and this split has none");
-    }
+    };
     let pairs: Vec<Encoded> =
-        (0..data.len()).map(|i| Encoded { source: data.src(i), target: data.tgt(i).unwrap_or_default() }).collect();
+        samples.sources.iter().zip(targets).map(|(s, t)| Encoded { source: s.clone(), target: t.clone() }).collect();
     let pad = t.src_dict.pad();
     for chunk in batches.chunks(BATCHES_PER_WORKER * inter_threads.max(1)) {
         let refs: Vec<Vec<&Encoded>> = chunk.iter().map(|b| b.iter().map(|&i| &pairs[i]).collect()).collect();

@@ -74,15 +74,25 @@ impl LanguageTokens {
         [dict_eos, self.generator_eos(dict_eos)].into_iter().chain(self.strip.iter().copied()).collect()
     }
 
-    /// A (source, target) pair as the task's training dataset holds it (both end with EOS).
-    pub fn pair(&self, source: Vec<i64>, target: Vec<i64>, bos: i64) -> (Vec<i64>, Vec<i64>) {
+    /// A binarized sample as the task's dataset holds it (`load_langpair_dataset` with the
+    /// task's transforms): the language tokens around both sides, BOS first under
+    /// `--prepend-bos`. Both sides end with EOS; a split without targets has `None`.
+    pub fn sample(&self, source: Vec<i64>, target: Option<Vec<i64>>, bos: i64) -> (Vec<i64>, Option<Vec<i64>>) {
         let mut source = self.source(source);
-        let mut target = self.target(target);
+        let mut target = target.map(|t| self.target(t));
         if self.prepend_bos {
             source.insert(0, bos);
-            target.insert(0, bos);
+            if let Some(t) = &mut target {
+                t.insert(0, bos);
+            }
         }
         (source, target)
+    }
+
+    /// A (source, target) pair as the task's training dataset holds it (both end with EOS).
+    pub fn pair(&self, source: Vec<i64>, target: Vec<i64>, bos: i64) -> (Vec<i64>, Vec<i64>) {
+        let (source, target) = self.sample(source, Some(target), bos);
+        (source, target.unwrap_or_default())
     }
 }
 

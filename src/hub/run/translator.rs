@@ -418,6 +418,18 @@ impl Translator {
         all_done(results, "sentence {i} was neither translated nor rejected")
     }
 
+    /// The symbols left out of hypothesis and reference text (`get_symbols_to_strip_from_output`):
+    /// the EOS of the dictionary and of the generator, and the decoder language token.
+    pub fn output_strip(&self) -> Vec<i64> {
+        self.language_tokens.output_strip(self.tgt_dict.eos())
+    }
+
+    /// A binarized sample of the loaded pair as the model's task reads it from a data-bin: its
+    /// language tokens (and `--prepend-bos`) added to both sides.
+    pub fn task_sample(&self, source: Vec<i64>, target: Option<Vec<i64>>) -> (Vec<i64>, Option<Vec<i64>>) {
+        self.language_tokens.sample(source, target, self.src_dict.bos())
+    }
+
     /// The source as fairseq prints it on `S-` lines.
     pub fn source_string(&self, src_tokens: &[i64]) -> String {
         self.src_dict.string(src_tokens, None, false, &[])
