@@ -9,6 +9,7 @@ use tch::{Kind, Tensor};
 use super::constraints::{ConstraintOrder, ConstraintState};
 use super::beam_search::{size3, Candidates};
 use super::GenerateError;
+use crate::generate::InvalidOption;
 
 /// The search and the constraint states of the batch's sentences (`constraint_states`).
 pub(super) struct ConstrainedSearch {
@@ -33,11 +34,11 @@ impl ConstrainedSearch {
     ) -> Result<Self, GenerateError> {
         for c in constraints.iter().flatten() {
             if c.is_empty() {
-                return Err(GenerateError::InvalidOption("a constraint must hold at least one token".into()));
+                return Err(InvalidOption::EmptyConstraint.into());
             }
             if let Some(&t) = c.iter().find(|&&t| t <= 0 || t >= vocab_size) {
                 // fairseq packs constraints 0-separated, so token 0 (<s>) would cut one short
-                return Err(GenerateError::InvalidOption(format!("constraint token {t} is not a target word")));
+                return Err(InvalidOption::ConstraintToken(t).into());
             }
         }
         let states = constraints
@@ -123,10 +124,7 @@ impl ConstrainedSearch {
             let (c, states) = step_sentence(step, &lprobs_sent, vocab_size, &states, sentence, num_cands)?;
             if c.scores.len() as i64 != width {
                 // fairseq: new_scores_buf[sentno] = scores fails the same way
-                return Err(GenerateError::InvalidOption(format!(
-                    "constrained search needs {width} candidates per sentence, the vocabulary gives {}",
-                    c.scores.len()
-                )));
+                return Err(InvalidOption::ConstrainedWidth { width, given: c.scores.len() }.into());
             }
             self.states[sent as usize] = states;
             new_scores.extend(c.scores);

@@ -6,6 +6,7 @@ use tch::{Kind, Tensor};
 
 use super::beam_search::{beam_step, size3, Candidates};
 use super::GenerateError;
+use crate::generate::InvalidOption;
 
 /// `DiverseBeamSearch.step` with `num_groups` groups and `diversity_strength = -strength`.
 pub(super) fn diverse_beam_step(
@@ -17,9 +18,7 @@ pub(super) fn diverse_beam_step(
 ) -> Result<Candidates, GenerateError> {
     let (bsz, beam_size, _) = size3(lprobs)?;
     if groups < 1 || beam_size % groups != 0 {
-        return Err(GenerateError::InvalidOption(
-            "diverse beam search requires the beam size to be divisible by the number of groups".into(),
-        ));
+        return Err(InvalidOption::DiverseGroups.into());
     }
     let mut diversity_buf = lprobs.f_select(1, 0)?.f_zeros_like()?;
     let (mut scores_g, mut indices_g, mut beams_g) = (Vec::new(), Vec::new(), Vec::new());

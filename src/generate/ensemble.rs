@@ -4,6 +4,7 @@
 use tch::{Kind, Tensor};
 
 use super::{Bookkeeping, GenerateError, StepModel};
+use crate::generate::InvalidOption;
 use crate::model::{get_normalized_probs, EncoderOut, IncrementalState, TransformerModel};
 
 /// The models of an ensemble plus the encoder outputs and caches of the batch being decoded.
@@ -15,7 +16,7 @@ pub struct EnsembleModel<'m> {
 impl<'m> EnsembleModel<'m> {
     pub fn new(models: &'m [TransformerModel]) -> Result<Self, GenerateError> {
         if models.is_empty() {
-            return Err(GenerateError::InvalidOption("an ensemble needs at least one model".into()));
+            return Err(InvalidOption::EmptyEnsemble.into());
         }
         Ok(EnsembleModel { models, state: Vec::new() })
     }

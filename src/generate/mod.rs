@@ -15,6 +15,7 @@ pub mod constraints;
 mod diverse;
 pub mod ensemble;
 pub mod epoch;
+mod invalid_option;
 pub mod lm_samples;
 pub mod lm_step;
 pub mod ngram;
@@ -26,6 +27,7 @@ pub mod workers;
 
 pub use constraints::ConstraintOrder;
 pub use ensemble::EnsembleModel;
+pub use invalid_option::InvalidOption;
 pub use ngram::NgramMode;
 pub use search::SearchStrategy;
 pub use sequence_generator::{GenerateRequest, GeneratorConfig, SequenceGenerator};
@@ -74,7 +76,7 @@ pub enum GenerateError {
     #[error("model: {0}")]
     Forward(#[from] crate::model::ModelError),
     #[error("invalid generation option: {0}")]
-    InvalidOption(String),
+    InvalidOption(#[from] InvalidOption),
     #[error("internal search invariant violated: {0}")]
     Invariant(String),
     /// A batch's computation panicked; the panic was caught and costs only that batch.

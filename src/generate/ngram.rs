@@ -28,6 +28,7 @@
 use tch::Tensor;
 
 use super::GenerateError;
+use crate::generate::InvalidOption;
 
 /// Which of fairseq 0.12.2's two n-gram blockers `--no-repeat-ngram-size n` reproduces
 /// (`--ngram-blocking`; the server's and Python's `ngram_blocking`).
@@ -67,12 +68,7 @@ impl NgramRepeatBlock {
     /// n = 1 bans the BOS, and a BOS that is EOS lets no hypothesis end.
     pub fn check_bos(&self, bos: i64, eos: i64) -> Result<(), GenerateError> {
         if self.mode == NgramMode::FairseqCuda && self.size == 1 && bos == eos {
-            return Err(GenerateError::InvalidOption(
-                "--no-repeat-ngram-size 1 with --ngram-blocking fairseq-cuda bans the end of sentence \
-                 (every hypothesis starts with it), so no hypothesis could end: fairseq's CUDA kernel \
-                 fails the same way. Use a size of 2 or more, or fairseq 0.12.2's CPU blocking (the default)"
-                    .into(),
-            ));
+            return Err(InvalidOption::UnigramBlocksEos.into());
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use super::constrained_search::ConstrainedSearch;
 use super::ngram::{NgramMode, NgramRepeatBlock};
 use super::search::SearchStrategy;
 use super::{Bookkeeping, GenerateError, Hypothesis, StepModel};
+use crate::generate::InvalidOption;
 
 /// fairseq's `GenerationConfig` fields that `SequenceGenerator` reads.
 #[derive(Debug, Clone)]
@@ -104,14 +105,14 @@ pub struct GenerateRequest<'a> {
 impl SequenceGenerator {
     pub fn new(cfg: GeneratorConfig, vocab_size: usize, specials: Specials) -> Result<Self, GenerateError> {
         if cfg.beam_size == 0 {
-            return Err(GenerateError::InvalidOption("beam size must be at least 1".into()));
+            return Err(InvalidOption::BeamSize.into());
         }
         if cfg.temperature.is_nan() || cfg.temperature <= 0.0 {
-            return Err(GenerateError::InvalidOption("temperature must be greater than 0".into()));
+            return Err(InvalidOption::Temperature.into());
         }
         let vocab_size = i64::try_from(vocab_size).map_err(|_| bad("vocabulary too large"))?;
         if vocab_size < 2 {
-            return Err(GenerateError::InvalidOption("target dictionary has fewer than 2 symbols".into()));
+            return Err(InvalidOption::TinyDictionary.into());
         }
         let beam_size = (cfg.beam_size as i64).min(vocab_size - 1);
         let blocker = NgramRepeatBlock::new(cfg.no_repeat_ngram_size, cfg.ngram_mode);
@@ -186,10 +187,7 @@ impl SequenceGenerator {
             None => self.max_len(src_len, model.max_decoder_positions()),
         };
         if self.cfg.min_len > max_len {
-            return Err(GenerateError::InvalidOption(format!(
-                "min_len cannot be larger than max_len ({} > {max_len}), please adjust these",
-                self.cfg.min_len
-            )));
+            return Err(InvalidOption::MinLen { min_len: self.cfg.min_len, max_len }.into());
         }
         if let Some(blocker) = self.blocker.as_ref() {
             blocker.check_bos(bos_token.unwrap_or(eos), eos)?;
@@ -201,7 +199,7 @@ impl SequenceGenerator {
                     return Err(bad(format!("prefix_tokens {:?} for {bsz} sentences", p.size())));
                 }
                 if p.f_eq(eos)?.f_any()?.f_int64_value(&[])? != 0 {
-                    return Err(GenerateError::InvalidOption("a target prefix cannot contain the end-of-sentence symbol".into()));
+                    return Err(InvalidOption::PrefixWithEos.into());
                 }
                 Some(p.f_to_device(device)?)
             }
@@ -218,9 +216,7 @@ impl SequenceGenerator {
                 Some(ConstrainedSearch::new(order, c, beam_size, self.vocab_size, eos)?)
             }
             (_, Some(_)) => {
-                return Err(GenerateError::InvalidOption(
-                    "target-side constraints were provided, but the search does not support them".into(),
-                ))
+                return Err(InvalidOption::ConstraintsUnsupported.into())
             }
             (_, None) => None,
         };

@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::{bad, sort_finalized, Ended, SequenceGenerator, Specials};
 use crate::generate::beam_topk::beam_topk;
-use crate::generate::{Bookkeeping, GenerateError, Hypothesis, StepModel};
+use crate::generate::{Bookkeeping, GenerateError, Hypothesis, InvalidOption, StepModel};
 use crate::libtorch::host::f32_view_mut;
 
 /// The `kept` sentences' blocks of `per_sentence` values each, in order.
@@ -66,10 +66,7 @@ impl SequenceGenerator {
         let (bsz, src_len) = src_tokens.size2()?;
         let max_len = self.max_len(src_len, model.max_decoder_positions());
         if self.cfg.min_len > max_len {
-            return Err(GenerateError::InvalidOption(format!(
-                "min_len cannot be larger than max_len ({} > {max_len}), please adjust these",
-                self.cfg.min_len
-            )));
+            return Err(InvalidOption::MinLen { min_len: self.cfg.min_len, max_len }.into());
         }
         let (mut bsz, orig_bsz) = (bsz as usize, bsz as usize);
         let beam = self.beam_size as usize;

@@ -328,7 +328,10 @@ fn a_temperature_that_is_not_above_zero_is_refused() {
     for temperature in [0.0, -1.0, f64::NAN] {
         let cfg = GeneratorConfig { temperature, ..GeneratorConfig::default() };
         match SequenceGenerator::new(cfg, V as usize, Specials::default()) {
-            Err(GenerateError::InvalidOption(msg)) => assert_eq!(msg, "temperature must be greater than 0"),
+            Err(GenerateError::InvalidOption(e)) => {
+                assert!(matches!(e, crate::generate::InvalidOption::Temperature));
+                assert_eq!(e.to_string(), "temperature must be greater than 0");
+            }
             other => panic!("temperature {temperature}: {:?}", other.map(|_| ())),
         }
     }

@@ -12,7 +12,7 @@ use crate::generate::lm_step::LanguageModelStep;
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::workers::catch_panic;
 use crate::generate::sequence_generator::Specials;
-use crate::generate::{GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, SequenceGenerator};
+use crate::generate::{GenerateError, GenerateRequest, GeneratorConfig, Hypothesis, InvalidOption, SequenceGenerator};
 use crate::text::pipeline::PipelineError;
 use crate::model::{get_normalized_probs, PADDING_IDX};
 
@@ -242,12 +242,12 @@ impl LanguageModel {
     /// positions is its own error.
     pub fn score_texts(&self, texts: &[&str], batch_size: usize) -> Result<Vec<Result<LmScored, TooLongText>>, GenerateError> {
         if batch_size == 0 {
-            return Err(GenerateError::InvalidOption("batch_size must be at least 1".into()));
+            return Err(InvalidOption::BatchSize.into());
         }
         let add_bos = self.config.add_bos_token;
         let tokens_per_sample = self.config.tokens_per_sample.and_then(|t| usize::try_from(t).ok()).unwrap_or(1024);
         let mut samples =
-            LmSamples::new(BreakMode::Eos, tokens_per_sample, 0, add_bos, self.specials()).map_err(|e| GenerateError::InvalidOption(e.to_string()))?;
+            LmSamples::new(BreakMode::Eos, tokens_per_sample, 0, add_bos, self.specials()).map_err(InvalidOption::from)?;
         let rows: Vec<LmRow> = texts.iter().flat_map(|t| samples.push(&self.encode(t))).collect();
         let max = self.max_positions();
         let mut out: Vec<Result<LmScored, TooLongText>> = rows.iter().map(|r| Err(TooLongText { tokens: r.size, max })).collect();

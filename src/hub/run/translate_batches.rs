@@ -9,7 +9,7 @@ use crate::config::LanguageTask;
 use crate::generate::batching::collate;
 use crate::generate::rng_replay::replay_dataloader_iter;
 use crate::generate::workers::{catch_panic, run_each};
-use crate::generate::{EnsembleModel, GenerateError, GenerateRequest, Hypothesis, SequenceGenerator};
+use crate::generate::{EnsembleModel, GenerateError, GenerateRequest, Hypothesis, InvalidOption, SequenceGenerator};
 use crate::model::TransformerModel;
 
 impl Translator {
@@ -27,11 +27,7 @@ impl Translator {
     ) -> Result<Vec<Option<Translation>>, GenerateError> {
         let TranslateRequest { guides, alignment, on_token, on_batch } = *request;
         if !guides.is_empty() && guides.len() != tokens.len() {
-            return Err(GenerateError::InvalidOption(format!(
-                "{} target prefixes or constraints for {} sentences",
-                guides.len(),
-                tokens.len()
-            )));
+            return Err(InvalidOption::GuideCount { guides: guides.len(), sentences: tokens.len() }.into());
         }
         if let Some(&bad) = batches.iter().flatten().find(|&&i| i >= tokens.len()) {
             return Err(GenerateError::Invariant(format!("a batch holds sentence {bad} of {}", tokens.len())));

@@ -12,7 +12,7 @@ use crate::hub::{apply_compute_type, resolve_compute_type, ComputeTypeError, Hub
 use crate::checkpoint::FileStorages;
 use crate::generate::batching::{batch_by_size, ordered_indices};
 use crate::generate::sequence_generator::Specials;
-use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, SequenceGenerator};
+use crate::generate::{GenerateError, GeneratorConfig, Hypothesis, InvalidOption, SequenceGenerator};
 use crate::config::ComputeType;
 use crate::model::TransformerModel;
 use crate::text::dictionary::Dictionary;
@@ -313,13 +313,15 @@ impl Translator {
         options: &TranslateOptions,
         batching: Batching,
     ) -> Result<(SequenceGenerator, Batching), GenerateError> {
-        options.check_compute_type(self.compute_type).map_err(|e| GenerateError::InvalidOption(e.to_string()))?;
+        if let Err(OptionError::ComputeTypeNotLoaded { asked, runs }) = options.check_compute_type(self.compute_type) {
+            return Err(InvalidOption::ComputeType { asked, runs }.into());
+        }
         let generator = self.generator(options.generator_config())?;
         if !options.sampling {
             return Ok((generator, batching));
         }
         let seed = i64::try_from(options.seed)
-            .map_err(|_| GenerateError::InvalidOption(format!("seed {} is too large", options.seed)))?;
+            .map_err(|_| InvalidOption::Seed(options.seed))?;
         tch::manual_seed(seed);
         Ok((generator, Batching { inter_threads: 1, ..batching }))
     }
@@ -376,11 +378,7 @@ impl Translator {
     ) -> Result<Vec<Translation>, GenerateError> {
         let TranslateRequest { guides, on_batch, .. } = *request;
         if !guides.is_empty() && guides.len() != tokens.len() {
-            return Err(GenerateError::InvalidOption(format!(
-                "{} target prefixes or constraints for {} sentences",
-                guides.len(),
-                tokens.len()
-            )));
+            return Err(InvalidOption::GuideCount { guides: guides.len(), sentences: tokens.len() }.into());
         }
         if tokens.is_empty() {
             // an empty buffer must not draw from the generator
