@@ -270,4 +270,21 @@ mod tests {
         assert_eq!(p.encode(" a\x1c\tb  "), " a b ");
         assert_eq!(p.decode("a b").unwrap(), "a b");
     }
+
+    #[test]
+    fn a_tokenizer_json_named_as_the_sentencepiece_model_is_read_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = serde_json::json!({
+            "added_tokens": [{ "id": 5, "content": "eng_Latn", "special": true }, { "id": 1, "content": "<unk>", "special": true }],
+            "pre_tokenizer": { "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "always", "split": true },
+            "decoder": { "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "always", "split": true },
+            "model": { "type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "vocab": { "<unk>": 1, "\u{2581}": 2, "a": 3, "\u{2581}a": 4 }, "merges": [["\u{2581}", "a"]] }
+        });
+        std::fs::write(dir.path().join("tokenizer.json"), file.to_string()).unwrap();
+        let opts = PipelineOptions { bpe: Some("sentencepiece".into()), sentencepiece_model: Some(dir.path().join("tokenizer.json")), ..Default::default() };
+        let p = TextPipeline::new(&opts).unwrap();
+        assert_eq!(p.encode("a xy eng_Latn"), "\u{2581}a \u{2581} <unk> \u{2581} __eng_Latn__");
+        assert_eq!(p.decode("\u{2581}a \u{2581}a a").unwrap(), "a aa");
+        assert_eq!(p.post_process(), Some("sentencepiece"));
+    }
 }
