@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tch::Tensor;
 
-pub use super::hf_dir::{architecture, find_weights, is_nllb, is_weights_file, HfArchitecture, NLLB_VOCABULARY, WEIGHTS_FILES};
+pub use super::hf_dir::{architecture, find_weights, is_nllb, is_weights_file, nllb_vocabulary, HfArchitecture, NLLB_TOKENIZER_JSON, NLLB_VOCABULARY, WEIGHTS_FILES};
 use super::hf_dir::{self, config_beside, HfDirError};
 use super::hf_tokens::{self, TokenizerKind};
 use super::pickle::Node;
@@ -88,8 +88,8 @@ pub fn tokens_after_vocabulary(vocab_path: &Path, vocabulary_len: usize) -> Resu
     let dir = vocab_path.parent().unwrap_or(Path::new("."));
     let m2m100 = find_weights(dir).and_then(|w| architecture(&w)) == Some(HfArchitecture::M2m100);
     let name = vocab_path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    if m2m100 && name == NLLB_VOCABULARY && is_nllb(dir) {
-        return Ok(hf_tokens::token_table(dir, TokenizerKind::Nllb, NLLB_VOCABULARY, vocabulary_len, &HashMap::new())?.after);
+    if m2m100 && [NLLB_VOCABULARY, NLLB_TOKENIZER_JSON].contains(&name) && is_nllb(dir) {
+        return Ok(hf_tokens::token_table(dir, TokenizerKind::Nllb, name, vocabulary_len, &HashMap::new())?.after);
     }
     if !m2m100 || name != "vocab.json" {
         return Ok(Vec::new());
@@ -135,7 +135,7 @@ fn namespace(arch: HfArchitecture, c: &HfConfig, dir: &Path) -> Result<Map<Strin
                 ("source_dict", json!(m2m100_vocabulary(dir))),
                 ("target_dict", json!(m2m100_vocabulary(dir))),
                 ("bpe", json!("sentencepiece")),
-                ("sentencepiece_model", json!("sentencepiece.bpe.model")),
+                ("sentencepiece_model", json!(if is_nllb(dir) { nllb_vocabulary(dir) } else { NLLB_VOCABULARY })),
             ] {
                 ns.insert(k.into(), v);
             }
@@ -167,10 +167,10 @@ fn namespace(arch: HfArchitecture, c: &HfConfig, dir: &Path) -> Result<Map<Strin
 }
 
 /// The file an M2M-100 directory's dictionary is read from: `vocab.json`, or NLLB's
-/// sentencepiece model.
+/// sentencepiece model (or `tokenizer.json`, see [`nllb_vocabulary`]).
 fn m2m100_vocabulary(dir: &Path) -> &'static str {
     if is_nllb(dir) {
-        NLLB_VOCABULARY
+        nllb_vocabulary(dir)
     } else {
         "vocab.json"
     }

@@ -53,15 +53,30 @@ pub fn is_weights_file(path: &Path) -> bool {
 
 /// NLLB-200's directories: an M2M-100 model whose tokenizer (`NllbTokenizer`) has no
 /// `vocab.json`: its dictionary is the sentencepiece model's pieces (id = piece id + 1 after
-/// fairseq's four specials), then the added tokens at the ids the tokenizer files give them (the
-/// language codes, `eng_Latn`, which fairseq names `__eng_Latn__`, then `<mask>`; see [`super::hf_tokens`]).
+/// fairseq's four specials), or where transformers 5 saved the tokenizer without that model,
+/// `tokenizer.json`'s vocabulary, which gives the same ids; then the added tokens at the ids the
+/// tokenizer files give them (the language codes, `eng_Latn`, which fairseq names
+/// `__eng_Latn__`, then `<mask>`; see [`super::hf_tokens`]).
 pub fn is_nllb(dir: &Path) -> bool {
     let m2m100 = || tokenizer_class(dir).is_some_and(|c| c == "M2M100Tokenizer");
-    !dir.join("vocab.json").is_file() && dir.join(NLLB_VOCABULARY).is_file() && !m2m100()
+    let vocabulary = dir.join(NLLB_VOCABULARY).is_file() || dir.join(NLLB_TOKENIZER_JSON).is_file();
+    !dir.join("vocab.json").is_file() && vocabulary && !m2m100()
 }
 
-/// The file an NLLB directory's dictionary is read from.
+/// The file an NLLB directory's dictionary and sentencepiece are read from, where it holds it.
 pub const NLLB_VOCABULARY: &str = "sentencepiece.bpe.model";
+
+/// The file they are read from where the sentencepiece model is not there (transformers 5).
+pub const NLLB_TOKENIZER_JSON: &str = "tokenizer.json";
+
+/// The file the dictionary and the subword pieces of the NLLB directory `dir` are read from: its
+/// sentencepiece model, which fairseq reads, else its `tokenizer.json`.
+pub fn nllb_vocabulary(dir: &Path) -> &'static str {
+    match dir.join(NLLB_VOCABULARY).is_file() || !dir.join(NLLB_TOKENIZER_JSON).is_file() {
+        true => NLLB_VOCABULARY,
+        false => NLLB_TOKENIZER_JSON,
+    }
+}
 
 
 /// The first line of a Git LFS pointer file.
@@ -275,6 +290,9 @@ fn need(dir: &Path, file: &'static str, needed_by: &'static str) -> Result<(), H
     if file.ends_with(".model") && file_is_lfs_pointer(&path) {
         return Err(HfDirError::LfsPointer { path, what: "sentencepiece model" });
     }
+    if file == NLLB_TOKENIZER_JSON && file_is_lfs_pointer(&path) {
+        return Err(HfDirError::LfsPointer { path, what: "tokenizer file" });
+    }
     Ok(())
 }
 
@@ -282,7 +300,10 @@ fn need(dir: &Path, file: &'static str, needed_by: &'static str) -> Result<(), H
 pub(super) fn check_tokenizer_files(dir: &Path, arch: HfArchitecture) -> Result<(), HfDirError> {
     match arch {
         HfArchitecture::M2m100 if is_nllb(dir) || tokenizer_class(dir).is_some_and(|c| c == "NllbTokenizer") => {
-            need(dir, "sentencepiece.bpe.model", "NllbTokenizer")?;
+            match nllb_vocabulary(dir) {
+                NLLB_VOCABULARY if !dir.join(NLLB_VOCABULARY).is_file() => need(dir, "sentencepiece.bpe.model or tokenizer.json", "NllbTokenizer")?,
+                file => need(dir, file, "NllbTokenizer")?,
+            }
             need(dir, "tokenizer_config.json", "NllbTokenizer")
         }
         HfArchitecture::M2m100 => {

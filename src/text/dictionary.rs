@@ -117,6 +117,11 @@ impl Dictionary {
     /// `</w>` and drops fairseq's `@@` from the others; that is undone here.
     pub fn from_vocab_json(bytes: &[u8]) -> Result<Self, DictionaryError> {
         let vocab: HashMap<String, i64> = serde_json::from_slice(bytes).map_err(|e| DictionaryError::Vocabulary(e.to_string()))?;
+        Self::from_vocab(&vocab)
+    }
+
+    /// A vocabulary's token → id map as a dictionary, as [`Self::from_vocab_json`] reads one.
+    pub fn from_vocab(vocab: &HashMap<String, i64>) -> Result<Self, DictionaryError> {
         let mut by_id: Vec<(i64, &str)> = vocab.iter().map(|(t, &id)| (id, t.as_str())).collect();
         by_id.sort();
         let word_ends = by_id.iter().any(|(_, t)| t.ends_with("</w>"));

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use super::bpe::{remove_bpe, Bpe, BpeError};
+use super::hf_bpe::{self, TokenizerJsonError};
 use super::moses::{self, MosesDetokenizer, MosesError, MosesTokenizer};
 use super::sentencepiece::{self, SentencePieceError, SentencePieceModel};
 
@@ -20,6 +21,8 @@ pub enum PipelineError {
     SentencePiece(#[from] SentencePieceError),
     #[error(transparent)]
     Moses(#[from] MosesError),
+    #[error(transparent)]
+    TokenizerJson(#[from] TokenizerJsonError),
     #[error("unknown tokenizer {0:?} (supported: moses, space, none)")]
     UnknownTokenizer(String),
     #[error("unknown bpe {0:?} (supported: subword_nmt, fastbpe, sentencepiece, none)")]
@@ -110,6 +113,8 @@ enum Tokenizer {
 enum Subword {
     Bpe(Bpe),
     SentencePiece(SentencePieceModel),
+    /// NLLB's sentencepiece BPE as transformers 5 saves it, `tokenizer.json`.
+    TokenizerJson(hf_bpe::Tokenizer),
     None,
 }
 
@@ -163,7 +168,10 @@ impl TextPipeline {
                 }
                 "sentencepiece" => {
                     let model = opts.sentencepiece_model.as_deref().ok_or(PipelineError::MissingSentencePieceModel)?;
-                    Subword::SentencePiece(SentencePieceModel::load(model)?)
+                    match model.extension().is_some_and(|e| e == "json") {
+                        true => Subword::TokenizerJson(hf_bpe::Tokenizer::from_file(model)?),
+                        false => Subword::SentencePiece(SentencePieceModel::load(model)?),
+                    }
                 }
                 other => return Err(PipelineError::UnknownBpe(other.to_string())),
             }
@@ -186,6 +194,7 @@ impl TextPipeline {
         match &self.subword {
             Subword::Bpe(bpe) => bpe.encode(&tokenized),
             Subword::SentencePiece(sp) => sp.encode_as_string(&tokenized),
+            Subword::TokenizerJson(t) => tokenizer_json_encode(t, &tokenized),
             Subword::None => tokenized,
         }
     }
@@ -195,6 +204,7 @@ impl TextPipeline {
         let text = match &self.subword {
             Subword::Bpe(_) => remove_bpe(subwords),
             Subword::SentencePiece(_) => sentencepiece::decode(subwords),
+            Subword::TokenizerJson(t) => t.decode(&subwords.split(' ').filter(|s| !s.is_empty()).collect::<Vec<_>>()),
             Subword::None => subwords.to_string(),
         };
         Ok(match &self.tokenizer {
@@ -207,10 +217,25 @@ impl TextPipeline {
     pub fn post_process(&self) -> Option<&'static str> {
         match &self.subword {
             Subword::Bpe(_) => Some("subword_nmt"),
-            Subword::SentencePiece(_) => Some("sentencepiece"),
+            Subword::SentencePiece(_) | Subword::TokenizerJson(_) => Some("sentencepiece"),
             Subword::None => None,
         }
     }
+}
+
+/// The tokens of `text` as the dictionary names them: NLLB's language tokens (added tokens that
+/// are no `<...>` specials, outside the vocabulary) are fairseq's `__eng_Latn__`.
+fn tokenizer_json_encode(t: &hf_bpe::Tokenizer, text: &str) -> String {
+    let tokens: Vec<String> = t
+        .encode(text)
+        .into_iter()
+        .map(|id| {
+            let token = t.id_to_token(id).unwrap_or(super::dictionary::UNK_WORD);
+            let language = !(token.starts_with('<') && token.ends_with('>')) && !t.vocab().contains_key(token);
+            if language { format!("__{token}__") } else { token.to_string() }
+        })
+        .collect();
+    tokens.join(" ")
 }
 
 /// fairseq's `SpaceTokenizer.encode`: `re.sub(r"\s+", " ", x)` (Python's `\s`).
@@ -244,5 +269,22 @@ mod tests {
         let p = TextPipeline::new(&PipelineOptions { tokenizer: Some("space".into()), ..Default::default() }).unwrap();
         assert_eq!(p.encode(" a\x1c\tb  "), " a b ");
         assert_eq!(p.decode("a b").unwrap(), "a b");
+    }
+
+    #[test]
+    fn a_tokenizer_json_named_as_the_sentencepiece_model_is_read_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = serde_json::json!({
+            "added_tokens": [{ "id": 5, "content": "eng_Latn", "special": true }, { "id": 1, "content": "<unk>", "special": true }],
+            "pre_tokenizer": { "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "always", "split": true },
+            "decoder": { "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "always", "split": true },
+            "model": { "type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "vocab": { "<unk>": 1, "\u{2581}": 2, "a": 3, "\u{2581}a": 4 }, "merges": [["\u{2581}", "a"]] }
+        });
+        std::fs::write(dir.path().join("tokenizer.json"), file.to_string()).unwrap();
+        let opts = PipelineOptions { bpe: Some("sentencepiece".into()), sentencepiece_model: Some(dir.path().join("tokenizer.json")), ..Default::default() };
+        let p = TextPipeline::new(&opts).unwrap();
+        assert_eq!(p.encode("a xy eng_Latn"), "\u{2581}a \u{2581} <unk> \u{2581} __eng_Latn__");
+        assert_eq!(p.decode("\u{2581}a \u{2581}a a").unwrap(), "a aa");
+        assert_eq!(p.post_process(), Some("sentencepiece"));
     }
 }

@@ -1,8 +1,10 @@
 //! Token ids as transformers' own tokenizers give them: directories transformers 4.57.6 and 5.25.0
 //! saved with `save_pretrained` (`tests/fixtures/hf/tokenizers`, reference/hf_tokenizers.py) — an
 //! M2M-100 model with its own three languages pinned as added tokens, NLLB with three languages,
-//! FSMT — hold our ids to the ids transformers gave there; a directory whose tokenizer files give
-//! no id map of the weights' row count is one error that names the files and the counts.
+//! FSMT — hold our ids to the ids transformers gave there, transformers 5's NLLB also from its
+//! `tokenizer.json` alone; a directory whose tokenizer files give no id map of the weights' row
+//! count is one error that names the files and the counts, a `tokenizer.json` tchseq cannot run
+//! one that names the file and the field.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -147,4 +149,70 @@ fn tokenizer_files_that_disagree_with_the_weights_are_one_error_naming_them() {
         }
         one_line_error(&run(dir.path()), "the tokenizer gives ids 0..9000000000001");
     }
+}
+
+/// transformers 5's NLLB directory as `save_pretrained` leaves it: `tokenizer.json` and no
+/// sentencepiece model.
+fn nllb_without_sentencepiece() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&releases()[1].join("nllb-langs"), dir.path());
+    fs::remove_file(dir.path().join("sentencepiece.bpe.model")).unwrap();
+    dir
+}
+
+#[test]
+fn a_transformers_5_nllb_directory_without_its_sentencepiece_model_reads_tokenizer_json() {
+    let goldens: Value = serde_json::from_slice(&fs::read(releases()[1].join("goldens.json")).unwrap()).unwrap();
+    let m = goldens["models"].as_array().unwrap().iter().find(|m| m["dir"] == "nllb-langs").unwrap();
+    let (src, tgt) = (m["src_lang"].as_str().unwrap(), m["tgt_lang"].as_str().unwrap());
+    let sentences: Vec<String> = m["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
+    let dir = nllb_without_sentencepiece();
+
+    // transformers' ids exactly, <unk> where its BPE has no byte fallback
+    let ours = encode(dir.path(), src, tgt, &sentences);
+    let input_ids: Vec<Vec<i64>> = m["input_ids"].as_array().unwrap().iter().map(ids).collect();
+    assert_eq!(ours.len(), input_ids.len());
+    for (ours, want) in ours.iter().zip(&input_ids) {
+        assert_eq!(ours.as_slice(), &want[1..]);
+    }
+    assert!(ours.iter().any(|r| r.contains(&3)), "the goldens hold an <unk>");
+
+    let spec = tchseq::hub::ModelSpec { model: Some(dir.path().to_path_buf()), source_lang: Some(src.into()), target_lang: Some(tgt.into()), ..Default::default() };
+    let bundle = tchseq::hub::ModelBundle::load(&spec, &tchseq::hub::LoadOptions::fp32(tch::Device::Cpu)).unwrap();
+    for (token, id) in m["convert_tokens_to_ids"].as_object().unwrap() {
+        let fairseq = if token.starts_with('<') { token.clone() } else { format!("__{token}__") };
+        assert_eq!(bundle.src_dict.index(&fairseq), id.as_i64().unwrap(), "{token}");
+    }
+    assert_eq!(bundle.src_dict.len() as i64, m["rows"].as_i64().unwrap());
+
+    // translation runs and decodes as with the sentencepiece model, whose ids these are
+    let translate = |dir: &Path| stdout_ok(&tchseq().args(["translate", "-m"]).arg(dir).args(["-s", src, "-t", tgt, "Hello world."]).output().unwrap());
+    let text = translate(dir.path());
+    assert!(!text.trim().is_empty());
+    assert_eq!(text, translate(&releases()[1].join("nllb-langs")));
+}
+
+#[test]
+fn a_tokenizer_json_tchseq_cannot_run_is_one_error_naming_it() {
+    let run = |dir: &Path| tchseq().args(["translate", "-m"]).arg(dir).args(["-s", "eng_Latn", "-t", "deu_Latn", "Hello"]).output().unwrap();
+    let edit = |change: &dyn Fn(&mut Value)| {
+        let dir = nllb_without_sentencepiece();
+        let path = dir.path().join("tokenizer.json");
+        let mut file: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        change(&mut file);
+        fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+        dir
+    };
+    let dir = edit(&|f| f["model"] = serde_json::json!({ "type": "Unigram", "unk_id": 3, "vocab": [["<unk>", 0.0]], "byte_fallback": false }));
+    let line = one_line_error(&run(dir.path()), "tokenizer.json: model.type \"Unigram\" is not implemented in tchseq (it reads BPE)");
+    assert!(line.contains(&dir.path().display().to_string()), "{line}");
+    let dir = edit(&|f| f["model"]["merges"][0] = serde_json::json!(["▁", "no such token"]));
+    one_line_error(&run(dir.path()), "tokenizer.json: model.merges: merge 0: \"no such token\" is not in model.vocab");
+    let dir = edit(&|f| f["normalizer"] = serde_json::json!({ "type": "NFKC" }));
+    one_line_error(&run(dir.path()), "tokenizer.json: normalizer.type \"NFKC\" is not implemented in tchseq");
+    let dir = edit(&|f| f["model"]["dropout"] = serde_json::json!(0.1));
+    one_line_error(&run(dir.path()), "tokenizer.json: model.dropout 0.1 is not implemented in tchseq");
+    let dir = nllb_without_sentencepiece();
+    fs::write(dir.path().join("tokenizer.json"), "{").unwrap();
+    one_line_error(&run(dir.path()), "tokenizer.json: not what transformers writes there: EOF while parsing");
 }

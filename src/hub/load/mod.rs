@@ -11,6 +11,7 @@ mod languages;
 pub mod model_dir;
 mod pipeline;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use tch::{Device, Kind};
@@ -170,6 +171,9 @@ pub enum HubError {
     /// The compute type asked for cannot run as asked.
     #[error(transparent)]
     ComputeType(#[from] ComputeTypeError),
+    /// A `tokenizer.json` could not be read.
+    #[error(transparent)]
+    TokenizerJson(#[from] crate::text::hf_bpe::TokenizerJsonError),
     /// A dictionary file could not be read.
     #[error("{}: {source}", path.display())]
     Dictionary {
@@ -386,7 +390,9 @@ pub struct ModelBundle {
 }
 
 fn load_dictionary(path: &Path) -> Result<Dictionary, HubError> {
+    let tokenizer_json = path.file_name().is_some_and(|n| n == crate::checkpoint::hf::NLLB_TOKENIZER_JSON);
     let dictionary = match path.extension().and_then(|e| e.to_str()) {
+        _ if tokenizer_json => tokenizer_json_dictionary(path)?,
         Some("json") => std::fs::read(path).map_err(Into::into).and_then(|bytes| Dictionary::from_vocab_json(&bytes)),
         Some("model") => sentencepiece_dictionary(path),
         _ => Dictionary::load(path),
@@ -413,6 +419,14 @@ fn sentencepiece_dictionary(path: &Path) -> Result<Dictionary, DictionaryError> 
         dictionary.add_symbol(&p.piece);
     }
     Ok(dictionary)
+}
+
+/// NLLB's dictionary from transformers 5's `tokenizer.json`: its BPE vocabulary, whose ids are
+/// fairseq's (`<s>` `<pad>` `</s>` `<unk>`, then the sentencepiece pieces).
+fn tokenizer_json_dictionary(path: &Path) -> Result<Result<Dictionary, DictionaryError>, HubError> {
+    let tokenizer = crate::text::hf_bpe::Tokenizer::from_file(path)?;
+    let vocab: HashMap<String, i64> = tokenizer.vocab().iter().map(|(t, &id)| (t.clone(), i64::from(id))).collect();
+    Ok(Dictionary::from_vocab(&vocab))
 }
 
 /// fairseq sizes the embeddings from the dictionaries: a dictionary that disagrees with the
