@@ -313,8 +313,11 @@ impl Translator {
         options: &TranslateOptions,
         batching: Batching,
     ) -> Result<(SequenceGenerator, Batching), GenerateError> {
-        if let Err(OptionError::ComputeTypeNotLoaded { asked, runs }) = options.check_compute_type(self.compute_type) {
-            return Err(InvalidOption::ComputeType { asked, runs }.into());
+        match options.check_compute_type(self.compute_type) {
+            Ok(()) => {}
+            Err(OptionError::ComputeTypeNotLoaded { asked, runs }) => return Err(InvalidOption::ComputeType { asked, runs }.into()),
+            // the check gives no other refusal; one it gained would not pass unseen
+            Err(other) => return Err(GenerateError::Invariant(other.to_string())),
         }
         let generator = self.generator(options.generator_config())?;
         if !options.sampling {
