@@ -78,12 +78,12 @@ def render(r):
         out.append(table(["model", "compute type", "cache", "batch 32 tok/s", "batch 128 tok/s", "batch 1 ms/sentence", "start-up + 1 line (s)",
                           "GPU peak MB (b128)", "peak RSS MB"], rows))
     if r.get("cuda_graph"):
-        out.append("## The decoder step replayed as a CUDA graph (bundled model, beam 5, fixed cache; batch 32 in target tokens/s)\n")
-        rows = [(g["compute_type"], f"{g.get('same_hypotheses', '-')}/{g.get('hypotheses', '-')}", num(g.get("max_score_difference"), ".1e"),
+        out.append("## The decoder step replayed as a CUDA graph (beam 5, fixed cache; batch 32 in target tokens/s)\n")
+        rows = [(g.get("model", "bundled"), g["compute_type"], f"{g.get('same_hypotheses', '-')}/{g.get('hypotheses', '-')}", num(g.get("max_score_difference"), ".1e"),
                  num(g.get("eager_b32_tokens_per_s"), ".0f"), num(g.get("graph_b32_tokens_per_s"), ".0f"),
                  num(g.get("eager_b1_ms_per_sentence"), ".1f"), num(g.get("graph_b1_ms_per_sentence"), ".1f"),
                  f"{g.get('captured', '-')} / {g.get('replayed', '-')} / {g.get('failed_buckets', '-')}", g.get("note", "")) for g in r["cuda_graph"]]
-        out.append(table(["compute type", "hypotheses as eager", "largest score difference", "eager b32 tok/s", "graph b32 tok/s",
+        out.append(table(["model", "compute type", "hypotheses as eager", "largest score difference", "eager b32 tok/s", "graph b32 tok/s",
                           "eager b1 ms", "graph b1 ms", "captured / replayed / failed buckets", "note"], rows))
     if r.get("cpu_threads"):
         out.append("## The CPU tier on this machine's cores (base model, beam 5, batch 32; target tokens/s after start-up)\n")
