@@ -417,7 +417,8 @@ def fairseq(check):
         base.append("--cpu")
     env = fairseq_env(check, site)
     version, _, where = probe.stdout.strip().partition(" ")
-    result = {"ran": True, "version": version, "from": where}
+    # kept as it grows, so that a run cut short by --deadline still reports what finished
+    result = check.results["fairseq"] = {"ran": True, "version": version, "from": where}
     keep = lambda text: [l for l in text.splitlines() if re.match(r"^[SHDPA]-\d", l)]
     # line for line beside tchseq's exact arithmetic (the same libtorch on both sides): fp32, and
     # --fp16 against --dtype fp16 (fairseq's model.half())

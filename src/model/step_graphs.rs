@@ -304,17 +304,26 @@ impl IncrementalState {
         Ok(Some(GraphKey { rows, length }))
     }
 
-    /// Every buffer a replayed step reads or writes.
+    /// Every buffer a replayed step reads or writes, with the shapes a graph holds: a new
+    /// batch's encoder keys of another source length may sit where the last batch's were.
     pub(crate) fn graph_addresses(&self) -> Vec<usize> {
         let mut addresses = Vec::new();
         for layer in &self.layers {
             if let Some(cache) = &layer.self_attn.fixed_cache {
                 addresses.extend(cache.addresses());
                 addresses.push(cache.position_address());
+                let (rows, length) = cache.capacity();
+                addresses.extend([rows as usize, length as usize, cache.rows() as usize]);
             }
             let e = &layer.encoder_attn;
             for t in [&e.prev_key, &e.prev_value, &e.attn_bias] {
-                addresses.push(t.as_ref().map_or(0, |t| t.data_ptr() as usize));
+                match t {
+                    Some(t) => {
+                        addresses.push(t.data_ptr() as usize);
+                        addresses.extend(t.size().into_iter().chain(t.stride()).map(|n| n as usize));
+                    }
+                    None => addresses.push(0),
+                }
             }
         }
         addresses
@@ -440,6 +449,26 @@ mod tests {
         assert_eq!(cache_len(&second), 1 + 4 + 30);
         assert_eq!(graphs.graphs(), 2);
         assert_eq!(graphs.stats().captures, 3);
+    }
+
+    /// A graph holds the shapes it was captured with: encoder keys of another source length at
+    /// the same address (where the allocator put a new batch's) are captured again.
+    #[test]
+    fn encoder_keys_of_another_shape_at_the_same_address_are_captured_again() {
+        let graphs = StepGraphs::new(recording);
+        let mut state = state();
+        let keys = Tensor::ones([ROWS, 2, 7, 4], (Kind::Float, Device::Cpu));
+        let encoder = &mut state.layers[0].encoder_attn;
+        (encoder.prev_key, encoder.prev_value) = (Some(keys.shallow_clone()), Some(keys.shallow_clone()));
+        let (calls, _) = run(&graphs, &mut state, 4);
+        assert_eq!(calls, WARMUP_STEPS + 1);
+        let shorter = keys.narrow(2, 0, 6);
+        assert_eq!(shorter.data_ptr(), keys.data_ptr());
+        let encoder = &mut state.layers[0].encoder_attn;
+        (encoder.prev_key, encoder.prev_value) = (Some(shorter.shallow_clone()), Some(shorter));
+        let (calls, _) = run(&graphs, &mut state, 4);
+        assert_eq!(calls, WARMUP_STEPS + 1, "a graph of 7 source positions must not run on 6");
+        assert_eq!(graphs.stats().captures, 2);
     }
 
     /// Without CUDA every capture fails: the bucket is reported, then every step is the eager
