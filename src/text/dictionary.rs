@@ -201,12 +201,23 @@ impl Dictionary {
     /// `string(tokens, bpe_symbol, escape_unk, extra_symbols_to_ignore)`: drops EOS and BOS and
     /// the extra symbols, joins with spaces, then `post_process(sentence, bpe_symbol)`.
     pub fn string(&self, tokens: &[i64], bpe_symbol: Option<&str>, escape_unk: bool, extra_symbols_to_ignore: &[i64]) -> String {
-        let words: Vec<&str> = tokens
-            .iter()
-            .filter(|&&t| t != self.eos() && t != self.bos() && !extra_symbols_to_ignore.contains(&t))
-            .map(|&t| if t == self.unk() { if escape_unk { "<<unk>>" } else { UNK_WORD } } else { self.symbol(t) })
-            .collect();
+        let words: Vec<&str> = self.kept_symbols(tokens, escape_unk, extra_symbols_to_ignore).map(|(_, w)| w).collect();
         post_process(&words.join(" "), bpe_symbol)
+    }
+
+    /// The symbols [`Self::string`] joins, each with its token's position in `tokens`: EOS, BOS
+    /// and `extra_symbols_to_ignore` dropped, `<unk>` spelled as fairseq spells it.
+    pub fn kept_symbols<'a>(
+        &'a self,
+        tokens: &'a [i64],
+        escape_unk: bool,
+        extra_symbols_to_ignore: &'a [i64],
+    ) -> impl Iterator<Item = (usize, &'a str)> + 'a {
+        tokens
+            .iter()
+            .enumerate()
+            .filter(move |&(_, &t)| t != self.eos() && t != self.bos() && !extra_symbols_to_ignore.contains(&t))
+            .map(move |(i, &t)| (i, if t == self.unk() { if escape_unk { "<<unk>>" } else { UNK_WORD } } else { self.symbol(t) }))
     }
 }
 

@@ -140,15 +140,8 @@ impl Lines<'_> {
     /// The hypothesis' text with each `<unk>` replaced by its aligned source word, before
     /// `--post-process`.
     fn replaced(&self, h: &Hypothesis, source_line: &str, align_dict: &HashMap<String, String>) -> String {
-        let d = self.tgt_dict;
-        let mut symbols = Vec::new();
-        let mut positions = Vec::new();
-        for (t, &id) in h.tokens.iter().enumerate() {
-            if id != d.eos() && id != d.bos() && !self.strip.contains(&id) {
-                symbols.push(if id == d.unk() { tchseq::text::dictionary::UNK_WORD.to_string() } else { d.symbol(id).to_string() });
-                positions.push(t);
-            }
-        }
+        let (positions, mut symbols): (Vec<usize>, Vec<String>) =
+            self.tgt_dict.kept_symbols(&h.tokens, false, &self.strip).map(|(t, w)| (t, w.to_string())).unzip();
         let mut src_words: Vec<&str> = vec![""; self.source_offset];
         src_words.extend(source_line.split(is_py_space).filter(|w| !w.is_empty()));
         src_words.push("<eos>");
