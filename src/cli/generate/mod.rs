@@ -49,7 +49,7 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
     let translator = Translator::new(bundle, device, TextMode::Tokenized).map_err(common::hub_error)?;
     common::print_warnings(&translator.report);
     let data = open_split(a, &translator, &src, &tgt)?;
-    let samples = Samples::new(&translator, &data);
+    let mut samples = Samples::new(&translator, &data);
     let decode = TextPipeline::new(&pipeline_options(a, &src, &tgt)).map_err(common::pipeline_error)?;
     let generator = translator.generator(common::generator_config(&search_options(a))?)?;
 
@@ -86,7 +86,8 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
             first.join(", ")
         );
     }
-    let tokens = samples.sources.clone();
+    // the search owns the sources from here (scoring the references reads them from `samples`)
+    let tokens = if a.score_reference { Vec::new() } else { std::mem::take(&mut samples.sources) };
     let opens_with_language = translator.language_tokens.target_prefix.is_some();
     let guides = prefixes(&samples, a.search.prefix_size, opens_with_language, &epoch.batches)?;
     let sentences: usize = epoch.batches.iter().map(Vec::len).sum();
