@@ -3,15 +3,17 @@
 `--paired-bs`; src/metrics/significance.rs).
 
 Runs the installed sacrebleu 2.5.1 CLI on cases under tests/fixtures/sacrebleu/cases/ (written by
-reference/sacrebleu_goldens.py) and on system variants made here; writes under
-tests/fixtures/sacrebleu/:
+reference/sacrebleu_goldens.py), on a larger case made here from /work/shared/data/multi30k (read
+only) and on system variants; writes under tests/fixtures/sacrebleu/:
+  resampling/multi30k_200_3refs/hyp.txt, ref0.txt, ref1.txt, ref2.txt   the larger case
   resampling/<case>/sys1.txt, sys2.txt   variants of the case's hyp.txt (words dropped or swapped
                                           with random.Random(0))
   resampling.json  [{name, case, nrefs, systems: [paths], seed, argv: [...], rc, error, stdout}]
                    (argv without the files: refs and -i are given by case/systems)
 Run from the repository root:  source reference/env.sh && python reference/sacrebleu_resampling_goldens.py
-(under a minute). Reads only the repository; fetches nothing.
+(about two minutes). Fetches nothing.
 """
+import gzip
 import json
 import os
 import random
@@ -24,13 +26,36 @@ assert sacrebleu.__version__ == "2.5.1", sacrebleu.__version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join("tests", "fixtures", "sacrebleu")
-CASES = {"fairseq_interactive_de": 1, "multi30k_perturbed": 1, "multi30k_perturbed_2refs": 2,
+MULTI30K = "/work/shared/data/multi30k"
+# a larger case of its own, under resampling/: 200 lines of multi30k's test set with 3 references
+LARGE = "multi30k_200_3refs"
+CASES = {LARGE: 3, "fairseq_interactive_de": 1, "multi30k_perturbed": 1, "multi30k_perturbed_2refs": 2,
          "empty_lines": 1, "three_refs": 3, "random_small_vocab": 1, "sb_readme_multiref": 2}
+
+
+def case_dir(case):
+    return os.path.join(FIX, "resampling" if case == LARGE else "cases", case)
+
+
+def write_large_case():
+    """The reference, two variants of it as further references, a third as the hypotheses."""
+    with gzip.open(os.path.join(MULTI30K, "test_2016_flickr.de.gz"), "rt", encoding="utf-8") as f:
+        ref = [next(f).rstrip("\n") for _ in range(200)]
+    rng = random.Random(1)
+
+    def vary(lines, p):
+        return [" ".join(w for w in l.split() if rng.random() > p) for l in lines]
+
+    d = os.path.join(ROOT, case_dir(LARGE))
+    os.makedirs(d, exist_ok=True)
+    for name, lines in [("ref0", ref), ("ref1", vary(ref, 0.1)), ("ref2", vary(ref, 0.2)), ("hyp", vary(ref, 0.15))]:
+        with open(os.path.join(d, f"{name}.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 def variants(case):
     """Two deterministic variants of the case's hypotheses: words dropped, then also swapped."""
-    with open(os.path.join(ROOT, FIX, "cases", case, "hyp.txt"), encoding="utf-8", newline="\n") as f:
+    with open(os.path.join(ROOT, case_dir(case), "hyp.txt"), encoding="utf-8", newline="\n") as f:
         lines = [l.rstrip() for l in f]
     rng = random.Random(0)
     out = []
@@ -80,10 +105,11 @@ for name, case, systems, seed, args in [
 
 
 def main():
+    write_large_case()
     goldens = []
     for name, case, multi, seed, args in RUNS:
         nrefs = CASES[case]
-        d = os.path.join(FIX, "cases", case)
+        d = case_dir(case)
         refs = [os.path.join(d, f"ref{k}.txt") for k in range(nrefs)]
         systems = [os.path.join(d, "hyp.txt")] + (variants(case) if multi else [])
         test = ["--paired-bs"] if multi else ["--confidence"]
