@@ -170,6 +170,26 @@ impl Generator {
     }
 }
 
+impl Generator {
+    /// `integers(2, size=count, dtype=bool)` (`buffered_bounded_bool`): 32 draws per 32-bit
+    /// word, least significant bit first.
+    pub fn integers_bool(&mut self, count: usize) -> Vec<bool> {
+        let (mut buf, mut bcnt) = (0u32, 0u32);
+        (0..count)
+            .map(|_| {
+                if bcnt == 0 {
+                    buf = self.bit_generator.next_u32();
+                    bcnt = 31;
+                } else {
+                    buf >>= 1;
+                    bcnt -= 1;
+                }
+                buf & 1 == 1
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +238,13 @@ mod tests {
         assert_eq!(rng(0).choice(3, 12), [2, 1, 1, 0, 0, 0, 0, 0, 0, 2, 1, 2]);
         assert_eq!(rng((1 << 70) + 5).choice(100, 8), [43, 19, 44, 27, 29, 59, 95, 15]);
         assert_eq!(rng(5).choice(1, 3), [0, 0, 0]);
+    }
+
+    // np.random.default_rng(7).integers(2, size=70, dtype=bool).astype(int)
+    #[test]
+    fn bools_like_numpy() {
+        let want = "1101000101010010101001111000111110010101100000100110000000000101101010";
+        let got: String = rng(7).integers_bool(70).iter().map(|&b| if b { '1' } else { '0' }).collect();
+        assert_eq!(got, want);
     }
 }
