@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Goldens for tchseq's port of sacreBLEU 2.5.1's bootstrap resampling (`--confidence`,
-`--paired-bs`; src/metrics/significance.rs).
+"""Goldens for tchseq's port of sacreBLEU 2.5.1's resampling tests (`--confidence`, `--paired-bs`,
+`--paired-ar`; src/metrics/significance.rs).
 
 Runs the installed sacrebleu 2.5.1 CLI on cases under tests/fixtures/sacrebleu/cases/ (written by
 reference/sacrebleu_goldens.py), on a larger case made here from /work/shared/data/multi30k (read
@@ -77,13 +77,17 @@ def variants(case):
 
 
 ALL = ["-m", "bleu", "chrf", "ter"]
-# (name, case, extra systems?, seed, args)
+# (name, case, test: False for --confidence, True for --paired-bs or "ar" for --paired-ar, seed, args)
 RUNS = []
 for case in CASES:
     RUNS.append((f"{case}/ci_text", case, False, None, ALL + ["-f", "text"]))
     RUNS.append((f"{case}/ci_json_w2", case, False, None, ALL + ["-w", "2"]))
     RUNS.append((f"{case}/pbs_text", case, True, None, ALL + ["-f", "text", "--paired-bs-n", "200"]))
     RUNS.append((f"{case}/pbs_json_bleu", case, True, None, ["-m", "bleu", "--paired-bs-n", "200"]))
+    # TER's averages of three references are summed by BLAS for --paired-ar: not reproduced
+    ar_metrics = ALL if CASES[case] < 3 else ["-m", "bleu", "chrf"]
+    RUNS.append((f"{case}/par_text", case, "ar", None, ar_metrics + ["-f", "text", "--paired-ar-n", "300"]))
+    RUNS.append((f"{case}/par_json", case, "ar", "7", ar_metrics + ["--paired-ar-n", "200"]))
 for name, case, systems, seed, args in [
     ("seed7_cin100_text", "fairseq_interactive_de", False, "7", ALL + ["-f", "text", "--confidence-n", "100"]),
     ("seed7_cin100_json", "multi30k_perturbed_2refs", False, "7", ALL + ["--confidence-n", "100", "-w", "3"]),
@@ -100,6 +104,9 @@ for name, case, systems, seed, args in [
     ("pbs_default_n", "fairseq_interactive_de", True, None, ["-m", "ter", "bleu", "-f", "text"]),
     ("pbs_n0", "fairseq_interactive_de", True, None, ["-m", "bleu", "-f", "text", "--paired-bs-n", "0"]),
     ("pbs_json_ter_fails", "fairseq_interactive_de", True, None, ["-m", "ter", "--paired-bs-n", "100"]),
+    ("par_default_n", "multi30k_perturbed", "ar", None, ["-m", "bleu", "chrf", "-f", "text", "--short"]),
+    ("par_addk_sv", "multi30k_perturbed", "ar", None, ["-m", "bleu", "-f", "text", "-s", "add-k", "-sv", "1.5", "--paired-ar-n", "500"]),
+    ("par_n0", "fairseq_interactive_de", "ar", None, ["-m", "bleu", "-f", "text", "--paired-ar-n", "0"]),
 ]:
     RUNS.append((name, case, systems, seed, args))
 
@@ -112,7 +119,7 @@ def main():
         d = case_dir(case)
         refs = [os.path.join(d, f"ref{k}.txt") for k in range(nrefs)]
         systems = [os.path.join(d, "hyp.txt")] + (variants(case) if multi else [])
-        test = ["--paired-bs"] if multi else ["--confidence"]
+        test = ["--paired-ar"] if multi == "ar" else ["--paired-bs"] if multi else ["--confidence"]
         argv = [sys.executable, "-m", "sacrebleu", *refs, "-i", *systems, *test, *args, "--no-color", "-q"]
         env = dict(os.environ)
         env.pop("SACREBLEU_FORMAT", None)

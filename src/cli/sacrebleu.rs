@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use tchseq::metrics::results_table::PairedTest;
 use tchseq::metrics::{self, MetricKind, SacrebleuOptions, Smooth, TokenizerKind};
 
 /// Arguments of `tchseq sacrebleu`; names follow the sacrebleu CLI (its two-letter short options
@@ -93,10 +94,10 @@ pub struct SacrebleuArgs {
     /// The number of resamples of --paired-bs (1000 when not above 0, as in sacreBLEU).
     #[arg(long = "paired-bs-n", alias = "pbsn", default_value_t = 1000, allow_negative_numbers = true, value_name = "N")]
     pub paired_bs_n: i64,
-    /// Paired approximate randomization test (not available in tchseq).
+    /// Paired approximate randomization test of each system against the first (the baseline).
     #[arg(long = "paired-ar", alias = "par")]
     pub paired_ar: bool,
-    /// The number of trials of --paired-ar.
+    /// The number of trials of --paired-ar (10000 when not above 0, as in sacreBLEU).
     #[arg(long = "paired-ar-n", alias = "parn", default_value_t = 10000, allow_negative_numbers = true, value_name = "N")]
     pub paired_ar_n: i64,
     /// Workers of the paired tests (accepted; the results do not depend on it).
@@ -144,17 +145,16 @@ pub fn run_to(a: &SacrebleuArgs, out: &mut dyn Write) -> Result<()> {
 
 /// [`run_to`] with the library's options given (`a.options()`, possibly changed).
 pub fn run_with(a: &SacrebleuArgs, opts: &SacrebleuOptions, out: &mut dyn Write) -> Result<()> {
-    if a.paired_ar {
-        bail!("--paired-ar (approximate randomization) is not available in tchseq; --paired-bs is");
-    }
     let refs: Vec<&Path> = a.refs.iter().map(PathBuf::as_path).collect();
-    let report = if a.paired_bs {
+    let report = if a.paired_bs || a.paired_ar {
         let systems = read_systems(&a.input)?;
         if systems.len() == 1 {
             bail!("Paired tests require multiple input systems given to --input (-i).");
         }
         let refs = refs.iter().map(|p| metrics::read_lines(p)).collect::<Result<Vec<_>, _>>()?;
-        metrics::sacrebleu_paired_bs_report(&systems, &refs, opts, a.paired_bs_n)?
+        let (test, n) =
+            if a.paired_bs { (PairedTest::Bootstrap, a.paired_bs_n) } else { (PairedTest::ApproximateRandomization, a.paired_ar_n) };
+        metrics::sacrebleu_paired_report(&systems, &refs, opts, test, n)?
     } else {
         if a.input.len() > 1 {
             if a.confidence {

@@ -5,7 +5,8 @@
 //! whitespace for `split`/`strip`, `str.lower`, the same arithmetic order, the same printing.
 //! The version in signatures is a parameter ([`SACREBLEU_VERSION`] by default).
 //! `--confidence` and `--paired-bs` resample as sacreBLEU does, from NumPy's RNG reproduced bit
-//! for bit ([`significance`], [`numpy_random`]). Not ported: `--paired-ar`, multi-system scoring
+//! for bit ([`significance`], [`numpy_random`]), and so does `--paired-ar` (but for TER with
+//! fractional average reference lengths). Not ported: multi-system scoring
 //! without a paired test, the mecab/sentencepiece tokenizers, TER's normalization/punctuation/Asian options,
 //! sentence-level mode, test sets (`-t`) and `--num-refs` tab-separated references.
 
@@ -374,22 +375,29 @@ pub fn sacrebleu_report_files(hyp: &Path, refs: &[&Path], opts: &SacrebleuOption
     sacrebleu_report(&hyps, &refs, opts)
 }
 
-/// Exactly what `sacrebleu REFS... -i BASELINE SYS... --paired-bs` prints on stdout: `systems`
-/// are (name, lines), the baseline first.
-pub fn sacrebleu_paired_bs_report(
+/// Exactly what `sacrebleu REFS... -i BASELINE SYS... --paired-bs` (or `--paired-ar`) prints on
+/// stdout: `systems` are (name, lines), the baseline first; `n` is `--paired-bs-n`
+/// (`--paired-ar-n`).
+pub fn sacrebleu_paired_report(
     systems: &[(String, Vec<String>)],
     refs: &[Vec<String>],
     opts: &SacrebleuOptions,
-    n_samples: i64,
+    test: results_table::PairedTest,
+    n: i64,
 ) -> Result<String, MetricError> {
     let seed = significance::SeedChoice::parse(opts.seed.as_deref())?;
     for (_, hyps) in systems {
         check_lengths(hyps, refs)?;
     }
     let hyps: Vec<Vec<String>> = systems.iter().map(|(_, h)| h.clone()).collect();
-    let columns = significance::paired_bs(&hyps, refs, opts, n_samples.max(0) as usize, &seed)?;
+    let columns = match test {
+        results_table::PairedTest::Bootstrap => significance::paired_bs(&hyps, refs, opts, n.max(0) as usize, &seed)?,
+        results_table::PairedTest::ApproximateRandomization => {
+            significance::paired_ar(&hyps, refs, opts, n.max(0) as usize, &seed)?
+        }
+    };
     let names: Vec<String> = systems.iter().map(|(n, _)| n.clone()).collect();
-    results_table::ResultsTable::paired(&names, columns, n_samples, opts.short).print(opts.json, opts.width)
+    results_table::ResultsTable::paired(&names, columns, test, n, opts.short).print(opts.json, opts.width)
 }
 
 #[cfg(test)]

@@ -22,14 +22,21 @@ pub struct ResultsTable {
     pub systems: Vec<String>,
     pub columns: Vec<(String, Vec<Cell>)>,
     pub signatures: Vec<(String, String)>,
-    /// `Some(n)` for a paired bootstrap test, `n` the `--paired-bs-n` given (the explanation
-    /// names it even when it is not above 0 and 1000 resamples were drawn).
-    pub paired_bs: Option<i64>,
+    /// The paired test, with the `--paired-bs-n` or `--paired-ar-n` given (the explanation names
+    /// it even when it is not above 0 and the default was used).
+    pub paired: Option<(PairedTest, i64)>,
+}
+
+/// `--paired-bs` or `--paired-ar`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairedTest {
+    Bootstrap,
+    ApproximateRandomization,
 }
 
 impl ResultsTable {
     /// The table of a paired bootstrap test; `names[0]` is the baseline's name as given.
-    pub fn paired(names: &[String], columns: Vec<PairedColumn>, paired_bs_n: i64, short: bool) -> Self {
+    pub fn paired(names: &[String], columns: Vec<PairedColumn>, test: PairedTest, n: i64, short: bool) -> Self {
         let mut systems = names.to_vec();
         if let Some(first) = systems.first_mut() {
             *first = format!("Baseline: {first}");
@@ -39,7 +46,7 @@ impl ResultsTable {
             .into_iter()
             .map(|c| (c.name, c.results.into_iter().map(Cell::Result).collect()))
             .collect();
-        Self { systems, columns, signatures, paired_bs: Some(paired_bs_n) }
+        Self { systems, columns, signatures, paired: Some((test, n)) }
     }
 
     /// Exactly what the CLI prints.
@@ -71,8 +78,8 @@ impl ResultsTable {
                         "{{\n            \"score\": {},\n            \"p_value\": {},\n            \"mean\": {},\n            \"ci\": {}\n        }}",
                         json_float(r.score),
                         opt(r.p_value),
-                        float(r.mean)?,
-                        float(r.ci)?
+                        r.mean.map_or(Ok("null".to_string()), float)?,
+                        r.ci.map_or(Ok("null".to_string()), float)?
                     ),
                 };
                 entries.push(format!("        {}: {value}", json_ascii(metric)));
@@ -92,13 +99,11 @@ impl ResultsTable {
                 vals.push(match cell {
                     Cell::Text(s) => s.clone(),
                     Cell::Result(r) => {
-                        is_bootstrap = true;
-                        let mut s = format!(
-                            "{} ({} ± {})",
-                            py_fixed(r.score, width),
-                            py_fixed(r.mean.value(), width),
-                            py_fixed(r.ci.value(), width)
-                        );
+                        let mut s = py_fixed(r.score, width);
+                        if let (Some(mean), Some(ci)) = (r.mean, r.ci) {
+                            is_bootstrap = true;
+                            s += &format!(" ({} ± {})", py_fixed(mean.value(), width), py_fixed(ci.value(), width));
+                        }
                         if let Some(p) = r.p_value {
                             s += &format!("\n(p = {}){}", py_fixed(p, 4), if p > 0.05 { "" } else { "*" });
                         }
@@ -111,8 +116,8 @@ impl ResultsTable {
         }
         let mut out = fancy_grid(&headers, &cols);
         out.push_str("\n\n");
-        if let Some(n) = self.paired_bs {
-            out.push_str(&paired_bs_explanation(n, &self.systems[0]));
+        if let Some((test, n)) = self.paired {
+            out.push_str(&paired_explanation(test, n, &self.systems[0]));
         }
         out.push_str("-----------------\nMetric signatures\n-----------------\n");
         for (name, sig) in &self.signatures {
@@ -123,12 +128,20 @@ impl ResultsTable {
     }
 }
 
-fn paired_bs_explanation(n_samples: i64, baseline: &str) -> String {
-    let msg = format!("Paired bootstrap resampling test with {n_samples} resampling trials");
+fn paired_explanation(test: PairedTest, n: i64, baseline: &str) -> String {
+    let (msg, provided) = match test {
+        PairedTest::Bootstrap => (
+            format!("Paired bootstrap resampling test with {n} resampling trials"),
+            "Actual system score / bootstrap estimated true mean / 95% CI are provided for each metric.",
+        ),
+        PairedTest::ApproximateRandomization => (
+            format!("Paired approximate randomization test with {n} trials"),
+            "Actual system score is provided for each metric.",
+        ),
+    };
     let rule = "-".repeat(msg.chars().count());
     format!(
-        "{rule}\n{msg}\n{rule}\n - Each system is pairwise compared to {baseline}.\n   Actual system score / bootstrap \
-         estimated true mean / 95% CI are provided for each metric.\n\n - Null hypothesis: the system and the \
+        "{rule}\n{msg}\n{rule}\n - Each system is pairwise compared to {baseline}.\n   {provided}\n\n - Null hypothesis: the system and the \
          baseline translations are essentially\n   generated by the same underlying process. For a given system \
          and the baseline,\n   the p-value is roughly the probability of the absolute score difference (delta)\n   \
          or higher occurring due to chance, under the assumption that the null hypothesis is correct.\n\n - \

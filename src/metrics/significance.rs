@@ -98,6 +98,8 @@ pub struct MetricStats {
     width: usize,
     /// `np.array(stats, dtype='float32')`, row-major.
     rows: Vec<f32>,
+    /// The statistics as Python has them (integers, TER's average lengths), row-major.
+    exact_rows: Vec<f64>,
     scorer: Scorer,
 }
 
@@ -122,7 +124,8 @@ impl MetricStats {
                 let score = Bleu::to_score(&m.score_from_sums(&sums));
                 let signature = m.signature(n, &opts.version);
                 let rows = stats.iter().map(|&v| v as f32).collect();
-                Self { score, signature, width, rows, scorer: Scorer::Bleu(m) }
+                let exact_rows = stats.iter().map(|&v| v as f64).collect();
+                Self { score, signature, width, rows, exact_rows, scorer: Scorer::Bleu(m) }
             }
             MetricKind::Chrf => {
                 let m = Chrf::new(opts.chrf.clone());
@@ -135,7 +138,8 @@ impl MetricStats {
                 let score = m.to_score(m.f_score(&sums));
                 let signature = m.signature(n, &opts.version);
                 let rows = stats.iter().map(|&v| v as f32).collect();
-                Self { score, signature, width, rows, scorer: Scorer::Chrf(m) }
+                let exact_rows = stats.iter().map(|&v| v as f64).collect();
+                Self { score, signature, width, rows, exact_rows, scorer: Scorer::Chrf(m) }
             }
             MetricKind::Ter => {
                 let m = Ter::new(opts.ter.clone())?;
@@ -143,7 +147,8 @@ impl MetricStats {
                 let score = Ter::to_score(Ter::score_from_stats(&stats).0);
                 let signature = m.signature(n, &opts.version);
                 let rows = stats.iter().flat_map(|&(e, l)| [e as f32, l as f32]).collect();
-                Self { score, signature, width: 2, rows, scorer: Scorer::Ter }
+                let exact_rows = stats.iter().flat_map(|&(e, l)| [e as f64, l]).collect();
+                Self { score, signature, width: 2, rows, exact_rows, scorer: Scorer::Ter }
             }
         })
     }
@@ -170,6 +175,46 @@ impl MetricStats {
                 }
             })
             .collect()
+    }
+}
+
+impl MetricStats {
+    /// `_aggregate_and_compute(x).score` for summed statistics `x` held in a NumPy `int64` (or,
+    /// for TER, `float64`) array, as the approximate randomization test computes them: the
+    /// arithmetic of Python's, but BLEU's add-k smoothing is added into the integer array.
+    fn score_from_exact_sums(&self, sums: &[f64]) -> f64 {
+        match &self.scorer {
+            Scorer::Bleu(m) => {
+                let order = m.opts.max_ngram_order;
+                let mut opts = m.opts.clone();
+                if opts.smooth_method == super::Smooth::AddK {
+                    // c + k cast back to int64, for a count c >= 0: c + trunc(k)
+                    opts.smooth_value = Some(opts.smooth_value.unwrap_or(1.0).trunc());
+                }
+                super::bleu::compute_bleu(
+                    &sums[2..2 + order],
+                    &sums[2 + order..],
+                    sums[0] as usize,
+                    sums[1] as usize,
+                    opts.smooth_method,
+                    opts.smooth_value,
+                    opts.effective_order,
+                    order,
+                )
+                .score
+            }
+            Scorer::Chrf(m) => m.f_score(&sums.iter().map(|&v| v as usize).collect::<Vec<_>>()),
+            Scorer::Ter => {
+                let (edits, ref_len) = (sums[0], sums[1]);
+                100.0 * if ref_len > 0.0 { edits / ref_len } else if edits > 0.0 { 1.0 } else { 0.0 }
+            }
+        }
+    }
+
+    /// Whether the statistics are all multiples of 2**-20 (integers, halves of two references'
+    /// lengths...), so that their sums are exact in any order.
+    fn exactly_summable(&self) -> bool {
+        self.exact_rows.iter().all(|v| (v * 1048576.0).fract() == 0.0) && self.exact_rows.iter().sum::<f64>() < 1e9
     }
 }
 
@@ -225,8 +270,9 @@ pub fn confidence(stats: &MetricStats, seed: &SeedChoice, n_bootstrap: usize) ->
 pub struct TestResult {
     pub score: f64,
     pub p_value: Option<f64>,
-    pub mean: NpFloat,
-    pub ci: NpFloat,
+    /// The bootstrap mean and 95% interval (paired bootstrap only).
+    pub mean: Option<NpFloat>,
+    pub ci: Option<NpFloat>,
 }
 
 /// `_compute_p_value`.
@@ -251,19 +297,9 @@ pub fn paired_bs(
     n_samples: usize,
     seed: &SeedChoice,
 ) -> Result<Vec<PairedColumn>, MetricError> {
-    if systems.len() < 2 {
-        return Err(MetricError::Usage("Paired tests require multiple input systems given to --input (-i).".into()));
-    }
-    if seed.is_zero() {
-        return Err(MetricError::Unsupported(
-            "SACREBLEU_SEED=0 with paired tests (sacreBLEU then seeds each system's test from the operating system)"
-                .into(),
-        ));
-    }
+    check_paired(systems, seed)?;
     let n_samples = if n_samples > 0 { n_samples } else { 1000 };
-    let mut kinds = opts.metrics.clone();
-    let mut seen = Vec::new();
-    kinds.retain(|k| if seen.contains(k) { false } else { seen.push(*k); true });
+    let kinds = unique_metrics(opts);
     let mut idxs = Vec::new();
     let mut columns = Vec::new();
     for kind in kinds {
@@ -275,7 +311,8 @@ pub fn paired_bs(
         let (bl_mean, bl_ci) = estimate_ci(&bl_scores);
         let mut signature = bl.signature.clone();
         signature.set_resampling(Some(n_samples), None, &seed.value);
-        let mut results = vec![TestResult { score: bl.score.score, p_value: None, mean: bl_mean, ci: bl_ci }];
+        let mut results =
+            vec![TestResult { score: bl.score.score, p_value: None, mean: Some(bl_mean), ci: Some(bl_ci) }];
         for hyps in &systems[1..] {
             let sys = MetricStats::extract(kind, opts, hyps, refs)?;
             let diff = (bl.score.score - sys.score.score).abs();
@@ -283,7 +320,84 @@ pub fn paired_bs(
             let (mean, ci) = estimate_ci(&sys_scores);
             let sample_diffs = sys_scores.sub(&bl_scores).abs();
             let stats = sample_diffs.sub_scalar(sample_diffs.mean());
-            results.push(TestResult { score: sys.score.score, p_value: Some(p_value(&stats, diff)), mean, ci });
+            let p = Some(p_value(&stats, diff));
+            results.push(TestResult { score: sys.score.score, p_value: p, mean: Some(mean), ci: Some(ci) });
+        }
+        columns.push(PairedColumn { name: bl.score.name.clone(), signature, results });
+    }
+    Ok(columns)
+}
+
+fn check_paired(systems: &[Vec<String>], seed: &SeedChoice) -> Result<(), MetricError> {
+    if systems.len() < 2 {
+        return Err(MetricError::Usage("Paired tests require multiple input systems given to --input (-i).".into()));
+    }
+    if seed.is_zero() {
+        return Err(MetricError::Unsupported(
+            "SACREBLEU_SEED=0 with paired tests (sacreBLEU then seeds each system's test from the operating system)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The metrics of `-m` in the order given, each once (the keys of sacreBLEU's `metrics` dict).
+fn unique_metrics(opts: &SacrebleuOptions) -> Vec<MetricKind> {
+    let mut kinds: Vec<MetricKind> = Vec::new();
+    for &k in &opts.metrics {
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds
+}
+
+/// `PairedTest(named_systems, metrics, test_type='ar', n_samples)()` (no bootstrap interval, as
+/// the CLI runs it): `n_trials` random swaps of each segment between the baseline and a system.
+pub fn paired_ar(
+    systems: &[Vec<String>],
+    refs: &[Vec<String>],
+    opts: &SacrebleuOptions,
+    n_trials: usize,
+    seed: &SeedChoice,
+) -> Result<Vec<PairedColumn>, MetricError> {
+    check_paired(systems, seed)?;
+    let n_trials = if n_trials > 0 { n_trials } else { 10000 };
+    let n = systems[0].len();
+    let count = n.checked_mul(n_trials).ok_or_else(|| MetricError::Unsupported("so many trials".into()))?;
+    let pos_sel = Generator::default_rng(&SeedSequence::from_words(&seed.words)).integers_bool(count);
+    let mut columns = Vec::new();
+    for kind in unique_metrics(opts) {
+        let bl = MetricStats::extract(kind, opts, &systems[0], refs)?;
+        let mut signature = bl.signature.clone();
+        signature.set_resampling(None, Some(n_trials), &seed.value);
+        let mut results = vec![TestResult { score: bl.score.score, p_value: None, mean: None, ci: None }];
+        for hyps in &systems[1..] {
+            let sys = MetricStats::extract(kind, opts, hyps, refs)?;
+            if !(bl.exactly_summable() && sys.exactly_summable()) {
+                return Err(MetricError::Unsupported(
+                    "--paired-ar with TER's average reference lengths of three or more references (NumPy \
+                     sums these fractions in an order its BLAS picks)"
+                        .into(),
+                ));
+            }
+            let diff = (bl.score.score - sys.score.score).abs();
+            let width = bl.width;
+            let mut diffs = Vec::with_capacity(n_trials);
+            let (mut a, mut b) = (vec![0f64; width], vec![0f64; width]);
+            for sel in pos_sel.chunks_exact(n) {
+                a.iter_mut().chain(b.iter_mut()).for_each(|v| *v = 0.0);
+                for (j, &pos) in sel.iter().enumerate() {
+                    let (bl_row, sys_row) =
+                        (&bl.exact_rows[j * width..(j + 1) * width], &sys.exact_rows[j * width..(j + 1) * width]);
+                    let (to_a, to_b) = if pos { (bl_row, sys_row) } else { (sys_row, bl_row) };
+                    a.iter_mut().zip(to_a).for_each(|(s, v)| *s += v);
+                    b.iter_mut().zip(to_b).for_each(|(s, v)| *s += v);
+                }
+                diffs.push((bl.score_from_exact_sums(&a) - bl.score_from_exact_sums(&b)).abs());
+            }
+            let p = Some(p_value(&NpArray::F64(diffs), diff));
+            results.push(TestResult { score: sys.score.score, p_value: p, mean: None, ci: None });
         }
         columns.push(PairedColumn { name: bl.score.name.clone(), signature, results });
     }

@@ -172,7 +172,7 @@ fn parse_cli(argv: Vec<String>) -> proposed_cli::SacrebleuArgs {
     let argv: Vec<String> = argv
         .into_iter()
         .map(|a| match a.as_str() {
-            "-tok" | "-lc" | "-sv" | "-sh" | "-ci" | "-cin" | "-pbs" | "-pbsn" => format!("-{a}"),
+            "-tok" | "-lc" | "-sv" | "-sh" | "-ci" | "-cin" | "-pbs" | "-pbsn" | "-par" | "-parn" => format!("-{a}"),
             _ => a,
         })
         .collect();
@@ -308,8 +308,11 @@ fn sacrebleu_resampling_errors() {
     let same_length = format!("{c}/three_refs/ref1.txt");
     let zero = err(&["sacrebleu", &r, "-i", &h, &same_length, "--paired-bs"], Some("0"));
     assert!(zero.contains("SACREBLEU_SEED=0"), "{zero}");
-    let ar = err(&["sacrebleu", &r, "-i", &h, &same_length, "--paired-ar"], None);
-    assert!(ar.contains("--paired-ar"), "{ar}");
+    let ar = err(&["sacrebleu", &r, "-i", &h, &same_length, "--paired-ar"], Some("0"));
+    assert!(ar.contains("SACREBLEU_SEED=0"), "{ar}");
+    let refs3 = [r.clone(), format!("{c}/three_refs/ref1.txt"), format!("{c}/three_refs/ref2.txt")];
+    let ar_ter = err(&["sacrebleu", &refs3[0], &refs3[1], &refs3[2], "-i", &h, &refs3[0], "--paired-ar", "-m", "ter"], None);
+    assert!(ar_ter.contains("three or more references"), "{ar_ter}");
     // sacreBLEU resamples only when --confidence-n is above 1: the plain report otherwise
     let plain = run_cli(&["sacrebleu", &r, "-i", &h, "-f", "text"], None).unwrap();
     for n in ["0", "1", "-5"] {
