@@ -1,10 +1,10 @@
-//! sacreBLEU 2.5.1's bootstrap resampling (`significance.py`, `Metric.corpus_score(...,
-//! n_bootstrap)`, `Score.estimate_ci`): `--confidence` for one system and `--paired-bs` for
-//! several, drawing the resamples from NumPy's `default_rng(SACREBLEU_SEED)` exactly.
+//! sacreBLEU 2.5.1's resampling tests (`significance.py`, `Metric.corpus_score(...,
+//! n_bootstrap)`, `Score.estimate_ci`): `--confidence` for one system, `--paired-bs` and
+//! `--paired-ar` for several, drawing from NumPy's `default_rng(SACREBLEU_SEED)` exactly.
 //!
-//! Each metric's per-segment statistics are computed once, stored as `float32` (as
-//! `np.array(stats, dtype='float32')`) and summed per resample in row order, as NumPy's
-//! `_s.sum(0)` does.
+//! Each metric's per-segment statistics are computed once. Bootstrap resamples sum them as
+//! `float32` (`np.array(stats, dtype='float32')`) in row order, as NumPy's `_s.sum(0)` does;
+//! approximate randomization sums them exactly (NumPy's `int64` matrix product).
 
 use super::format::{Score, Signature};
 use super::numpy_math::{statistics_mean, NpArray, NpFloat};
@@ -376,8 +376,8 @@ pub fn paired_ar(
             let sys = MetricStats::extract(kind, opts, hyps, refs)?;
             if !(bl.exactly_summable() && sys.exactly_summable()) {
                 return Err(MetricError::Unsupported(
-                    "--paired-ar with TER's average reference lengths of three or more references (NumPy \
-                     sums these fractions in an order its BLAS picks)"
+                    "--paired-ar with TER's average reference lengths of three or more references when \
+                     they are not binary fractions (NumPy sums them in an order its BLAS picks)"
                         .into(),
                 ));
             }
