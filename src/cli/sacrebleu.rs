@@ -1,17 +1,17 @@
 //! `tchseq sacrebleu REF... -i HYP [-m bleu chrf ter]`: sacreBLEU 2.5.1's corpus BLEU, chrF and
-//! TER, printed exactly as the `sacrebleu` CLI prints them (see `tchseq::metrics`).
+//! TER, printed exactly as the `sacrebleu` CLI prints them (see `tchseq::metrics`), with
+//! `--confidence` for one system and `--paired-bs` for several (`-i BASELINE SYS...`).
 //!
-//! Not wired into the CLI yet. To wire it: `mod sacrebleu;` in src/cli/mod.rs, a variant
-//! `Sacrebleu(sacrebleu::SacrebleuArgs)` in `Command` (src/cli/args), and
-//! `Command::Sacrebleu(a) => sacrebleu::run(&a).map(|()| Outcome::Ok)`. The file depends on
-//! nothing in `super` so that tests/it/sacrebleu.rs can compile and test it as it stands.
+//! The file depends on nothing in `super` so that tests/it/sacrebleu.rs can compile and test it
+//! as it stands.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use tchseq::metrics::results_table::PairedTest;
 use tchseq::metrics::{self, MetricKind, SacrebleuOptions, Smooth, TokenizerKind};
 
 /// Arguments of `tchseq sacrebleu`; names follow the sacrebleu CLI (its two-letter short options
@@ -21,9 +21,10 @@ pub struct SacrebleuArgs {
     /// Reference files, one per set of references (line i of each is a reference of line i of HYP).
     #[arg(required = true, value_name = "REF")]
     pub refs: Vec<PathBuf>,
-    /// The system output, one hypothesis per line.
-    #[arg(short = 'i', long = "input", value_name = "HYP")]
-    pub input: PathBuf,
+    /// The system output, one hypothesis per line; with --paired-bs, the baseline then the other
+    /// systems.
+    #[arg(short = 'i', long = "input", value_name = "HYP", num_args = 1.., required = true)]
+    pub input: Vec<PathBuf>,
     /// Metrics to compute (printed in the order BLEU, chrF, TER, as sacreBLEU does).
     #[arg(short = 'm', long = "metrics", num_args = 1.., default_values_t = ["bleu".to_string()],
           value_parser = ["bleu", "chrf", "ter"])]
@@ -79,6 +80,29 @@ pub struct SacrebleuArgs {
     /// TER: case-sensitive.
     #[arg(long = "ter-case-sensitive")]
     pub ter_case_sensitive: bool,
+
+    /// Report a 95% confidence interval by bootstrap resampling (one system; seeded by the
+    /// SACREBLEU_SEED environment variable, default 12345).
+    #[arg(long = "confidence", alias = "ci")]
+    pub confidence: bool,
+    /// The number of bootstrap resamples of --confidence (none when below 2, as in sacreBLEU).
+    #[arg(long = "confidence-n", alias = "cin", default_value_t = 1000, allow_negative_numbers = true, value_name = "N")]
+    pub confidence_n: i64,
+    /// Paired bootstrap resampling test of each system against the first (the baseline).
+    #[arg(long = "paired-bs", alias = "pbs", conflicts_with = "paired_ar")]
+    pub paired_bs: bool,
+    /// The number of resamples of --paired-bs (1000 when not above 0, as in sacreBLEU).
+    #[arg(long = "paired-bs-n", alias = "pbsn", default_value_t = 1000, allow_negative_numbers = true, value_name = "N")]
+    pub paired_bs_n: i64,
+    /// Paired approximate randomization test of each system against the first (the baseline).
+    #[arg(long = "paired-ar", alias = "par")]
+    pub paired_ar: bool,
+    /// The number of trials of --paired-ar (10000 when not above 0, as in sacreBLEU).
+    #[arg(long = "paired-ar-n", alias = "parn", default_value_t = 10000, allow_negative_numbers = true, value_name = "N")]
+    pub paired_ar_n: i64,
+    /// Workers of the paired tests (accepted; the results do not depend on it).
+    #[arg(long = "paired-jobs", short = 'j', default_value_t = 1, value_name = "N")]
+    pub paired_jobs: usize,
 }
 
 impl SacrebleuArgs {
@@ -91,6 +115,12 @@ impl SacrebleuArgs {
             score_only: self.score_only,
             short: self.short,
             version: self.sacrebleu_version.clone(),
+            confidence_n: self.confidence.then_some(self.confidence_n),
+            seed: match std::env::var("SACREBLEU_SEED") {
+                Ok(v) => Some(v),
+                Err(std::env::VarError::NotPresent) => None,
+                Err(e) => bail!("SACREBLEU_SEED: {e}"),
+            },
             ..Default::default()
         };
         o.bleu.tokenize = TokenizerKind::parse(&self.tokenize)?;
@@ -110,13 +140,51 @@ impl SacrebleuArgs {
 
 /// Computes the metrics and writes what the sacrebleu CLI prints.
 pub fn run_to(a: &SacrebleuArgs, out: &mut dyn Write) -> Result<()> {
-    let opts = a.options()?;
+    run_with(a, &a.options()?, out)
+}
+
+/// [`run_to`] with the library's options given (`a.options()`, possibly changed).
+pub fn run_with(a: &SacrebleuArgs, opts: &SacrebleuOptions, out: &mut dyn Write) -> Result<()> {
     let refs: Vec<&Path> = a.refs.iter().map(PathBuf::as_path).collect();
-    let report = metrics::sacrebleu_report_files(&a.input, &refs, &opts)
-        .with_context(|| format!("scoring {}", a.input.display()))?;
+    let report = if a.paired_bs || a.paired_ar {
+        let systems = read_systems(&a.input)?;
+        if systems.len() == 1 {
+            bail!("Paired tests require multiple input systems given to --input (-i).");
+        }
+        let refs = refs.iter().map(|p| metrics::read_lines(p)).collect::<Result<Vec<_>, _>>()?;
+        let (test, n) =
+            if a.paired_bs { (PairedTest::Bootstrap, a.paired_bs_n) } else { (PairedTest::ApproximateRandomization, a.paired_ar_n) };
+        metrics::sacrebleu_paired_report(&systems, &refs, opts, test, n)?
+    } else {
+        if a.input.len() > 1 {
+            if a.confidence {
+                bail!("Use paired tests (--paired) for multiple systems.");
+            }
+            bail!("scoring several systems without a paired test (--paired-bs) is not available in tchseq");
+        }
+        let input = &a.input[0];
+        metrics::sacrebleu_report_files(input, &refs, opts).with_context(|| format!("scoring {}", input.display()))?
+    };
     out.write_all(report.as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// The systems of `-i` named by their paths, as sacreBLEU reads them for a paired test: the
+/// baseline given again is skipped, another name given twice is an error.
+fn read_systems(inputs: &[PathBuf]) -> Result<Vec<(String, Vec<String>)>> {
+    let mut systems: Vec<(String, Vec<String>)> = Vec::new();
+    for path in inputs {
+        let name = path.display().to_string();
+        if let Some(k) = systems.iter().position(|(n, _)| *n == name) {
+            if k == 0 {
+                continue;
+            }
+            bail!("{name:?} already used to name a system. Make sure to have a different basename for each system.");
+        }
+        systems.push((name, metrics::read_lines(path)?));
+    }
+    Ok(systems)
 }
 
 /// `tchseq sacrebleu`: the report on stdout.

@@ -247,16 +247,39 @@ impl Bleu {
     /// `corpus_score(hyps, refs)`: `refs[k][i]` is the k-th reference of segment i.
     pub fn corpus_score(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<BleuScore, MetricError> {
         super::check_lengths(hyps, refs)?;
-        let order = self.opts.max_ngram_order;
-        let sums = super::sum_segments(hyps.len(), 2 + 2 * order, |range, sums: &mut [i64]| {
+        let sums = super::sum_segments(hyps.len(), self.stats_width(), |range, sums: &mut [i64]| {
             for i in range {
                 let seg_refs: Vec<&str> = refs.iter().map(|r| r[i].as_str()).collect();
                 self.add_segment_stats(&hyps[i], &seg_refs, sums);
             }
         });
+        Ok(self.score_from_sums(&sums))
+    }
+
+    /// The length of a segment's statistics.
+    pub fn stats_width(&self) -> usize {
+        2 + 2 * self.opts.max_ngram_order
+    }
+
+    /// `_extract_corpus_statistics`: `[hyp_len, ref_len, correct.., total..]` per segment, in a
+    /// row-major array of [`Bleu::stats_width`] columns.
+    pub fn segment_statistics(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<Vec<i64>, MetricError> {
+        super::check_lengths(hyps, refs)?;
+        let width = self.stats_width();
+        let mut rows = vec![0i64; hyps.len() * width];
+        for (i, row) in rows.chunks_exact_mut(width).enumerate() {
+            let seg_refs: Vec<&str> = refs.iter().map(|r| r[i].as_str()).collect();
+            self.add_segment_stats(&hyps[i], &seg_refs, row);
+        }
+        Ok(rows)
+    }
+
+    /// `_compute_score_from_stats` on the summed integer statistics.
+    pub fn score_from_sums(&self, sums: &[i64]) -> BleuScore {
+        let order = self.opts.max_ngram_order;
         let correct: Vec<f64> = sums[2..2 + order].iter().map(|&v| v as f64).collect();
         let total: Vec<f64> = sums[2 + order..].iter().map(|&v| v as f64).collect();
-        Ok(compute_bleu(
+        compute_bleu(
             &correct,
             &total,
             sums[0] as usize,
@@ -265,7 +288,57 @@ impl Bleu {
             self.opts.smooth_value,
             self.opts.effective_order,
             order,
-        ))
+        )
+    }
+
+    /// `_compute_score_from_stats(stats).score` for a `float32` array of summed statistics (a
+    /// bootstrap resample): the precisions are then `np.float32`s, the rest Python floats.
+    pub fn score_from_f32_sums(&self, stats: &[f32]) -> f64 {
+        let order = self.opts.max_ngram_order;
+        let method = self.opts.smooth_method;
+        let smooth_value = self.opts.smooth_value.or(method.default_value()).unwrap_or(0.0);
+        let (sys_len, ref_len) = (stats[0] as i64, stats[1] as i64);
+        let mut correct = stats[2..2 + order].to_vec();
+        let mut total = stats[2 + order..2 + 2 * order].to_vec();
+        let mut bp = 1.0;
+        if sys_len < ref_len {
+            bp = if sys_len > 0 { (1.0 - ref_len as f64 / sys_len as f64).exp() } else { 0.0 };
+        }
+        if !correct.iter().any(|&c| c != 0.0) {
+            return 0.0;
+        }
+        let mut precisions = vec![0.0f64; order];
+        let mut smooth_mteval = 1.0f64;
+        let mut eff_order = order;
+        for n in 1..=order {
+            if method == Smooth::AddK && n > 1 {
+                correct[n - 1] += smooth_value as f32;
+                total[n - 1] += smooth_value as f32;
+            }
+            if total[n - 1] == 0.0 {
+                break;
+            }
+            if self.opts.effective_order {
+                eff_order = n;
+            }
+            if correct[n - 1] == 0.0 {
+                match method {
+                    Smooth::Exp => {
+                        smooth_mteval *= 2.0;
+                        precisions[n - 1] = (100.0f32 / (smooth_mteval as f32 * total[n - 1])) as f64;
+                    }
+                    Smooth::Floor => precisions[n - 1] = ((100.0 * smooth_value) as f32 / total[n - 1]) as f64,
+                    _ => {}
+                }
+            } else {
+                precisions[n - 1] = (100.0f32 * correct[n - 1] / total[n - 1]) as f64;
+            }
+        }
+        let mut sum = 0.0;
+        for &p in &precisions[..eff_order] {
+            sum += my_log(p);
+        }
+        bp * (sum / eff_order as f64).exp()
     }
 
     /// `BLEUSignature`.
@@ -284,7 +357,7 @@ impl Bleu {
 
     /// The score in the form the printer takes.
     pub fn to_score(score: &BleuScore) -> Score {
-        Score { name: "BLEU".to_string(), score: score.score, verbose: score.verbose() }
+        Score { name: "BLEU".to_string(), score: score.score, verbose: score.verbose(), confidence: None }
     }
 }
 

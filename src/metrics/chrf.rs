@@ -3,6 +3,7 @@
 use std::hash::Hash;
 
 use super::format::{Score, Signature};
+use super::numpy_math::NpFloat;
 use super::{py_lower, py_split, FxMap, MetricError};
 
 /// The arguments of `CHRF(...)`.
@@ -203,18 +204,74 @@ impl Chrf {
     /// `corpus_score(hyps, refs)`: `refs[k][i]` is the k-th reference of segment i.
     pub fn corpus_score(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<f64, MetricError> {
         super::check_lengths(hyps, refs)?;
-        let sums = super::sum_segments(hyps.len(), 3 * self.order(), |range, sums: &mut [usize]| {
+        let sums = super::sum_segments(hyps.len(), self.stats_width(), |range, sums: &mut [usize]| {
             for i in range {
-                let ref_texts: Vec<_> = refs.iter().map(|r| self.texts(&self.preprocess(&r[i]))).collect();
-                let seg_refs: Vec<SentNgrams> = ref_texts.iter().map(|t| self.all_ngrams(t)).collect();
-                let hyp_texts = self.texts(&self.preprocess(&hyps[i]));
-                let stats = self.segment_stats(&self.all_ngrams(&hyp_texts), &seg_refs);
-                for (s, v) in sums.iter_mut().zip(stats) {
+                for (s, v) in sums.iter_mut().zip(self.segment_stats_of(hyps, refs, i)) {
                     *s += v;
                 }
             }
         });
         Ok(self.f_score(&sums))
+    }
+
+    fn segment_stats_of(&self, hyps: &[String], refs: &[Vec<String>], i: usize) -> Vec<usize> {
+        let ref_texts: Vec<_> = refs.iter().map(|r| self.texts(&self.preprocess(&r[i]))).collect();
+        let seg_refs: Vec<SentNgrams> = ref_texts.iter().map(|t| self.all_ngrams(t)).collect();
+        let hyp_texts = self.texts(&self.preprocess(&hyps[i]));
+        self.segment_stats(&self.all_ngrams(&hyp_texts), &seg_refs)
+    }
+
+    /// The length of a segment's statistics.
+    pub fn stats_width(&self) -> usize {
+        3 * self.order()
+    }
+
+    /// `_extract_corpus_statistics`: `[hyp, ref, match]` per order per segment, in a row-major
+    /// array of [`Chrf::stats_width`] columns.
+    pub fn segment_statistics(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<Vec<usize>, MetricError> {
+        super::check_lengths(hyps, refs)?;
+        Ok((0..hyps.len()).flat_map(|i| self.segment_stats_of(hyps, refs, i)).collect())
+    }
+
+    /// `_compute_f_score(stats)` for a `float32` array of summed statistics (a bootstrap
+    /// resample), with NumPy's types: the result is a `np.float32` or a Python float.
+    pub fn f_score_f32(&self, stats: &[f32]) -> NpFloat {
+        use NpFloat::{Py, F32};
+        let eps = Py(1e-16);
+        let mut score = Py(0.0);
+        let mut effective_order = 0usize;
+        let factor = Py((self.opts.beta as f64).powi(2));
+        let one_plus_factor = Py(1.0 + factor.value());
+        let (mut avg_prec, mut avg_rec) = (Py(0.0), Py(0.0));
+        for i in 0..self.order() {
+            let (n_hyp, n_ref, n_match) = (stats[3 * i], stats[3 * i + 1], stats[3 * i + 2]);
+            let prec = if n_hyp > 0.0 { F32(n_match / n_hyp) } else { eps };
+            let rec = if n_ref > 0.0 { F32(n_match / n_ref) } else { eps };
+            let denom = factor.mul(prec).add(rec);
+            score = score.add(if denom.value() > 0.0 { one_plus_factor.mul(prec).mul(rec).div(denom) } else { eps });
+            if n_hyp > 0.0 && n_ref > 0.0 {
+                avg_prec = avg_prec.add(prec);
+                avg_rec = avg_rec.add(rec);
+                effective_order += 1;
+            }
+        }
+        if self.opts.eps_smoothing {
+            return Py(100.0).mul(score).div(Py(self.order() as f64));
+        }
+        if effective_order == 0 {
+            avg_prec = Py(0.0);
+            avg_rec = Py(0.0);
+        } else {
+            avg_prec = avg_prec.div(Py(effective_order as f64));
+            avg_rec = avg_rec.div(Py(effective_order as f64));
+        }
+        if avg_prec.add(avg_rec).is_truthy() {
+            let score = one_plus_factor.mul(avg_prec).mul(avg_rec);
+            let score = score.div(factor.mul(avg_prec).add(avg_rec));
+            Py(100.0).mul(score)
+        } else {
+            Py(0.0)
+        }
     }
 
     /// `CHRFSignature`.
@@ -234,6 +291,6 @@ impl Chrf {
     }
 
     pub fn to_score(&self, score: f64) -> Score {
-        Score { name: self.name(), score, verbose: String::new() }
+        Score { name: self.name(), score, verbose: String::new(), confidence: None }
     }
 }

@@ -79,6 +79,19 @@ impl Signature {
         self.fields.push((name.into(), short.into(), value.into()));
     }
 
+    /// The fields resampling adds after `nrefs`: `bs` (resamples), `ar` (trials), `seed`.
+    pub fn set_resampling(&mut self, bs: Option<usize>, ar: Option<usize>, seed: &str) {
+        let mut fields = vec![];
+        if let Some(n) = bs {
+            fields.push(("bs".to_string(), "bs".to_string(), n.to_string()));
+        }
+        if let Some(n) = ar {
+            fields.push(("ar".to_string(), "ar".to_string(), n.to_string()));
+        }
+        fields.push(("seed".to_string(), "rs".to_string(), seed.to_string()));
+        self.fields.splice(1..1, fields);
+    }
+
     /// `Signature.format(short)`.
     pub fn format(&self, short: bool) -> String {
         let mut pairs: Vec<String> =
@@ -95,22 +108,37 @@ pub struct Score {
     pub score: f64,
     /// `_verbose` (empty for chrF and TER).
     pub verbose: String,
+    /// `(_mean, _ci)` from bootstrap resampling (`--confidence`); printed when `_mean > 0`.
+    pub confidence: Option<(f64, f64)>,
 }
 
 impl Score {
-    /// `Score.format(width, score_only, signature, is_json)` (no confidence intervals).
+    /// `Score.format(width, score_only, signature, is_json)`.
     pub fn format(&self, width: usize, score_only: bool, signature: &str, is_json: bool) -> String {
-        let sc = py_fixed(self.score, width);
+        let mut sc = py_fixed(self.score, width);
+        let mut confidence_entries = Vec::new();
+        if let Some((mean, ci)) = self.confidence.filter(|&(mean, _)| mean > 0.0) {
+            let (confidence_mean, confidence_var) = (py_fixed(mean, width), py_fixed(ci, width));
+            let confidence_str = format!("μ = {confidence_mean} ± {confidence_var}");
+            sc = format!("{sc} ({confidence_str})");
+            let repr = |s: &str| py_float_repr(s.parse().expect("a formatted float"));
+            confidence_entries = vec![
+                ("confidence_mean".to_string(), repr(&confidence_mean)),
+                ("confidence_var".to_string(), repr(&confidence_var)),
+                ("confidence".to_string(), json_str(&confidence_str)),
+            ];
+        }
         if score_only {
             return sc;
         }
         if is_json {
-            let rounded: f64 = sc.parse().unwrap_or(self.score);
+            let rounded: f64 = py_fixed(self.score, width).parse().unwrap_or(self.score);
             let mut entries: Vec<(String, String)> = vec![
                 ("name".into(), json_str(&self.name)),
                 ("score".into(), py_float_repr(rounded)),
                 ("signature".into(), json_str(signature)),
             ];
+            entries.extend(confidence_entries);
             if !self.verbose.is_empty() {
                 entries.push(("verbose_score".into(), json_str(&self.verbose)));
             }

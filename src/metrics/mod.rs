@@ -4,14 +4,20 @@
 //! Everything follows the Python: lines split on `\n` only and `rstrip`ped, Python's notion of
 //! whitespace for `split`/`strip`, `str.lower`, the same arithmetic order, the same printing.
 //! The version in signatures is a parameter ([`SACREBLEU_VERSION`] by default).
-//! Not ported: `--confidence`/`--paired-bs`/`--paired-ar` (their resampling draws from numpy's
-//! RNG), the mecab/sentencepiece tokenizers, TER's normalization/punctuation/Asian options,
+//! `--confidence` and `--paired-bs` resample as sacreBLEU does, from NumPy's RNG reproduced bit
+//! for bit ([`significance`], [`numpy_random`]), and so does `--paired-ar` (but for TER with
+//! fractional average reference lengths). Not ported: multi-system scoring
+//! without a paired test, the mecab/sentencepiece tokenizers, TER's normalization/punctuation/Asian options,
 //! sentence-level mode, test sets (`-t`) and `--num-refs` tab-separated references.
 
 pub mod bleu;
 pub mod chrf;
 pub mod fairseq_scorers;
 pub mod format;
+pub mod numpy_math;
+pub mod numpy_random;
+pub mod results_table;
+pub mod significance;
 pub mod ter;
 pub mod tokenizers;
 
@@ -125,6 +131,12 @@ pub enum MetricError {
     NoReferences,
     #[error("the system output contains no sentence")]
     EmptySystem,
+    #[error("invalid SACREBLEU_SEED: {0}")]
+    BadSeed(String),
+    #[error("sacreBLEU 2.5.1 fails here: {0}")]
+    SacrebleuFails(String),
+    #[error("{0}")]
+    Usage(String),
     #[error("cannot read {path}: {source}")]
     Read { path: String, source: std::io::Error },
 }
@@ -253,6 +265,10 @@ pub struct SacrebleuOptions {
     pub short: bool,
     /// The `version:` field of signatures.
     pub version: String,
+    /// `--confidence` with `--confidence-n` (sacreBLEU resamples only when it is above 1).
+    pub confidence_n: Option<i64>,
+    /// `SACREBLEU_SEED` (unset: 12345).
+    pub seed: Option<String>,
 }
 
 impl Default for SacrebleuOptions {
@@ -267,6 +283,8 @@ impl Default for SacrebleuOptions {
             score_only: false,
             short: false,
             version: SACREBLEU_VERSION.to_string(),
+            confidence_n: None,
+            seed: None,
         }
     }
 }
@@ -314,7 +332,10 @@ pub fn corpus_scores(
 
 /// Exactly what `sacrebleu REFS... -i HYP ...` prints on stdout for one system.
 pub fn sacrebleu_report(hyps: &[String], refs: &[Vec<String>], opts: &SacrebleuOptions) -> Result<String, MetricError> {
-    let results = corpus_scores(hyps, refs, opts)?;
+    let results = match opts.confidence_n {
+        None => corpus_scores(hyps, refs, opts)?,
+        Some(n) => confidence_scores(hyps, refs, opts, n)?,
+    };
     let lines: Vec<String> = results
         .iter()
         .map(|r| {
@@ -325,11 +346,58 @@ pub fn sacrebleu_report(hyps: &[String], refs: &[Vec<String>], opts: &SacrebleuO
     Ok(format::print_single_results(&lines, opts.json))
 }
 
+/// The scores of `--confidence`, each with its bootstrap mean and confidence interval.
+fn confidence_scores(
+    hyps: &[String],
+    refs: &[Vec<String>],
+    opts: &SacrebleuOptions,
+    n_bootstrap: i64,
+) -> Result<Vec<MetricResult>, MetricError> {
+    check_lengths(hyps, refs)?;
+    let seed = significance::SeedChoice::parse(opts.seed.as_deref())?;
+    let mut kinds = opts.metrics.clone();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let stats = significance::MetricStats::extract(kind, opts, hyps, refs)?;
+            let (score, signature) = significance::confidence(&stats, &seed, n_bootstrap.max(0) as usize)?;
+            Ok(MetricResult { score, signature })
+        })
+        .collect()
+}
+
 /// [`sacrebleu_report`] on files, read as the CLI reads them.
 pub fn sacrebleu_report_files(hyp: &Path, refs: &[&Path], opts: &SacrebleuOptions) -> Result<String, MetricError> {
     let hyps = read_lines(hyp)?;
     let refs = refs.iter().map(|p| read_lines(p)).collect::<Result<Vec<_>, _>>()?;
     sacrebleu_report(&hyps, &refs, opts)
+}
+
+/// Exactly what `sacrebleu REFS... -i BASELINE SYS... --paired-bs` (or `--paired-ar`) prints on
+/// stdout: `systems` are (name, lines), the baseline first; `n` is `--paired-bs-n`
+/// (`--paired-ar-n`).
+pub fn sacrebleu_paired_report(
+    systems: &[(String, Vec<String>)],
+    refs: &[Vec<String>],
+    opts: &SacrebleuOptions,
+    test: results_table::PairedTest,
+    n: i64,
+) -> Result<String, MetricError> {
+    let seed = significance::SeedChoice::parse(opts.seed.as_deref())?;
+    for (_, hyps) in systems {
+        check_lengths(hyps, refs)?;
+    }
+    let hyps: Vec<Vec<String>> = systems.iter().map(|(_, h)| h.clone()).collect();
+    let columns = match test {
+        results_table::PairedTest::Bootstrap => significance::paired_bs(&hyps, refs, opts, n.max(0) as usize, &seed)?,
+        results_table::PairedTest::ApproximateRandomization => {
+            significance::paired_ar(&hyps, refs, opts, n.max(0) as usize, &seed)?
+        }
+    };
+    let names: Vec<String> = systems.iter().map(|(n, _)| n.clone()).collect();
+    results_table::ResultsTable::paired(&names, columns, test, n, opts.short).print(opts.json, opts.width)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! saves time.
 
 use super::format::{Score, Signature};
+use super::numpy_math::NpFloat;
 use super::{py_lower, py_rstrip, py_split, MetricError};
 
 const COST: i64 = 1;
@@ -265,21 +266,39 @@ impl Ter {
 
     /// `corpus_score(hyps, refs)`: (score, total edits, summed average reference length).
     pub fn corpus_score(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<(f64, i64, f64), MetricError> {
+        let stats = self.segment_statistics(hyps, refs)?;
+        Ok(Self::score_from_stats(&stats))
+    }
+
+    /// `_extract_corpus_statistics`: `(best number of edits, average reference length)` per
+    /// segment.
+    pub fn segment_statistics(&self, hyps: &[String], refs: &[Vec<String>]) -> Result<Vec<(i64, f64)>, MetricError> {
         super::check_lengths(hyps, refs)?;
+        Ok(hyps
+            .iter()
+            .enumerate()
+            .map(|(i, hyp)| {
+                let hyp = self.preprocess(hyp);
+                let words_hyp = py_split(&hyp);
+                let refs_i: Vec<String> = refs.iter().map(|r| self.preprocess(&r[i])).collect();
+                let mut ref_lengths = 0usize;
+                let mut best = INT_INFINITY;
+                for r in &refs_i {
+                    let (edits, len) = translation_edit_rate(&words_hyp, &py_split(r));
+                    ref_lengths += len;
+                    best = best.min(edits);
+                }
+                (best, ref_lengths as f64 / refs_i.len() as f64)
+            })
+            .collect())
+    }
+
+    /// `_aggregate_and_compute`: (score, total edits, summed average reference length).
+    pub fn score_from_stats(stats: &[(i64, f64)]) -> (f64, i64, f64) {
         let (mut total_edits, mut sum_ref_lengths) = (0i64, 0.0f64);
-        for (i, hyp) in hyps.iter().enumerate() {
-            let hyp = self.preprocess(hyp);
-            let words_hyp = py_split(&hyp);
-            let refs_i: Vec<String> = refs.iter().map(|r| self.preprocess(&r[i])).collect();
-            let mut ref_lengths = 0usize;
-            let mut best = INT_INFINITY;
-            for r in &refs_i {
-                let (edits, len) = translation_edit_rate(&words_hyp, &py_split(r));
-                ref_lengths += len;
-                best = best.min(edits);
-            }
-            total_edits += best;
-            sum_ref_lengths += ref_lengths as f64 / refs_i.len() as f64;
+        for &(edits, ref_len) in stats {
+            total_edits += edits;
+            sum_ref_lengths += ref_len;
         }
         let score = if sum_ref_lengths > 0.0 {
             total_edits as f64 / sum_ref_lengths
@@ -288,7 +307,21 @@ impl Ter {
         } else {
             0.0
         };
-        Ok((100.0 * score, total_edits, sum_ref_lengths))
+        (100.0 * score, total_edits, sum_ref_lengths)
+    }
+
+    /// `_compute_score_from_stats(stats).score` for a `float32` array of summed statistics (a
+    /// bootstrap resample), with NumPy's types.
+    pub fn score_from_f32_sums(stats: &[f32]) -> NpFloat {
+        let (total_edits, sum_ref_lengths) = (stats[0], stats[1]);
+        let score = if sum_ref_lengths > 0.0 {
+            NpFloat::F32(total_edits / sum_ref_lengths)
+        } else if total_edits > 0.0 {
+            NpFloat::Py(1.0)
+        } else {
+            NpFloat::Py(0.0)
+        };
+        NpFloat::Py(100.0).mul(score)
     }
 
     /// `TERSignature`.
@@ -304,7 +337,7 @@ impl Ter {
     }
 
     pub fn to_score(score: f64) -> Score {
-        Score { name: "TER".to_string(), score, verbose: String::new() }
+        Score { name: "TER".to_string(), score, verbose: String::new(), confidence: None }
     }
 }
 

@@ -166,6 +166,66 @@ fn sacrebleu_proposed_cli_matches_goldens() {
     assert_eq!(checked, wanted.len());
 }
 
+/// Parses sacrebleu's argv (two-letter options spelled as our long aliases) as `tchseq sacrebleu`.
+fn parse_cli(argv: Vec<String>) -> proposed_cli::SacrebleuArgs {
+    use clap::Parser;
+    let argv: Vec<String> = argv
+        .into_iter()
+        .map(|a| match a.as_str() {
+            "-tok" | "-lc" | "-sv" | "-sh" | "-ci" | "-cin" | "-pbs" | "-pbsn" | "-par" | "-parn" => format!("-{a}"),
+            _ => a,
+        })
+        .collect();
+    ProposedCli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}")).args
+}
+
+/// `--confidence` and `--paired-bs` against reference/sacrebleu_resampling_goldens.py: the exact
+/// stdout of the `sacrebleu` CLI, or an error where sacreBLEU itself fails.
+#[test]
+fn sacrebleu_resampling_goldens() {
+    let goldens = load("resampling.json");
+    let goldens = goldens.as_array().unwrap();
+    assert!(goldens.len() >= 40, "only {} goldens", goldens.len());
+    assert_eq!(std::env::current_dir().unwrap(), Path::new(env!("CARGO_MANIFEST_DIR")));
+    let mut failures = Vec::new();
+    for g in goldens {
+        let name = g["name"].as_str().unwrap();
+        // relative paths, as sacreBLEU was given them (they name the systems); tests run in the root
+        let dir = match g["case"].as_str().unwrap() {
+            large @ "multi30k_200_3refs" => format!("tests/fixtures/sacrebleu/resampling/{large}"),
+            case => format!("tests/fixtures/sacrebleu/cases/{case}"),
+        };
+        let mut argv = vec!["sacrebleu".to_string()];
+        argv.extend((0..g["nrefs"].as_u64().unwrap()).map(|k| format!("{dir}/ref{k}.txt")));
+        argv.push("-i".into());
+        argv.extend(g["systems"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()));
+        argv.extend(g["argv"].as_array().unwrap()[1..].iter().map(|a| a.as_str().unwrap().to_string()));
+        argv.extend(["--sacrebleu-version".to_string(), VERSION.to_string()]);
+        let args = parse_cli(argv);
+        let mut opts = args.options().unwrap();
+        opts.seed = g["seed"].as_str().map(str::to_string);
+        let mut out = Vec::new();
+        let got = proposed_cli::run_with(&args, &opts, &mut out);
+        let got_text = String::from_utf8(out).unwrap();
+        if g["rc"].as_i64().unwrap() != 0 {
+            match got {
+                Err(e) if format!("{e:#}").contains("sacreBLEU 2.5.1 fails here") => {}
+                other => failures.push(format!("{name}: sacreBLEU fails ({}), tchseq: {other:?}", g["error"])),
+            }
+            continue;
+        }
+        if let Err(e) = got {
+            failures.push(format!("{name}: {e:#}"));
+            continue;
+        }
+        let want = normalize_version(g["stdout"].as_str().unwrap());
+        if got_text != want {
+            failures.push(format!("{name}:\n--- sacrebleu\n{want}--- tchseq\n{got_text}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} differ:\n{}", failures.len(), goldens.len(), failures.join("\n"));
+}
+
 /// The intl tokenizer's `\p{P}`, `\p{S}`, `\p{N}` hold the same code points here as in Python's
 /// `regex` module (probed through the tokenizer itself).
 #[test]
@@ -204,4 +264,60 @@ fn sacrebleu_intl_unicode_classes() {
         diffs.extend(ranges.iter().map(|(a, b, w)| format!("{cls} U+{a:04X}..U+{b:04X} python={w}")));
     }
     assert!(diffs.is_empty(), "{} differences: {}", diffs.len(), diffs.join("\n"));
+}
+
+/// Runs `tchseq sacrebleu` on sacrebleu's argv with `SACREBLEU_SEED` set to `seed`.
+fn run_cli(argv: &[&str], seed: Option<&str>) -> anyhow::Result<String> {
+    let args = parse_cli(argv.iter().map(|a| a.to_string()).collect());
+    let mut opts = args.options()?;
+    opts.seed = seed.map(str::to_string);
+    let mut out = Vec::new();
+    proposed_cli::run_with(&args, &opts, &mut out)?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+/// Bad input to --confidence / --paired-bs: a one-line error, never a panic.
+#[test]
+fn sacrebleu_resampling_errors() {
+    let c = "tests/fixtures/sacrebleu/cases";
+    let (r, h) = (format!("{c}/three_refs/ref0.txt"), format!("{c}/three_refs/hyp.txt"));
+    let other = format!("{c}/empty_lines/hyp.txt");
+    let err = |argv: &[&str], seed: Option<&str>| -> String {
+        let e = run_cli(argv, seed).expect_err("an error");
+        let msg = format!("{e:#}");
+        assert!(!msg.contains('\n'), "{msg}");
+        msg
+    };
+    let one = err(&["sacrebleu", &r, "-i", &h, "--paired-bs"], None);
+    assert!(one.contains("Paired tests require multiple input systems"), "{one}");
+    // the baseline given again is skipped, leaving one system
+    let again = err(&["sacrebleu", &r, "-i", &h, &h, "--paired-bs"], None);
+    assert!(again.contains("Paired tests require multiple input systems"), "{again}");
+    let two = err(&["sacrebleu", &r, "-i", &h, &h, "--confidence"], None);
+    assert!(two.contains("Use paired tests"), "{two}");
+    let lengths = err(&["sacrebleu", &r, "-i", &h, &other, "--paired-bs"], None);
+    assert!(lengths.contains("different lengths"), "{lengths}");
+    for seed in ["None", "none"] {
+        let e = err(&["sacrebleu", &r, "-i", &h, "--confidence"], Some(seed));
+        assert!(e.contains("cannot be reproduced"), "{e}");
+    }
+    for seed in ["-3", "abc", "1__2", ""] {
+        let e = err(&["sacrebleu", &r, "-i", &h, "--confidence"], Some(seed));
+        assert!(e.contains("SACREBLEU_SEED"), "{seed:?}: {e}");
+    }
+    let same_length = format!("{c}/three_refs/ref1.txt");
+    let zero = err(&["sacrebleu", &r, "-i", &h, &same_length, "--paired-bs"], Some("0"));
+    assert!(zero.contains("SACREBLEU_SEED=0"), "{zero}");
+    let ar = err(&["sacrebleu", &r, "-i", &h, &same_length, "--paired-ar"], Some("0"));
+    assert!(ar.contains("SACREBLEU_SEED=0"), "{ar}");
+    let refs3 = [r.clone(), format!("{c}/three_refs/ref1.txt"), format!("{c}/three_refs/ref2.txt")];
+    let ar_ter = err(&["sacrebleu", &refs3[0], &refs3[1], &refs3[2], "-i", &h, &refs3[0], "--paired-ar", "-m", "ter"], None);
+    assert!(ar_ter.contains("three or more references"), "{ar_ter}");
+    // sacreBLEU resamples only when --confidence-n is above 1: the plain report otherwise
+    let plain = run_cli(&["sacrebleu", &r, "-i", &h, "-f", "text"], None).unwrap();
+    for n in ["0", "1", "-5"] {
+        assert_eq!(run_cli(&["sacrebleu", &r, "-i", &h, "-f", "text", "--confidence", "--confidence-n", n], None).unwrap(), plain);
+    }
+    // SACREBLEU_SEED=0 is a seed like any other for --confidence
+    assert!(run_cli(&["sacrebleu", &r, "-i", &h, "--confidence"], Some("0")).unwrap().contains("\"seed\": \"0\""));
 }

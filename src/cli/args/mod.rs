@@ -146,8 +146,9 @@ tchseq attention -m weights/multi30k.en-de \"A dog runs.\" --kind encoder-self -
     /// sacreBLEU 2.5's corpus BLEU, chrF and TER, printed as `sacrebleu REF... -i HYP` prints them.
     #[command(after_help = "sacrebleu's own arguments: REF... -i HYP, -m bleu chrf ter, -tok 13a|intl|char|none|zh, -lc, \
 -f json|text, -w, -b, --chrf-word-order, several references. The signature's version field names the sacreBLEU \
-version reproduced (--sacrebleu-version). --confidence and --paired-bs are not available.\n\n\
-Example:\n  tchseq sacrebleu ref.de -i hyp.de -m bleu chrf")]
+version reproduced (--sacrebleu-version). --confidence (-ci, -cin N), --paired-bs (-i BASELINE SYS..., -pbsn N) \
+and --paired-ar (-parn N) resample as sacreBLEU does, seeded by SACREBLEU_SEED (default 12345).\n\n\
+Example:\n  tchseq sacrebleu ref.de -i hyp.de -m bleu chrf\n  tchseq sacrebleu ref.de -i base.de new.de -m bleu chrf --paired-bs -f text")]
     Sacrebleu(crate::cli::sacrebleu::SacrebleuArgs),
     /// Average the parameters of checkpoints, as fairseq's scripts/average_checkpoints.py does.
     Average(crate::cli::average::AverageArgs),

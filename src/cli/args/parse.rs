@@ -80,7 +80,8 @@ where
 /// sacrebleu's two-letter options (`-tok intl`, `-lc`) after `sacrebleu`, as the long ones clap
 /// knows them by (`--tok`, `--lc`).
 fn sacrebleu_short_options(argv: Vec<OsString>) -> Vec<OsString> {
-    const TWO_LETTER: &[&str] = &["-tok", "-lc", "-sv", "-cw", "-cc", "-sh"];
+    const TWO_LETTER: &[&str] =
+        &["-tok", "-lc", "-sv", "-cw", "-cc", "-sh", "-ci", "-cin", "-pbs", "-pbsn", "-par", "-parn"];
     let Some(at) = argv.iter().position(|a| a == "sacrebleu") else { return argv };
     let mut explicit = false;
     argv.into_iter()

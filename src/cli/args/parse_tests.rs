@@ -177,6 +177,14 @@ fn sacrebleu_takes_its_two_letter_options() {
     let cli = parse_from(["tchseq", "sacrebleu", "-i", "hyp.de", "--", "-lc"]).unwrap();
     let Command::Sacrebleu(a) = cli.command else { unreachable!() };
     assert!(!a.lowercase);
+    // the resampling options, and several systems after -i
+    let cli = parse_from(["tchseq", "sacrebleu", "ref.de", "-i", "a.de", "b.de", "-pbs", "-pbsn", "200", "-m", "bleu"]).unwrap();
+    let Command::Sacrebleu(a) = cli.command else { unreachable!() };
+    assert_eq!((a.input.len(), a.paired_bs, a.paired_bs_n), (2, true, 200));
+    let cli = parse_from(["tchseq", "sacrebleu", "ref.de", "-i", "a.de", "-ci", "-cin", "-5"]).unwrap();
+    let Command::Sacrebleu(a) = cli.command else { unreachable!() };
+    assert_eq!((a.confidence, a.confidence_n), (true, -5));
+    assert!(parse_from(["tchseq", "sacrebleu", "ref.de", "-i", "a.de", "b.de", "-pbs", "-par"]).is_err());
 }
 
 fn generate(extra: &[&str]) -> Result<Cli, ParseError> {
