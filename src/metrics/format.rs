@@ -42,6 +42,12 @@ pub fn py_float_repr(x: f64) -> String {
 
 /// `json.dumps` of a string with `ensure_ascii=False`.
 pub fn json_str(s: &str) -> String {
+    json_dumps_str(s, false)
+}
+
+/// `json.dumps` of a string: with `ensure_ascii`, every character outside printable ASCII as
+/// `\uXXXX` (UTF-16 units); without, only the control characters.
+pub fn json_dumps_str(s: &str, ensure_ascii: bool) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -53,7 +59,12 @@ pub fn json_str(s: &str) -> String {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 || (ensure_ascii && (c as u32) > 0x7e) => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
             c => out.push(c),
         }
     }
