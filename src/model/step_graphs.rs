@@ -304,16 +304,15 @@ impl IncrementalState {
         Ok(Some(GraphKey { rows, length }))
     }
 
-    /// Every buffer a replayed step reads or writes, with the shapes a graph holds: a new
-    /// batch's encoder keys of another source length may sit where the last batch's were.
+    /// Every buffer a replayed step reads or writes, with the encoder keys' shapes: a new
+    /// batch's keys of another source length may sit where the last batch's were (the caches'
+    /// shapes are the graph's key).
     pub(crate) fn graph_addresses(&self) -> Vec<usize> {
         let mut addresses = Vec::new();
         for layer in &self.layers {
             if let Some(cache) = &layer.self_attn.fixed_cache {
                 addresses.extend(cache.addresses());
                 addresses.push(cache.position_address());
-                let (rows, length) = cache.capacity();
-                addresses.extend([rows as usize, length as usize, cache.rows() as usize]);
             }
             let e = &layer.encoder_attn;
             for t in [&e.prev_key, &e.prev_value, &e.attn_bias] {
