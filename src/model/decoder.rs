@@ -6,7 +6,7 @@ use tch::{Kind, Tensor};
 
 use super::embedding::EmbeddingFrontEnd;
 use super::encoder::EncoderOut;
-use super::fixed_cache::row_bucket;
+use super::fixed_cache::{row_bucket, source_bucket};
 use super::incremental::IncrementalState;
 use super::layer::TransformerDecoderLayer;
 use super::nn::{LayerNorm, Linear};
@@ -173,7 +173,7 @@ impl TransformerDecoder {
             None => None,
         };
         let (prev_output_tokens, encoder_out) = match &padded {
-            Some((tokens, encoder_out, _)) => (tokens, encoder_out.as_ref()),
+            Some((tokens, padded_encoder_out, _)) => (tokens, padded_encoder_out.as_ref().or(encoder_out)),
             None => (prev_output_tokens, encoder_out),
         };
         let enc = encoder_out.map(|e| &e.encoder_out);
@@ -278,8 +278,11 @@ impl TransformerDecoder {
     }
 
     /// A fixed-shape step's input: its rows padded to the row bucket (`fixed_cache::row_bucket`)
-    /// with copies of the first row, the encoder output and its mask too, and the rows the
-    /// logits keep; None when the batch fills its bucket.
+    /// with copies of the first row, and the rows the logits keep. On the step that computes the
+    /// encoder attentions' keys, the encoder output and its mask are padded too: their rows as
+    /// the tokens', their positions to the source bucket (`fixed_cache::source_bucket`) with
+    /// masked zeros, so that batches of nearby source lengths share one shape. None when there
+    /// is nothing to pad.
     fn pad_to_bucket(
         &self,
         prev_output_tokens: &Tensor,
@@ -290,22 +293,43 @@ impl TransformerDecoder {
         let bucket = row_bucket(rows);
         state.padded_rows = Some(rows);
         self.fixed_shape_steps.fetch_add(1, Ordering::Relaxed);
-        if bucket == rows {
+        let keys_cached = state.layers.first().is_some_and(|l| l.encoder_attn.prev_key.is_some());
+        let pad_source = encoder_out.filter(|_| !keys_cached).and_then(|e| {
+            let src_len = e.encoder_padding_mask.size().get(1).copied().unwrap_or(0);
+            (source_bucket(src_len) != src_len).then_some(source_bucket(src_len) - src_len)
+        });
+        if bucket == rows && pad_source.is_none() {
             return Ok(None);
         }
         let pad = |t: &Tensor, dim: i64| -> Result<Tensor, ModelError> {
+            if bucket == rows {
+                return Ok(t.shallow_clone());
+            }
             let mut size = t.size();
             size[dim as usize] = bucket - rows;
             let copies = t.f_narrow(dim, 0, 1)?.f_expand(&size, false)?;
             Ok(Tensor::f_cat(&[t, &copies], dim)?)
         };
         let encoder_out = match encoder_out {
-            Some(e) => Some(EncoderOut {
-                encoder_out: pad(&e.encoder_out, 1)?,
-                encoder_padding_mask: pad(&e.encoder_padding_mask, 0)?,
-                encoder_embedding: e.encoder_embedding.shallow_clone(),
-                encoder_states: Vec::new(),
-            }),
+            // the keys are cached: the layers do not read the encoder output again, and the
+            // step takes the caller's as it is
+            Some(_) if keys_cached => None,
+            Some(e) => {
+                let (mut out, mut mask) = (pad(&e.encoder_out, 1)?, pad(&e.encoder_padding_mask, 0)?);
+                if let Some(extra) = pad_source {
+                    let (_, b, c) = out.size3()?;
+                    let zeros = Tensor::f_zeros([extra, b, c], (out.kind(), out.device()))?;
+                    out = Tensor::f_cat(&[&out, &zeros], 0)?;
+                    let masked = Tensor::f_ones([b, extra], (mask.kind(), mask.device()))?;
+                    mask = Tensor::f_cat(&[&mask, &masked], 1)?;
+                }
+                Some(EncoderOut {
+                    encoder_out: out,
+                    encoder_padding_mask: mask,
+                    encoder_embedding: e.encoder_embedding.shallow_clone(),
+                    encoder_states: Vec::new(),
+                })
+            }
             None => None,
         };
         Ok(Some((pad(prev_output_tokens, 0)?, encoder_out, rows)))

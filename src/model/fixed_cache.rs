@@ -16,6 +16,10 @@ use super::ModelError;
 /// Positions a length bucket adds.
 pub const LENGTH_BUCKET: i64 = 32;
 
+/// Source positions a source bucket adds: a fixed-shape step's encoder attentions attend over
+/// their source padded to a multiple of it, the padding masked.
+pub const SOURCE_BUCKET: i64 = 16;
+
 /// The row capacity for `rows` rows: the next power of two.
 pub fn row_bucket(rows: i64) -> i64 {
     (rows.max(1) as u64).next_power_of_two() as i64
@@ -24,6 +28,12 @@ pub fn row_bucket(rows: i64) -> i64 {
 /// The length capacity for `len` positions: the next multiple of [`LENGTH_BUCKET`].
 pub fn length_bucket(len: i64) -> i64 {
     (len.max(1) + LENGTH_BUCKET - 1) / LENGTH_BUCKET * LENGTH_BUCKET
+}
+
+/// The source length a fixed-shape step's encoder attentions attend over for `len` positions: the
+/// next multiple of [`SOURCE_BUCKET`].
+pub fn source_bucket(len: i64) -> i64 {
+    (len.max(1) + SOURCE_BUCKET - 1) / SOURCE_BUCKET * SOURCE_BUCKET
 }
 
 #[derive(Debug)]
@@ -173,9 +183,9 @@ impl FixedKvCache {
         [self.keys.data_ptr() as usize, self.values.data_ptr() as usize, self.bias.data_ptr() as usize]
     }
 
-    /// The address of the write position (fixed for the cache's life).
-    pub fn position_address(&self) -> usize {
-        self.position.data_ptr() as usize
+    /// Keys, values, bias and write position: every buffer a replayed step reads or writes.
+    pub(crate) fn buffers_mut(&mut self) -> [&mut Tensor; 4] {
+        [&mut self.keys, &mut self.values, &mut self.bias, &mut self.position]
     }
 }
 
@@ -278,5 +288,6 @@ mod tests {
     fn buckets_round_up() {
         assert_eq!([1, 2, 3, 5, 8, 9].map(row_bucket), [1, 2, 4, 8, 8, 16]);
         assert_eq!([0, 1, 32, 33, 64].map(length_bucket), [32, 32, 32, 64, 64]);
+        assert_eq!([0, 1, 16, 17, 33].map(source_bucket), [16, 16, 16, 32, 48]);
     }
 }

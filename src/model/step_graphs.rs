@@ -1,23 +1,26 @@
 //! The decoder step replayed as a CUDA graph (`TCHSEQ_CUDA_GRAPH=1`, with `TCHSEQ_KV_CACHE=fixed`).
 //!
 //! A fixed-shape step (`fixed_cache.rs`, `TransformerDecoder::pad_to_bucket`) reads and writes
-//! the same memory from step to step within one (row bucket, length bucket). Its layers, from
-//! the embedded input `[1, rows, C]` to the logits, are captured once per bucket and replayed:
-//! the input is copied into the graph's static input before a replay and the logits copied out
-//! of its static output after. What a capture cannot hold stays outside it: the embedding (it
-//! checks the token ids on the host), the write position of every cache (`FixedKvCache::prepare`,
-//! a device scalar the graph reads) and the host's count of written positions (`commit`).
+//! the same memory from step to step within one bucket: its rows, its caches' length and its
+//! source length. Its layers, from the embedded input `[1, rows, C]` to the logits, are captured
+//! once per bucket and replayed: the input is copied into the graph's static input before a
+//! replay and the logits copied out of its static output after. What a capture cannot hold stays
+//! outside it: the embedding (it checks the token ids on the host), the write position of every
+//! cache (`FixedKvCache::prepare`, a device scalar the graph reads) and the host's count of
+//! written positions (`commit`).
 //!
 //! A graph holds the addresses it was captured with, so it is replayed only while every buffer
-//! of the state is where it was (a new batch has new buffers: it captures again). A bucket is
-//! captured after [`WARMUP_STEPS`] eager steps at the same addresses, so that a bucket a batch
-//! only passes through never pays for a capture. Any failure to capture or replay is reported
-//! once and leaves that bucket to the eager step: a graph never gives a result the eager step
-//! would not.
+//! of the state is where it was, with the shape it had. The bucket keeps the buffers it was
+//! captured with (up to [`KEPT_BYTES`] in all): a later batch that reaches the bucket copies its
+//! own buffers into them, takes them for as long as it lives, and replays at once; a batch that
+//! finds them taken by another runs eagerly. A bucket is captured after [`WARMUP_STEPS`] eager
+//! steps at the same addresses, so that a bucket a batch only passes through never pays for a
+//! capture. Any failure to capture or replay is reported once and leaves that bucket to the
+//! eager step: a graph never gives a result the eager step would not.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use tch::{Device, Tensor};
 
@@ -30,6 +33,9 @@ pub const CUDA_GRAPH_ENV: &str = "TCHSEQ_CUDA_GRAPH";
 
 /// Eager steps at one bucket's shape and addresses before it is captured.
 pub const WARMUP_STEPS: usize = 2;
+
+/// The most device memory the buckets keep for later batches (their caches and encoder keys).
+pub const KEPT_BYTES: usize = 2 << 30;
 
 /// Whether `value` (of [`CUDA_GRAPH_ENV`]) asks for the replayed step, or a warning when it is
 /// neither on nor off.
@@ -75,11 +81,13 @@ pub fn cuda_graph_factory(device: Device) -> Result<Box<dyn StepGraph>, CudaGrap
     }
 }
 
-/// A graph's bucket: the step's rows (a row bucket) and its caches' length capacity.
+/// A graph's bucket: the step's rows (a row bucket), its caches' length capacity and its
+/// encoder attentions' source length (a source bucket; 0 without an encoder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GraphKey {
     pub rows: i64,
     pub length: i64,
+    pub source: i64,
 }
 
 struct Captured {
@@ -90,10 +98,15 @@ struct Captured {
 
 #[derive(Default)]
 struct Slot {
-    /// The state's buffers the eager steps or the graph saw.
+    /// The buffers (addresses, shapes and strides) the eager steps or the graph saw.
     addresses: Vec<usize>,
     eager_steps: usize,
     captured: Option<Captured>,
+    /// The buffers the graph was captured with, kept for later batches (sharing their memory).
+    kept: Vec<Option<Tensor>>,
+    kept_bytes: usize,
+    /// The state that uses this bucket's buffers now.
+    user: Weak<()>,
     /// A capture or replay failed here: this bucket stays eager.
     failed: bool,
 }
@@ -107,16 +120,7 @@ enum Plan {
 }
 
 impl Slot {
-    fn plan(&mut self, addresses: &[usize]) -> Plan {
-        if self.failed {
-            return Plan::Eager;
-        }
-        if self.addresses != addresses {
-            // another batch, or buffers moved: what was captured reads memory no longer ours
-            self.captured = None;
-            self.eager_steps = 0;
-            self.addresses = addresses.to_vec();
-        }
+    fn plan(&mut self) -> Plan {
         match (&self.captured, self.eager_steps >= WARMUP_STEPS) {
             (Some(_), _) => Plan::Replay,
             (None, true) => Plan::Capture,
@@ -126,12 +130,38 @@ impl Slot {
             }
         }
     }
+
+    /// Whether `state` holds this bucket, taking it when no live state does.
+    fn take(&mut self, state: &mut IncrementalState) -> bool {
+        match (self.user.upgrade(), &state.graph_lease) {
+            (Some(user), Some(lease)) => Arc::ptr_eq(&user, lease),
+            (Some(_), None) => false,
+            (None, _) => {
+                let lease = Arc::new(());
+                self.user = Arc::downgrade(&lease);
+                // the bucket this state held before is free again
+                state.graph_lease = Some(lease);
+                true
+            }
+        }
+    }
+
+    /// What was captured or warmed up at other buffers is forgotten; returns the kept bytes freed.
+    fn forget(&mut self, addresses: Vec<usize>) -> usize {
+        self.captured = None;
+        self.eager_steps = 0;
+        self.addresses = addresses;
+        self.kept.clear();
+        std::mem::take(&mut self.kept_bytes)
+    }
 }
 
 /// How the replayed steps went, for a report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GraphStats {
     pub captures: usize,
+    /// Batches that took a bucket's kept buffers and replayed its graph without a capture.
+    pub adoptions: usize,
     pub replays: usize,
     pub eager_steps: usize,
     pub failed_buckets: usize,
@@ -142,7 +172,9 @@ pub struct StepGraphs {
     factory: GraphFactory,
     slots: Mutex<HashMap<GraphKey, Slot>>,
     reported: AtomicBool,
+    kept_bytes: AtomicUsize,
     captures: AtomicUsize,
+    adoptions: AtomicUsize,
     replays: AtomicUsize,
     eager_steps: AtomicUsize,
     failed_buckets: AtomicUsize,
@@ -160,7 +192,9 @@ impl StepGraphs {
             factory,
             slots: Mutex::new(HashMap::new()),
             reported: AtomicBool::new(false),
+            kept_bytes: AtomicUsize::new(0),
             captures: AtomicUsize::new(0),
+            adoptions: AtomicUsize::new(0),
             replays: AtomicUsize::new(0),
             eager_steps: AtomicUsize::new(0),
             failed_buckets: AtomicUsize::new(0),
@@ -170,6 +204,7 @@ impl StepGraphs {
     pub fn stats(&self) -> GraphStats {
         GraphStats {
             captures: self.captures.load(Ordering::Relaxed),
+            adoptions: self.adoptions.load(Ordering::Relaxed),
             replays: self.replays.load(Ordering::Relaxed),
             eager_steps: self.eager_steps.load(Ordering::Relaxed),
             failed_buckets: self.failed_buckets.load(Ordering::Relaxed),
@@ -194,10 +229,24 @@ impl StepGraphs {
     ) -> Result<Option<Tensor>, ModelError> {
         let rows = x.size().get(1).copied().unwrap_or(0);
         let Some(key) = state.prepare_graph_step(rows, encoder)? else { return Ok(None) };
-        let addresses = state.graph_addresses();
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let slot = slots.entry(key).or_default();
-        match slot.plan(&addresses) {
+        let plan = if slot.failed || !slot.take(state) {
+            Plan::Eager
+        } else {
+            let mut addresses = state.graph_addresses();
+            if slot.addresses != addresses && slot.captured.is_some() && state.adopt_graph_buffers(&slot.kept)? {
+                self.adoptions.fetch_add(1, Ordering::Relaxed);
+                addresses = state.graph_addresses();
+            }
+            if slot.addresses != addresses {
+                // another batch, or buffers moved: what was captured reads memory no longer ours
+                let freed = slot.forget(addresses);
+                self.kept_bytes.fetch_sub(freed, Ordering::Relaxed);
+            }
+            slot.plan()
+        };
+        match plan {
             Plan::Eager => {}
             Plan::Replay => {
                 if let Some(captured) = slot.captured.as_mut() {
@@ -219,6 +268,7 @@ impl StepGraphs {
                         self.captures.fetch_add(1, Ordering::Relaxed);
                         let logits = copied(&captured.output)?;
                         slot.captured = Some(captured);
+                        self.keep(slot, state);
                         return Ok(Some(logits));
                     }
                     Err(e) => self.fail(slot, key, &e.to_string()),
@@ -229,6 +279,17 @@ impl StepGraphs {
         drop(slots);
         self.eager_steps.fetch_add(1, Ordering::Relaxed);
         body(x, state).map(Some)
+    }
+
+    /// Keeps the buffers `slot`'s graph was captured with for later batches, within [`KEPT_BYTES`].
+    fn keep(&self, slot: &mut Slot, state: &mut IncrementalState) {
+        let buffers: Vec<Option<Tensor>> = state.graph_buffers().into_iter().map(|t| t.map(|t| t.shallow_clone())).collect();
+        let bytes = buffers.iter().flatten().map(|t| t.numel() * t.kind().elt_size_in_bytes()).sum::<usize>();
+        let kept = self.kept_bytes.load(Ordering::Relaxed);
+        if kept + bytes <= KEPT_BYTES {
+            self.kept_bytes.store(kept + bytes, Ordering::Relaxed);
+            (slot.kept, slot.kept_bytes) = (buffers, bytes);
+        }
     }
 
     /// A graph of `body` on a static copy of `x`, the caches' positions prepared and their
@@ -253,12 +314,13 @@ impl StepGraphs {
 
     fn fail(&self, slot: &mut Slot, key: GraphKey, why: &str) {
         slot.failed = true;
-        slot.captured = None;
+        let freed = slot.forget(Vec::new());
+        self.kept_bytes.fetch_sub(freed, Ordering::Relaxed);
         self.failed_buckets.fetch_add(1, Ordering::Relaxed);
         if !self.reported.swap(true, Ordering::Relaxed) {
             eprintln!(
-                "tchseq: the decoder step at {} rows and {} positions runs eagerly, as will any other that fails so: {why}",
-                key.rows, key.length
+                "tchseq: the decoder step at {} rows, {} positions and {} source positions runs eagerly, as will any other that fails so: {why}",
+                key.rows, key.length, key.source
             );
         }
     }
@@ -269,8 +331,8 @@ impl Drop for StepGraphs {
         let s = self.stats();
         if s.captures + s.replays + s.failed_buckets > 0 {
             eprintln!(
-                "tchseq: CUDA graphs: {} captured, {} steps replayed, {} eager, {} buckets failed",
-                s.captures, s.replays, s.eager_steps, s.failed_buckets
+                "tchseq: CUDA graphs: {} captured, {} steps replayed, {} eager, {} buckets failed, {} batches took a kept graph",
+                s.captures, s.replays, s.eager_steps, s.failed_buckets, s.adoptions
             );
         }
     }
@@ -301,31 +363,64 @@ impl IncrementalState {
             cache.prepare()?;
             length = cache.capacity().1;
         }
-        Ok(Some(GraphKey { rows, length }))
+        let source = match self.layers[0].encoder_attn.prev_key.as_ref().filter(|_| encoder) {
+            Some(keys) => keys.size().get(2).copied().unwrap_or(0),
+            None => 0,
+        };
+        Ok(Some(GraphKey { rows, length, source }))
     }
 
-    /// Every buffer a replayed step reads or writes, with the encoder keys' shapes: a new
-    /// batch's keys of another source length may sit where the last batch's were (the caches'
-    /// shapes are the graph's key).
-    pub(crate) fn graph_addresses(&self) -> Vec<usize> {
-        let mut addresses = Vec::new();
-        for layer in &self.layers {
-            if let Some(cache) = &layer.self_attn.fixed_cache {
-                addresses.extend(cache.addresses());
-                addresses.push(cache.position_address());
+    /// Every buffer a replayed step reads or writes, in a fixed order: each layer's cache (keys,
+    /// values, bias, write position), then its encoder attention's keys, values and bias.
+    fn graph_buffers(&mut self) -> Vec<Option<&mut Tensor>> {
+        let mut buffers = Vec::new();
+        for layer in &mut self.layers {
+            if let Some(cache) = layer.self_attn.fixed_cache.as_mut() {
+                buffers.extend(cache.buffers_mut().map(Some));
             }
-            let e = &layer.encoder_attn;
-            for t in [&e.prev_key, &e.prev_value, &e.attn_bias] {
-                match t {
-                    Some(t) => {
-                        addresses.push(t.data_ptr() as usize);
-                        addresses.extend(t.size().into_iter().chain(t.stride()).map(|n| n as usize));
-                    }
-                    None => addresses.push(0),
+            let e = &mut layer.encoder_attn;
+            buffers.extend([e.prev_key.as_mut(), e.prev_value.as_mut(), e.attn_bias.as_mut()]);
+        }
+        buffers
+    }
+
+    /// [`Self::graph_buffers`]' addresses, shapes and strides: a new batch's buffers of
+    /// another shape may sit where the last batch's were.
+    pub(crate) fn graph_addresses(&mut self) -> Vec<usize> {
+        let mut addresses = Vec::new();
+        for t in self.graph_buffers() {
+            match t {
+                Some(t) => {
+                    addresses.push(t.data_ptr() as usize);
+                    addresses.extend(t.size().into_iter().chain(t.stride()).map(|n| n as usize));
+                    addresses.push(usize::MAX);
                 }
+                None => addresses.push(0),
             }
         }
         addresses
+    }
+
+    /// Copies this state's buffers into `kept` (a bucket's, of the same shapes) and takes them
+    /// as its own; false, and nothing changed, where they differ in number, shape or kind.
+    fn adopt_graph_buffers(&mut self, kept: &[Option<Tensor>]) -> Result<bool, ModelError> {
+        let mut buffers = self.graph_buffers();
+        let same = |a: &Option<&mut Tensor>, b: &Option<Tensor>| match (a, b) {
+            (Some(a), Some(b)) => a.size() == b.size() && a.kind() == b.kind() && a.device() == b.device(),
+            (None, None) => true,
+            _ => false,
+        };
+        if kept.is_empty() || buffers.len() != kept.len() || !buffers.iter().zip(kept).all(|(a, b)| same(a, b)) {
+            return Ok(false);
+        }
+        for (mine, theirs) in buffers.iter_mut().zip(kept) {
+            if let (Some(mine), Some(theirs)) = (mine, theirs) {
+                let mut theirs = theirs.shallow_clone();
+                theirs.f_copy_(mine)?;
+                **mine = theirs;
+            }
+        }
+        Ok(true)
     }
 
     pub(crate) fn defer_fixed_caches(&mut self, deferred: bool) {
@@ -387,8 +482,13 @@ mod tests {
 
     /// A one-layer state whose fixed cache holds one position of `ROWS` rows.
     fn state() -> IncrementalState {
+        state_of(1.0)
+    }
+
+    /// [`state`], its first position's keys and values `value`.
+    fn state_of(value: f64) -> IncrementalState {
         let mut state = IncrementalState::new();
-        let k = Tensor::ones([ROWS, 2, 1, 4], (Kind::Float, Device::Cpu));
+        let k = Tensor::full([ROWS, 2, 1, 4], value, (Kind::Float, Device::Cpu));
         let mut cache = FixedKvCache::new(&k).unwrap();
         cache.append(&k, &k).unwrap();
         state.layer_mut(0).self_attn.fixed_cache = Some(cache);
@@ -424,7 +524,7 @@ mod tests {
         let (calls, _) = run(&graphs, &mut state, 6);
         // two eager steps, the capture's run, then replays that do not run the body
         assert_eq!(calls, WARMUP_STEPS + 1);
-        assert_eq!(graphs.stats(), GraphStats { captures: 1, replays: 6 - WARMUP_STEPS - 1, eager_steps: WARMUP_STEPS, failed_buckets: 0 });
+        assert_eq!(graphs.stats(), GraphStats { captures: 1, adoptions: 0, replays: 6 - WARMUP_STEPS - 1, eager_steps: WARMUP_STEPS, failed_buckets: 0 });
         assert_eq!(cache_len(&state), 1 + 6);
         assert_eq!(graphs.graphs(), 1);
         // the caches are no longer deferred after a capture: an eager append counts itself
@@ -433,21 +533,65 @@ mod tests {
         assert_eq!(cache_len(&state), 8);
     }
 
+    fn first_keys(state: &mut IncrementalState) -> Vec<f32> {
+        let cache = state.layers[0].self_attn.fixed_cache.as_ref().unwrap();
+        Vec::<f32>::try_from(cache.to_tensors().unwrap().0.narrow(2, 0, 1).flatten(0, -1)).unwrap()
+    }
+
+    /// A later batch at a captured bucket copies its buffers into the ones the graph was captured
+    /// with and replays at once; a new length bucket is another graph.
     #[test]
-    fn a_state_with_other_buffers_captures_again_and_a_new_length_bucket_is_another_graph() {
+    fn a_later_state_takes_the_kept_buffers_and_replays_and_a_new_length_bucket_is_another_graph() {
+        let graphs = StepGraphs::new(recording);
+        let mut first = state_of(1.0);
+        let _ = run(&graphs, &mut first, 4);
+        let kept = first.graph_addresses();
+        drop(first);
+        let mut second = state_of(3.0);
+        let (calls, _) = run(&graphs, &mut second, 4);
+        assert_eq!(calls, 0, "every step of the second batch replays the first batch's graph");
+        assert_eq!(graphs.stats(), GraphStats { captures: 1, adoptions: 1, replays: 1 + 4, eager_steps: WARMUP_STEPS, failed_buckets: 0 });
+        assert_eq!(second.graph_addresses(), kept, "the second batch works in the kept buffers");
+        assert_eq!(first_keys(&mut second), vec![3.0; (ROWS * 2 * 4) as usize], "its own keys were copied there");
+        assert_eq!(cache_len(&second), 1 + 4);
+        // past 32 positions the cache grows to the next length bucket: a second key
+        let (calls, _) = run(&graphs, &mut second, 30);
+        assert_eq!(cache_len(&second), 1 + 4 + 30);
+        assert_eq!(calls, WARMUP_STEPS + 1);
+        assert_eq!(graphs.graphs(), 2);
+        assert_eq!(graphs.stats().captures, 2);
+    }
+
+    /// While one batch holds a bucket's buffers, another at the same bucket runs eagerly in its
+    /// own and leaves the graph alone; once the first is gone, the next takes them.
+    #[test]
+    fn a_bucket_held_by_a_live_state_is_eager_for_another() {
         let graphs = StepGraphs::new(recording);
         let mut first = state();
         let _ = run(&graphs, &mut first, 4);
         let mut second = state();
-        let (calls, _) = run(&graphs, &mut second, 4);
-        assert_eq!(calls, WARMUP_STEPS + 1, "the first batch's graph reads the first batch's buffers");
-        assert_eq!(graphs.stats().captures, 2);
-        assert_eq!(graphs.graphs(), 1);
-        // past 32 positions the cache grows to the next length bucket: a second key
-        let _ = run(&graphs, &mut second, 30);
-        assert_eq!(cache_len(&second), 1 + 4 + 30);
-        assert_eq!(graphs.graphs(), 2);
-        assert_eq!(graphs.stats().captures, 3);
+        let (calls, _) = run(&graphs, &mut second, 3);
+        assert_eq!(calls, 3);
+        assert_eq!(cache_len(&second), 1 + 3);
+        assert_ne!(second.graph_addresses(), first.graph_addresses());
+        let (calls, _) = run(&graphs, &mut first, 2);
+        assert_eq!(calls, 0, "the first batch still replays its graph");
+        drop((first, second));
+        let (calls, _) = run(&graphs, &mut state(), 3);
+        assert_eq!(calls, 0);
+        assert_eq!(graphs.stats().captures, 1);
+        assert_eq!(graphs.stats().adoptions, 1);
+    }
+
+    /// Buffers beyond [`KEPT_BYTES`] are not kept: a later batch then captures again.
+    #[test]
+    fn a_bucket_over_the_kept_bytes_keeps_nothing() {
+        let graphs = StepGraphs::new(recording);
+        graphs.kept_bytes.store(KEPT_BYTES, Ordering::Relaxed);
+        let _ = run(&graphs, &mut state(), 4);
+        let (calls, _) = run(&graphs, &mut state(), 4);
+        assert_eq!(calls, WARMUP_STEPS + 1);
+        assert_eq!((graphs.stats().captures, graphs.stats().adoptions), (2, 0));
     }
 
     /// A graph holds the shapes it was captured with: encoder keys of another source length at
@@ -479,7 +623,7 @@ mod tests {
         let (calls, last) = run(&graphs, &mut state, 5);
         assert_eq!(calls, 5);
         assert_eq!(Vec::<f32>::try_from(last.flatten(0, -1)).unwrap(), vec![8.0; (ROWS * 8) as usize]);
-        assert_eq!(graphs.stats(), GraphStats { captures: 0, replays: 0, eager_steps: 5, failed_buckets: 1 });
+        assert_eq!(graphs.stats(), GraphStats { captures: 0, adoptions: 0, replays: 0, eager_steps: 5, failed_buckets: 1 });
         assert_eq!(cache_len(&state), 1 + 5);
         assert_eq!(graphs.graphs(), 0);
     }
