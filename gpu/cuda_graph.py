@@ -11,7 +11,8 @@ from speed import models, repeated, target_tokens
 
 # the compute types whose step is replayed (exact keeps fairseq's growing cache)
 GRAPH_TYPES = ["float32", "float16", "bfloat16"]
-STATS = re.compile(r"CUDA graphs: (\d+) captured, (\d+) steps replayed, (\d+) eager, (\d+) buckets failed")
+STATS = re.compile(r"CUDA graphs: (\d+) captured, (\d+) steps replayed, (\d+) eager, (\d+) buckets failed(?:, (\d+) batches took a kept graph)?")
+STAT_NAMES = ["captured", "replayed", "eager_steps", "failed_buckets", "kept_graph_batches"]
 REFUSED = "TCHSEQ_CUDA_GRAPH=1: no CUDA device"
 
 
@@ -54,13 +55,23 @@ def graph_row(check, model, margs, ct, first, throughput_input, latency_input, l
                                                         "--input", throughput_input], env=env)
         row[f"{label}_b32_tokens_per_s"] = target_tokens(out) / max(seconds - startup, 1e-9) if rc == 0 else None
         outs[label] = hypotheses(out) if rc == 0 else None
-        rc, _, seconds, _ = check.tchseq(f"{name}.b1", [*common, "--batch-size", "1"], stdin=latency_input, env=env)
+        rc, out, seconds, _ = check.tchseq(f"{name}.b1", [*common, "--format", "jsonl", "--batch-size", "1"], stdin=latency_input, env=env)
         row[f"{label}_b1_ms_per_sentence"] = 1000 * max(seconds - startup, 0) / latency_lines if rc == 0 else None
+        outs[f"{label}_b1"] = hypotheses(out) if rc == 0 else None
     where = f"raw/cuda_graph.{model}.{ct}.graph.b32.err"
     err = stderr_of(check, f"cuda_graph.{model}.{ct}.graph.b32")
     stats = STATS.search(err)
     if stats:
-        row.update(zip(["captured", "replayed", "eager_steps", "failed_buckets"], map(int, stats.groups())))
+        row.update((k, int(v)) for k, v in zip(STAT_NAMES, stats.groups()) if v is not None)
+    b1_stats = STATS.search(stderr_of(check, f"cuda_graph.{model}.{ct}.graph.b1"))
+    if b1_stats:
+        row.update((f"b1_{k}", int(v)) for k, v in zip(STAT_NAMES, b1_stats.groups()) if v is not None)
+    eager_b1, graph_b1 = outs["eager_b1"], outs["graph_b1"]
+    if eager_b1 is not None and graph_b1 is not None:
+        row["b1_hypotheses"] = len(eager_b1)
+        row["b1_same_hypotheses"] = sum(a[0] == b[0] for a, b in zip(eager_b1, graph_b1)) if len(eager_b1) == len(graph_b1) else 0
+        if row["b1_same_hypotheses"] != len(eager_b1):
+            check.fail(f"cuda_graph.{model}.{ct}: at batch 1, {len(eager_b1) - row['b1_same_hypotheses']} of {len(eager_b1)} hypotheses differ from the eager step's")
     eager, graph = outs["eager"], outs["graph"]
     if eager is None or graph is None:
         return row

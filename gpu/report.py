@@ -82,9 +82,13 @@ def render(r):
         rows = [(g.get("model", "bundled"), g["compute_type"], f"{g.get('same_hypotheses', '-')}/{g.get('hypotheses', '-')}", num(g.get("max_score_difference"), ".1e"),
                  num(g.get("eager_b32_tokens_per_s"), ".0f"), num(g.get("graph_b32_tokens_per_s"), ".0f"),
                  num(g.get("eager_b1_ms_per_sentence"), ".1f"), num(g.get("graph_b1_ms_per_sentence"), ".1f"),
-                 f"{g.get('captured', '-')} / {g.get('replayed', '-')} / {g.get('failed_buckets', '-')}", g.get("note", "")) for g in r["cuda_graph"]]
+                 f"{g.get('captured', '-')} / {g.get('kept_graph_batches', '-')} / {g.get('replayed', '-')} / {g.get('failed_buckets', '-')}",
+                 f"{g.get('b1_same_hypotheses', '-')}/{g.get('b1_hypotheses', '-')}",
+                 f"{g.get('b1_captured', '-')} / {g.get('b1_kept_graph_batches', '-')} / {g.get('b1_replayed', '-')} / {g.get('b1_eager_steps', '-')}",
+                 g.get("note", "")) for g in r["cuda_graph"]]
         out.append(table(["model", "compute type", "hypotheses as eager", "largest score difference", "eager b32 tok/s", "graph b32 tok/s",
-                          "eager b1 ms", "graph b1 ms", "captured / replayed / failed buckets", "note"], rows))
+                          "eager b1 ms", "graph b1 ms", "b32 captured / batches on a kept graph / replayed / failed buckets",
+                          "b1 hypotheses as eager", "b1 captured / on a kept graph / replayed / eager", "note"], rows))
     if r.get("cpu_threads"):
         out.append("## The CPU tier on this machine's cores (base model, beam 5, batch 32; target tokens/s after start-up)\n")
         one = {x["compute_type"]: x["tokens_per_s"] for x in r["cpu_threads"] if x["threads"] == 1 and x["inter_threads"] == 1}
