@@ -112,9 +112,9 @@ pub struct IncrementalState {
     /// The batch's rows when the steps run padded to their row bucket (`fixed_cache::row_bucket`):
     /// every cached tensor then has the bucket's rows.
     pub(crate) padded_rows: Option<i64>,
-    /// The replayed-step bucket whose kept buffers this state uses (`step_graphs.rs`): while it
-    /// lives, no other state takes them.
-    pub(crate) graph_lease: Option<std::sync::Arc<()>>,
+    /// The replayed-step buckets this state holds (`step_graphs.rs`): while it lives, no other
+    /// state takes their kept buffers.
+    pub(crate) graph_leases: Vec<std::sync::Arc<()>>,
 }
 
 impl IncrementalState {

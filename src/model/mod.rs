@@ -22,6 +22,7 @@ mod language_model;
 mod layer;
 mod nn;
 mod options;
+mod graph_state;
 mod step_graphs;
 mod transformer;
 pub mod weights;

@@ -24,8 +24,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tch::{Device, Tensor};
 
+use super::graph_state::copied;
 use super::incremental::IncrementalState;
 use super::ModelError;
+pub use super::graph_state::GraphKey;
 use crate::libtorch::{CudaGraph, CudaGraphError};
 
 /// The variable that switches the replayed step on: `1` (or `on`, `true`, `yes`).
@@ -81,14 +83,6 @@ pub fn cuda_graph_factory(device: Device) -> Result<Box<dyn StepGraph>, CudaGrap
     }
 }
 
-/// A graph's bucket: the step's rows (a row bucket), its caches' length capacity and its
-/// encoder attentions' source length (a source bucket; 0 without an encoder).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct GraphKey {
-    pub rows: i64,
-    pub length: i64,
-    pub source: i64,
-}
 
 struct Captured {
     graph: Box<dyn StepGraph>,
@@ -131,16 +125,16 @@ impl Slot {
         }
     }
 
-    /// Whether `state` holds this bucket, taking it when no live state does.
+    /// Whether `state` holds this bucket, taking it when no live state does. A state keeps what
+    /// it takes while it lives: it may go on reading a bucket's kept buffers (its encoder keys)
+    /// after it has moved to another bucket.
     fn take(&mut self, state: &mut IncrementalState) -> bool {
-        match (self.user.upgrade(), &state.graph_lease) {
-            (Some(user), Some(lease)) => Arc::ptr_eq(&user, lease),
-            (Some(_), None) => false,
-            (None, _) => {
+        match self.user.upgrade() {
+            Some(user) => state.graph_leases.iter().any(|lease| Arc::ptr_eq(&user, lease)),
+            None => {
                 let lease = Arc::new(());
                 self.user = Arc::downgrade(&lease);
-                // the bucket this state held before is free again
-                state.graph_lease = Some(lease);
+                state.graph_leases.push(lease);
                 true
             }
         }
@@ -231,21 +225,29 @@ impl StepGraphs {
         let Some(key) = state.prepare_graph_step(rows, encoder)? else { return Ok(None) };
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let slot = slots.entry(key).or_default();
-        let plan = if slot.failed || !slot.take(state) {
-            Plan::Eager
-        } else {
-            let mut addresses = state.graph_addresses();
-            if slot.addresses != addresses && slot.captured.is_some() && state.adopt_graph_buffers(&slot.kept)? {
+        let held = !slot.failed && slot.take(state);
+        let mut moved = false;
+        if held {
+            if slot.captured.is_some() && slot.addresses != state.graph_addresses() && state.adopt_graph_buffers(&slot.kept)? {
                 self.adoptions.fetch_add(1, Ordering::Relaxed);
-                addresses = state.graph_addresses();
             }
-            if slot.addresses != addresses {
-                // another batch, or buffers moved: what was captured reads memory no longer ours
-                let freed = slot.forget(addresses);
-                self.kept_bytes.fetch_sub(freed, Ordering::Relaxed);
-            }
-            slot.plan()
-        };
+            moved = slot.addresses != state.graph_addresses();
+        }
+        if moved {
+            // another batch, or buffers moved: what was captured reads memory no longer ours.
+            // The bucket starts again on buffers of this state's own, none of them another
+            // bucket's kept ones: a later batch that takes one bucket's buffers must not write
+            // into memory that another batch reads through another bucket.
+            let others: Vec<usize> =
+                slots.iter().filter(|(k, _)| **k != key).flat_map(|(_, s)| s.kept.iter().flatten()).map(|t| t.data_ptr() as usize).collect();
+            state.unshare_graph_buffers(&others)?;
+        }
+        let Some(slot) = slots.get_mut(&key) else { return Ok(None) };
+        if moved {
+            let freed = slot.forget(state.graph_addresses());
+            self.kept_bytes.fetch_sub(freed, Ordering::Relaxed);
+        }
+        let plan = if held { slot.plan() } else { Plan::Eager };
         match plan {
             Plan::Eager => {}
             Plan::Replay => {
@@ -334,104 +336,6 @@ impl Drop for StepGraphs {
                 "tchseq: CUDA graphs: {} captured, {} steps replayed, {} eager, {} buckets failed, {} batches took a kept graph",
                 s.captures, s.replays, s.eager_steps, s.failed_buckets, s.adoptions
             );
-        }
-    }
-}
-
-/// A new tensor holding `t`'s values, laid out as `t`.
-fn copied(t: &Tensor) -> Result<Tensor, tch::TchError> {
-    let mut out = t.f_empty_like()?;
-    out.f_copy_(t)?;
-    Ok(out)
-}
-
-impl IncrementalState {
-    /// The key of a replayable step: every layer's self-attention holds a fixed cache with a
-    /// position written and the batch's rows, and (`encoder`) every encoder attention its keys;
-    /// the next position prepared. None where the step must run eagerly.
-    pub(crate) fn prepare_graph_step(&mut self, rows: i64, encoder: bool) -> Result<Option<GraphKey>, ModelError> {
-        let ready = !self.layers.is_empty()
-            && self.layers.iter().all(|l| {
-                l.self_attn.fixed_cache.as_ref().is_some_and(|c| !c.is_empty() && c.rows() == rows && c.capacity().0 == rows)
-                    && (!encoder || l.encoder_attn.prev_key.is_some())
-            });
-        if !ready {
-            return Ok(None);
-        }
-        let mut length = 0;
-        for cache in self.layers.iter_mut().filter_map(|l| l.self_attn.fixed_cache.as_mut()) {
-            cache.prepare()?;
-            length = cache.capacity().1;
-        }
-        let source = match self.layers[0].encoder_attn.prev_key.as_ref().filter(|_| encoder) {
-            Some(keys) => keys.size().get(2).copied().unwrap_or(0),
-            None => 0,
-        };
-        Ok(Some(GraphKey { rows, length, source }))
-    }
-
-    /// Every buffer a replayed step reads or writes, in a fixed order: each layer's cache (keys,
-    /// values, bias, write position), then its encoder attention's keys, values and bias.
-    fn graph_buffers(&mut self) -> Vec<Option<&mut Tensor>> {
-        let mut buffers = Vec::new();
-        for layer in &mut self.layers {
-            if let Some(cache) = layer.self_attn.fixed_cache.as_mut() {
-                buffers.extend(cache.buffers_mut().map(Some));
-            }
-            let e = &mut layer.encoder_attn;
-            buffers.extend([e.prev_key.as_mut(), e.prev_value.as_mut(), e.attn_bias.as_mut()]);
-        }
-        buffers
-    }
-
-    /// [`Self::graph_buffers`]' addresses, shapes and strides: a new batch's buffers of
-    /// another shape may sit where the last batch's were.
-    pub(crate) fn graph_addresses(&mut self) -> Vec<usize> {
-        let mut addresses = Vec::new();
-        for t in self.graph_buffers() {
-            match t {
-                Some(t) => {
-                    addresses.push(t.data_ptr() as usize);
-                    addresses.extend(t.size().into_iter().chain(t.stride()).map(|n| n as usize));
-                    addresses.push(usize::MAX);
-                }
-                None => addresses.push(0),
-            }
-        }
-        addresses
-    }
-
-    /// Copies this state's buffers into `kept` (a bucket's, of the same shapes) and takes them
-    /// as its own; false, and nothing changed, where they differ in number, shape or kind.
-    fn adopt_graph_buffers(&mut self, kept: &[Option<Tensor>]) -> Result<bool, ModelError> {
-        let mut buffers = self.graph_buffers();
-        let same = |a: &Option<&mut Tensor>, b: &Option<Tensor>| match (a, b) {
-            (Some(a), Some(b)) => a.size() == b.size() && a.kind() == b.kind() && a.device() == b.device(),
-            (None, None) => true,
-            _ => false,
-        };
-        if kept.is_empty() || buffers.len() != kept.len() || !buffers.iter().zip(kept).all(|(a, b)| same(a, b)) {
-            return Ok(false);
-        }
-        for (mine, theirs) in buffers.iter_mut().zip(kept) {
-            if let (Some(mine), Some(theirs)) = (mine, theirs) {
-                let mut theirs = theirs.shallow_clone();
-                theirs.f_copy_(mine)?;
-                **mine = theirs;
-            }
-        }
-        Ok(true)
-    }
-
-    pub(crate) fn defer_fixed_caches(&mut self, deferred: bool) {
-        for cache in self.layers.iter_mut().filter_map(|l| l.self_attn.fixed_cache.as_mut()) {
-            cache.defer(deferred);
-        }
-    }
-
-    pub(crate) fn commit_fixed_caches(&mut self) {
-        for cache in self.layers.iter_mut().filter_map(|l| l.self_attn.fixed_cache.as_mut()) {
-            cache.commit();
         }
     }
 }
@@ -581,6 +485,41 @@ mod tests {
         assert_eq!(calls, 0);
         assert_eq!(graphs.stats().captures, 1);
         assert_eq!(graphs.stats().adoptions, 1);
+    }
+
+    /// A state that crosses into a second length bucket captures it on buffers of its own (its
+    /// write position and encoder keys, kept by the first bucket, copied), so the two buckets
+    /// keep no memory in common; a later state takes both, one after the other.
+    #[test]
+    fn buckets_keep_no_buffer_in_common_and_a_later_state_takes_each() {
+        let graphs = StepGraphs::new(recording);
+        let with_encoder = |value: f64| {
+            let mut state = state_of(value);
+            let keys = Tensor::full([ROWS, 2, 7, 4], value, (Kind::Float, Device::Cpu));
+            let encoder = &mut state.layers[0].encoder_attn;
+            (encoder.prev_key, encoder.prev_value) = (Some(keys.copy()), Some(keys));
+            state
+        };
+        let mut first = with_encoder(1.0);
+        let (calls, _) = run(&graphs, &mut first, 4 + 30);
+        assert_eq!(calls, 2 * (WARMUP_STEPS + 1));
+        drop(first);
+        let kept: Vec<Vec<usize>> = graphs
+            .slots
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.kept.iter().flatten().map(|t| t.data_ptr() as usize).collect())
+            .collect();
+        assert_eq!(kept.len(), 2);
+        assert!(kept.iter().all(|k| k.len() == 6), "{kept:?}");
+        assert!(!kept[0].iter().any(|p| kept[1].contains(p)), "{kept:?}");
+        let mut second = with_encoder(2.0);
+        let (calls, _) = run(&graphs, &mut second, 4 + 30);
+        assert_eq!(calls, 0);
+        assert_eq!(graphs.stats().adoptions, 2);
+        let keys = second.layers[0].encoder_attn.prev_key.as_ref().unwrap();
+        assert_eq!(keys.max().double_value(&[]), 2.0, "the second state's encoder keys went along");
     }
 
     /// Buffers beyond [`KEPT_BYTES`] are not kept: a later batch then captures again.
