@@ -257,20 +257,29 @@ impl MultiheadAttention {
             None => None,
         };
         if let Some(state) = state {
-            if let Some(prev_key) = &state.prev_key {
-                kv_bsz = prev_key.size()[0];
-                let prev_key = prev_key.f_view([kv_bsz * h, -1, d])?;
-                k = Some(match (static_kv, k) {
-                    (false, Some(k)) => Tensor::f_cat(&[prev_key, k], 1)?,
-                    _ => prev_key,
-                });
-            }
-            if let Some(prev_value) = &state.prev_value {
-                let prev_value = prev_value.f_view([kv_bsz * h, -1, d])?;
-                v = Some(match (static_kv, v) {
-                    (false, Some(v)) => Tensor::f_cat(&[prev_value, v], 1)?,
-                    _ => prev_value,
-                });
+            let appended = match (&k, &v) {
+                (Some(k), Some(v)) if self_attention => state.append_in_place(k, v)?,
+                _ => None,
+            };
+            if let Some((all_k, all_v)) = appended {
+                kv_bsz = all_k.size()[0] / h;
+                (k, v) = (Some(all_k), Some(all_v));
+            } else {
+                if let Some(prev_key) = &state.prev_key {
+                    kv_bsz = prev_key.size()[0];
+                    let prev_key = prev_key.f_view([kv_bsz * h, -1, d])?;
+                    k = Some(match (static_kv, k) {
+                        (false, Some(k)) => Tensor::f_cat(&[prev_key, k], 1)?,
+                        _ => prev_key,
+                    });
+                }
+                if let Some(prev_value) = &state.prev_value {
+                    let prev_value = prev_value.f_view([kv_bsz * h, -1, d])?;
+                    v = Some(match (static_kv, v) {
+                        (false, Some(v)) => Tensor::f_cat(&[prev_value, v], 1)?,
+                        _ => prev_value,
+                    });
+                }
             }
             let (Some(k), Some(v)) = (&k, &v) else {
                 return Err(ModelError::Input("encoder attention has neither keys nor a cache".into()));
@@ -285,6 +294,7 @@ impl MultiheadAttention {
             state.prev_key = Some(k.f_view([kv_bsz, h, -1, d])?);
             state.prev_value = Some(v.f_view([kv_bsz, h, -1, d])?);
             state.prev_key_padding_mask = key_padding_mask.as_ref().map(Tensor::shallow_clone);
+            state.room_for_next_key = self_attention;
         }
         let (Some(k), Some(v)) = (k, v) else {
             return Err(ModelError::Input("encoder attention called without keys".into()));

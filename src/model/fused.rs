@@ -113,6 +113,7 @@ pub fn self_attention_step(a: &Heads, qkv: &Linear, query: &Tensor, state: &mut 
     };
     state.prev_key = Some(k);
     state.prev_value = Some(v);
+    state.room_for_next_key = false;
     Ok(out)
 }
 

@@ -4,6 +4,7 @@
 use tch::Tensor;
 
 use super::fixed_cache::{row_bucket, FixedKvCache};
+use super::kv_room::KvRoom;
 use crate::kernels::kv_cache::HostKvCache;
 use crate::kernels::step_buffers::HostStepBuffers;
 use super::ModelError;
@@ -27,11 +28,27 @@ pub struct AttentionState {
     /// `prev_key` and `prev_value`, where the decoder asks for it.
     pub fixed_cache: Option<FixedKvCache>,
     pub fixed_capacity: bool,
+    /// A self-attention on fairseq's path: the reorder leaves room after `prev_key` and
+    /// `prev_value` for the next step's key and value (`kv_room.rs`).
+    pub(crate) room_for_next_key: bool,
+    pub(crate) kv_room: Option<KvRoom>,
 }
 
 impl AttentionState {
     fn index_select(&mut self, new_order: &Tensor, host_order: &mut Option<Vec<i64>>) -> Result<(), ModelError> {
-        for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask, &mut self.attn_bias] {
+        let mut slots = vec![&mut self.prev_key_padding_mask, &mut self.attn_bias];
+        self.kv_room = None;
+        let room = match (&self.prev_key, &self.prev_value) {
+            (Some(k), Some(v)) if self.room_for_next_key => KvRoom::select(k, v, new_order)?,
+            _ => None,
+        };
+        match room {
+            Some((room, k, v)) => {
+                (self.prev_key, self.prev_value, self.kv_room) = (Some(k), Some(v), Some(room));
+            }
+            None => slots.extend([&mut self.prev_key, &mut self.prev_value]),
+        }
+        for slot in slots {
             if let Some(t) = slot.as_ref() {
                 *slot = Some(t.f_index_select(0, new_order)?);
             }
@@ -52,6 +69,7 @@ impl AttentionState {
     /// [`Self::index_select`] into the same buffers where `order` keeps their row count, so that
     /// a padded step's encoder attention reads the same memory from step to step.
     fn select_in_place(&mut self, order: &Tensor) -> Result<(), ModelError> {
+        self.kv_room = None;
         let rows = order.size().first().copied().unwrap_or(0);
         for slot in [&mut self.prev_key, &mut self.prev_value, &mut self.prev_key_padding_mask, &mut self.attn_bias] {
             if let Some(t) = slot.as_mut() {
@@ -90,6 +108,18 @@ impl AttentionState {
             (self.prev_key, self.prev_value) = (Some(k), Some(v));
         }
         Ok(())
+    }
+
+    /// A self-attention step's key and value `[B·H, 1, D]` written into the room the reorder
+    /// left: the caches with them, `[B·H, len + 1, D]`, or None where there is no room for them.
+    pub(crate) fn append_in_place(&mut self, k: &Tensor, v: &Tensor) -> Result<Option<(Tensor, Tensor)>, ModelError> {
+        let (Some(prev_key), Some(prev_value)) = (&self.prev_key, &self.prev_value) else {
+            return Ok(None);
+        };
+        match self.kv_room.take() {
+            Some(room) if room.fits(prev_key, prev_value, k, v) => Ok(Some(room.append(k, v)?)),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -212,6 +242,25 @@ mod tests {
         state.reorder(&Tensor::from_slice(&[1i64, 2])).unwrap();
         assert_eq!(first_column(&state.layers[0].self_attn.prev_key), [2., 0.]);
         assert_eq!(first_column(&state.layers[0].encoder_attn.prev_key), [1., 2.]);
+    }
+
+    /// A self-attention on fairseq's path is reordered into buffers with room for the next key;
+    /// a second reorder before any step selects from the first one's.
+    #[test]
+    fn a_fairseq_self_attention_is_reordered_with_room_for_the_next_key() {
+        let mut state = IncrementalState::new();
+        let attn = &mut state.layer_mut(0).self_attn;
+        (attn.prev_key, attn.prev_value, attn.room_for_next_key) = (Some(rows(3)), Some(rows(3)), true);
+        state.reorder(&Tensor::from_slice(&[2i64, 2, 0])).unwrap();
+        state.reorder(&Tensor::from_slice(&[1i64, 2])).unwrap();
+        let attn = &mut state.layers[0].self_attn;
+        assert_eq!(first_column(&attn.prev_key), [2., 0.]);
+        assert_eq!(first_column(&attn.prev_value), [2., 0.]);
+        let step = Tensor::from_slice(&[7.0f32, 8.0]).view([2, 1, 1]);
+        let (keys, _) = attn.append_in_place(&step, &step).unwrap().unwrap();
+        assert_eq!(Vec::<f32>::try_from(keys.flatten(0, -1)).unwrap(), [2., 7., 0., 8.]);
+        // the room is used once
+        assert!(attn.append_in_place(&step, &step).unwrap().is_none());
     }
 
     /// A padded state reorders into its own buffers while the row bucket holds: the encoder

@@ -18,6 +18,7 @@ mod fixed_cache;
 mod fused;
 mod host_step;
 mod incremental;
+mod kv_room;
 mod language_model;
 mod layer;
 mod nn;

@@ -1,0 +1,105 @@
+//! A decoder self-attention's keys and values on fairseq's path, kept one position longer than
+//! the steps so far: the beam's reorder selects their rows into the first positions of new
+//! buffers, and the next step writes its key and value into the last one in place of
+//! `torch.cat([prev_key, k], dim=1)`. The attention then reads the cat's values in the cat's
+//! layout, a contiguous `[B·H, len + 1, D]`, and each step copies the cache once instead of twice.
+
+use tch::Tensor;
+
+use super::ModelError;
+
+/// Buffers `[B, H, len + 1, D]` whose first `len` positions are `prev_key` and `prev_value`.
+#[derive(Debug)]
+pub struct KvRoom {
+    key: Tensor,
+    value: Tensor,
+}
+
+impl KvRoom {
+    /// `prev_key.index_select(0, new_order)` and `prev_value`'s, written into buffers with room
+    /// for one more position: the room and the selected keys and values `[B', H, len, D]` (views
+    /// of it). None where the caches are not `[B, H, len, D]` alike.
+    pub fn select(prev_key: &Tensor, prev_value: &Tensor, new_order: &Tensor) -> Result<Option<(Self, Tensor, Tensor)>, ModelError> {
+        let size = prev_key.size();
+        if size.len() != 4 || prev_value.size() != size || new_order.dim() != 1 || prev_value.kind() != prev_key.kind() {
+            return Ok(None);
+        }
+        let rows = new_order.size()[0];
+        let select = |prev: &Tensor| -> Result<(Tensor, Tensor), ModelError> {
+            let buffer = Tensor::f_empty([rows, size[1], size[2] + 1, size[3]], (prev.kind(), prev.device()))?;
+            let selected = buffer.f_narrow(2, 0, size[2])?;
+            let _ = prev.f_index_select_out(&selected, 0, new_order)?;
+            Ok((buffer, selected))
+        };
+        let (key, prev_key) = select(prev_key)?;
+        let (value, prev_value) = select(prev_value)?;
+        Ok(Some((Self { key, value }, prev_key, prev_value)))
+    }
+
+    /// Whether `prev_key` and `prev_value` are still this room's first positions and a step's key
+    /// and value `[B·H, 1, D]` fill its last.
+    pub fn fits(&self, prev_key: &Tensor, prev_value: &Tensor, k: &Tensor, v: &Tensor) -> bool {
+        let holds = |buffer: &Tensor, prev: &Tensor, new: &Tensor| {
+            let size = buffer.size();
+            let [b, h, len, d] = size[..] else { return false };
+            prev.size() == [b, h, len - 1, d]
+                && prev.data_ptr() == buffer.data_ptr()
+                && prev.stride() == buffer.stride()
+                && new.size() == [b * h, 1, d]
+                && new.kind() == buffer.kind()
+                && new.device() == buffer.device()
+        };
+        holds(&self.key, prev_key, k) && holds(&self.value, prev_value, v)
+    }
+
+    /// Writes a step's key and value (see [`Self::fits`]) into the last position: the whole
+    /// caches, `[B·H, len + 1, D]`.
+    pub fn append(self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor), ModelError> {
+        let fill = |buffer: Tensor, new: &Tensor| -> Result<Tensor, ModelError> {
+            let size = buffer.size();
+            let all = buffer.f_view([size[0] * size[1], size[2], size[3]])?;
+            all.f_narrow(1, size[2] - 1, 1)?.f_copy_(new)?;
+            Ok(all)
+        };
+        Ok((fill(self.key, k)?, fill(self.value, v)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Device, Kind};
+
+    fn cache(b: i64, len: i64, offset: f64) -> Tensor {
+        (Tensor::arange(b * 2 * len * 3, (Kind::Float, Device::Cpu)) + offset).view([b, 2, len, 3])
+    }
+
+    /// The room's caches are `cat([index_select(prev, 0, order), new], 1)`, value and layout.
+    #[test]
+    fn a_selected_room_filled_by_a_step_is_the_cat_of_fairseqs_path() {
+        let (prev_key, prev_value) = (cache(3, 4, 0.0), cache(3, 4, 100.0));
+        let order = Tensor::from_slice(&[2i64, 0, 0]);
+        let (room, k, v) = KvRoom::select(&prev_key, &prev_value, &order).unwrap().unwrap();
+        let (new_k, new_v) = (cache(3, 1, 500.0).view([6, 1, 3]), cache(3, 1, 700.0).view([6, 1, 3]));
+        assert!(room.fits(&k, &v, &new_k, &new_v));
+        let (keys, values) = room.append(&new_k, &new_v).unwrap();
+        for (got, prev, new) in [(keys, &prev_key, &new_k), (values, &prev_value, &new_v)] {
+            let want = Tensor::cat(&[prev.index_select(0, &order).view([6, 4, 3]), new.shallow_clone()], 1);
+            assert!(got.equal(&want));
+            assert_eq!((got.size(), got.stride()), (want.size(), want.stride()));
+            assert!(got.is_contiguous());
+        }
+    }
+
+    #[test]
+    fn a_room_does_not_take_other_caches_or_longer_steps() {
+        let (prev_key, prev_value) = (cache(2, 3, 0.0), cache(2, 3, 100.0));
+        let order = Tensor::from_slice(&[1i64, 0]);
+        let (room, k, v) = KvRoom::select(&prev_key, &prev_value, &order).unwrap().unwrap();
+        let step = cache(2, 1, 0.0).view([4, 1, 3]);
+        assert!(!room.fits(&k.copy(), &v, &step, &step));
+        assert!(!room.fits(&k, &v, &cache(2, 2, 0.0).view([4, 2, 3]), &step));
+        assert!(!room.fits(&k, &v, &step.to_kind(Kind::Double), &step));
+        assert!(KvRoom::select(&prev_key, &cache(2, 4, 0.0), &order).unwrap().is_none());
+    }
+}
