@@ -83,7 +83,14 @@ fn launch() -> Result<Never, String> {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        match omp_wait::choose(&loadavg, omp_wait::threads_asked(&given, cores), cores) {
+        let threads = omp_wait::threads_asked(&given, cores);
+        let mut wait = omp_wait::choose(&loadavg, threads, cores);
+        if wait == omp_wait::Wait::Passive && std::env::var_os(LOADAVG_VAR).is_none() {
+            if let Some(others) = runnable_outside_own_group() {
+                wait = omp_wait::choose_beside(others, threads, cores);
+            }
+        }
+        match wait {
             omp_wait::Wait::Spin(n) => cmd.env("GOMP_SPINCOUNT", n.to_string()),
             omp_wait::Wait::Passive => cmd.env("OMP_WAIT_POLICY", "PASSIVE"),
         };
@@ -203,4 +210,25 @@ fn check_cuda_runtime(lib_dir: &Path) -> Result<(), String> {
             missing.join(" and ")
         ))
     }
+}
+
+/// The running or runnable tasks of the machine outside this process's group (`/proc`), or None
+/// where `/proc` does not say.
+fn runnable_outside_own_group() -> Option<usize> {
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, group) = omp_wait::state_and_group(&own)?;
+    let mut stats = Vec::new();
+    for process in std::fs::read_dir("/proc").ok()?.flatten() {
+        if !process.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(process.path().join("task")) else { continue };
+        for task in tasks.flatten() {
+            // a task that ended meanwhile has nothing to read
+            if let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) {
+                stats.push(stat);
+            }
+        }
+    }
+    Some(omp_wait::runnable_outside(stats.iter().map(String::as_str), group))
 }

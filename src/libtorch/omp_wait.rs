@@ -9,6 +9,10 @@
 //! parallel regions a step, need the waiting thread awake: 1,000 spins made a batch-1 sentence
 //! 25% slower than 3,000, and more spins buy nothing quiet but cost more under a load that starts
 //! later. So the launcher looks once, at start, at how many other tasks are runnable right then.
+//! Where `/proc/loadavg` counts more than the cores take, it counts again task by task, leaving
+//! out its own process group: a pipeline's other commands (`tchseq … | python3 score.py`) start
+//! beside it and are runnable for their start-up, then wait on tchseq's output; read as load,
+//! they made every step of the run wait passively, 3× slower at batch 1.
 
 /// What the launcher puts into the program's environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +38,32 @@ pub fn runnable(loadavg: &str) -> Option<usize> {
 /// `Passive` when the other runnable tasks and our `threads` are more than the `cores`.
 pub fn choose(loadavg: &str, threads: usize, cores: usize) -> Wait {
     match runnable(loadavg) {
-        Some(n) if n.saturating_sub(1) + threads > cores => Wait::Passive,
-        _ => Wait::Spin(QUIET_SPINS),
+        Some(n) => choose_beside(n.saturating_sub(1), threads, cores),
+        None => Wait::Spin(QUIET_SPINS),
     }
+}
+
+/// `Passive` when `others` runnable tasks and our `threads` are more than the `cores`.
+pub fn choose_beside(others: usize, threads: usize, cores: usize) -> Wait {
+    if others + threads > cores {
+        Wait::Passive
+    } else {
+        Wait::Spin(QUIET_SPINS)
+    }
+}
+
+/// A task's state and process group, from its `/proc/PID/task/TID/stat` (`pid (comm) state ppid
+/// pgrp …`; the command may hold spaces and parentheses).
+pub fn state_and_group(stat: &str) -> Option<(char, i64)> {
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+/// The running or runnable tasks among `stats` outside process group `group`.
+pub fn runnable_outside<'a>(stats: impl IntoIterator<Item = &'a str>, group: i64) -> usize {
+    stats.into_iter().filter_map(state_and_group).filter(|&(state, g)| state == 'R' && g != group).count()
 }
 
 /// The threads the command line asks for: `--threads` (default: every core) times
@@ -78,6 +105,23 @@ mod tests {
         assert_eq!(choose("1.00 1.00 1.00 2/245 1", 1, 2), Wait::Spin(QUIET_SPINS));
         assert_eq!(choose("1.00 1.00 1.00 2/245 1", 2, 4), Wait::Spin(QUIET_SPINS));
         assert_eq!(choose("unreadable", 64, 2), Wait::Spin(QUIET_SPINS));
+    }
+
+    #[test]
+    fn a_pipeline_s_own_commands_are_not_load() {
+        let stats = [
+            "100 (tchseq) R 90 100 90 0 -1",
+            "101 (python3 (x) y) R 90 100 90 0 -1",
+            "200 (rustc) R 1 200 200 0 -1",
+            "201 (rustc) S 1 200 200 0 -1",
+            "300 (bad",
+        ];
+        assert_eq!(state_and_group(stats[1]), Some(('R', 100)));
+        assert_eq!(state_and_group(stats[4]), None);
+        assert_eq!(runnable_outside(stats, 100), 1);
+        assert_eq!(runnable_outside(stats, 200), 2);
+        assert_eq!(choose_beside(1, 2, 2), Wait::Passive);
+        assert_eq!(choose_beside(0, 2, 2), Wait::Spin(QUIET_SPINS));
     }
 
     #[test]
