@@ -79,14 +79,17 @@ impl IncrementalState {
         addresses
     }
 
-    /// Gives this state a copy of its own of every buffer at one of the `kept` addresses.
-    pub(super) fn unshare_graph_buffers(&mut self, kept: &[usize]) -> Result<(), ModelError> {
+    /// Gives this state a copy of its own of every buffer at one of the `kept` addresses;
+    /// whether there was one.
+    pub(super) fn unshare_graph_buffers(&mut self, kept: &[usize]) -> Result<bool, ModelError> {
+        let mut copied_any = false;
         for t in self.graph_buffers().into_iter().flatten() {
             if kept.contains(&(t.data_ptr() as usize)) {
                 *t = copied(t)?;
+                copied_any = true;
             }
         }
-        Ok(())
+        Ok(copied_any)
     }
 
     /// Copies this state's buffers into `kept` (a bucket's, of the same shapes) and takes them

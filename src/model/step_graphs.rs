@@ -83,7 +83,6 @@ pub fn cuda_graph_factory(device: Device) -> Result<Box<dyn StepGraph>, CudaGrap
     }
 }
 
-
 struct Captured {
     graph: Box<dyn StepGraph>,
     input: Tensor,
@@ -226,25 +225,29 @@ impl StepGraphs {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let slot = slots.entry(key).or_default();
         let held = !slot.failed && slot.take(state);
-        let mut moved = false;
+        let mut moved = None;
         if held {
-            if slot.captured.is_some() && slot.addresses != state.graph_addresses() && state.adopt_graph_buffers(&slot.kept)? {
+            let mut addresses = state.graph_addresses();
+            if slot.captured.is_some() && slot.addresses != addresses && state.adopt_graph_buffers(&slot.kept)? {
                 self.adoptions.fetch_add(1, Ordering::Relaxed);
+                addresses = state.graph_addresses();
             }
-            moved = slot.addresses != state.graph_addresses();
+            moved = (slot.addresses != addresses).then_some(addresses);
         }
-        if moved {
+        if let Some(addresses) = moved.as_mut() {
             // another batch, or buffers moved: what was captured reads memory no longer ours.
             // The bucket starts again on buffers of this state's own, none of them another
             // bucket's kept ones: a later batch that takes one bucket's buffers must not write
             // into memory that another batch reads through another bucket.
             let others: Vec<usize> =
                 slots.iter().filter(|(k, _)| **k != key).flat_map(|(_, s)| s.kept.iter().flatten()).map(|t| t.data_ptr() as usize).collect();
-            state.unshare_graph_buffers(&others)?;
+            if state.unshare_graph_buffers(&others)? {
+                *addresses = state.graph_addresses();
+            }
         }
         let Some(slot) = slots.get_mut(&key) else { return Ok(None) };
-        if moved {
-            let freed = slot.forget(state.graph_addresses());
+        if let Some(addresses) = moved {
+            let freed = slot.forget(addresses);
             self.kept_bytes.fetch_sub(freed, Ordering::Relaxed);
         }
         let plan = if held { slot.plan() } else { Plan::Eager };
