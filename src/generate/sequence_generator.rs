@@ -253,8 +253,15 @@ impl SequenceGenerator {
             let prefix = tokens.f_narrow(1, 0, step + 1)?;
             let (mut lprobs, avg_attn) = model.forward_decoder(&prefix, self.cfg.temperature, self.cfg.need_attn)?;
 
-            self.mask_lprobs(&mut lprobs, step, max_len)?;
-            match prefix_tokens.as_ref().filter(|p| step < p.size()[1] && step < max_len) {
+            let prefix_step = prefix_tokens.as_ref().filter(|p| step < p.size()[1] && step < max_len);
+            // NaN left for the plain beam search to replace (`beam_step_replacing_nan`) where
+            // nothing between here and it reads them
+            let nan_to_beam = self.cfg.search == SearchStrategy::Beam
+                && constrained.is_none()
+                && self.blocker.is_none()
+                && prefix_step.is_none();
+            self.mask_lprobs(&mut lprobs, step, max_len, !nan_to_beam)?;
+            match prefix_step {
                 Some(prefix) => self.prefix_step(step, &mut lprobs, prefix)?,
                 // minimum length constraint (does not apply on prefix steps)
                 None if step < self.cfg.min_len => {
@@ -280,6 +287,7 @@ impl SequenceGenerator {
             let step_scores = scores.f_view([bsz, beam_size, -1])?.f_narrow(2, 0, step)?;
             let cands = match constrained.as_mut() {
                 Some(search) => search.step(step, &step_lprobs, &step_scores)?,
+                None if nan_to_beam => super::beam_search::beam_step_replacing_nan(step, &step_lprobs, &step_scores)?,
                 None => self.cfg.search.step(step, &step_lprobs, &step_scores, src_lengths.as_ref(), eos)?,
             };
             let mut cand_scores = cands.scores;
@@ -410,11 +418,14 @@ impl SequenceGenerator {
     }
 
     /// What `_generate` does to a step's log-probs before any prefix or minimum length: NaN to
-    /// −inf, no padding, the unknown-word penalty, and only EOS at `max_len`.
-    fn mask_lprobs(&self, lprobs: &mut Tensor, step: i64, max_len: i64) -> Result<(), GenerateError> {
+    /// −inf (unless `nan` is false: the caller has them replaced later), no padding, the
+    /// unknown-word penalty, and only EOS at `max_len`.
+    fn mask_lprobs(&self, lprobs: &mut Tensor, step: i64, max_len: i64, nan: bool) -> Result<(), GenerateError> {
         let Specials { pad, eos, unk } = self.specials;
-        // lprobs[lprobs != lprobs] = -inf, in one pass
-        let _ = lprobs.f_nan_to_num_(f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY)?;
+        if nan {
+            // lprobs[lprobs != lprobs] = -inf, in one pass
+            let _ = lprobs.f_nan_to_num_(f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY)?;
+        }
         let _ = lprobs.f_select(1, pad)?.f_fill_(f64::NEG_INFINITY)?;
         let _ = lprobs.f_select(1, unk)?.f_sub_scalar_(self.cfg.unk_penalty)?;
         if step >= max_len {

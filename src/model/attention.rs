@@ -316,11 +316,10 @@ impl MultiheadAttention {
         }
         if let Some(kpm) = &key_padding_mask {
             let fill = kpm.f_unsqueeze(1)?.f_unsqueeze(2)?.f_unsqueeze(3)?.f_to_kind(Kind::Bool)?;
-            attn_weights = attn_weights
-                .f_view([bsz, h, tgt_len, src_len])?
-                .f_view([kv_bsz, -1, h, tgt_len, src_len])?
-                .f_masked_fill(&fill, f64::NEG_INFINITY)?
-                .f_view([bsz * h, tgt_len, src_len])?;
+            // fairseq's masked_fill makes a copy; this one writes over the product's fresh output
+            let mut grouped = attn_weights.f_view([bsz, h, tgt_len, src_len])?.f_view([kv_bsz, -1, h, tgt_len, src_len])?;
+            let _ = grouped.f_masked_fill_(&fill, f64::NEG_INFINITY)?;
+            attn_weights = grouped.f_view([bsz * h, tgt_len, src_len])?;
         }
         let attn_weights_float = attn_weights.f_softmax(-1, Kind::Float)?;
         let attn_probs = attn_weights_float.f_to_kind(attn_weights.kind())?;

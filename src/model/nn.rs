@@ -58,7 +58,10 @@ impl Linear {
         if let Some(y) = self.host_linear(x, self.bias.as_ref(), true)? {
             return Ok(y);
         }
-        Ok(self.forward(x)?.f_relu()?)
+        // in place: the linear's output is fresh, and relu_ is relu's kernel
+        let mut y = self.forward(x)?;
+        let _ = y.f_relu_()?;
+        Ok(y)
     }
 
     /// [`Linear::forward`] into a buffer of `pool` (the output projection's logits, reused from

@@ -267,7 +267,7 @@ impl SequenceGenerator {
     /// libtorch on `lprobs`' device (a GPU, where the model does not keep its log-probs on the
     /// host): only the `[bsz, k]` candidates come back.
     fn device_candidates(&self, mut lprobs: Tensor, step: i64, max_len: i64, bsz: usize, prev: Option<Vec<f32>>) -> Result<Candidates, GenerateError> {
-        self.mask_lprobs(&mut lprobs, step, max_len)?;
+        self.mask_lprobs(&mut lprobs, step, max_len, true)?;
         if step < self.cfg.min_len {
             let _ = lprobs.f_select(1, self.specials.eos)?.f_fill_(f64::NEG_INFINITY)?;
         }
