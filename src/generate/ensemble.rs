@@ -24,7 +24,10 @@ impl<'m> EnsembleModel<'m> {
 
 impl StepModel for EnsembleModel<'_> {
     fn bookkeeping(&self) -> Bookkeeping {
-        if self.models.iter().all(TransformerModel::fast_tier_on_cpu) {
+        // on the CPU every compute type, `exact` included: the host's bookkeeping makes the
+        // selections and the f32 arithmetic of fairseq's ops (`host_beam.rs`), without some
+        // seventy small ops a step
+        if self.models.iter().all(|m| m.device == tch::Device::Cpu) {
             Bookkeeping::Host
         } else if self.models.iter().all(|m| m.fast_tier() && m.device.is_cuda()) {
             Bookkeeping::DeviceCandidates
@@ -77,7 +80,8 @@ impl StepModel for EnsembleModel<'_> {
         need_attn: bool,
     ) -> Result<(Tensor, Option<Tensor>), GenerateError> {
         let n = self.models.len();
-        let on_host = self.bookkeeping() == Bookkeeping::Host;
+        // the fast compute types' own log-softmax kernel; `exact` keeps libtorch's
+        let on_host = self.models.iter().all(TransformerModel::fast_tier_on_cpu);
         let mut log_probs = Vec::with_capacity(n);
         let mut avg_attn: Option<Tensor> = None;
         for (model, (enc, inc)) in self.models.iter().zip(self.state.iter_mut()) {

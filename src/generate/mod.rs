@@ -132,7 +132,7 @@ pub trait StepModel {
         temperature: f64,
         need_attn: bool,
     ) -> Result<(Tensor, Option<Tensor>), GenerateError>;
-    /// Where a beam search may keep its bookkeeping; `exact` keeps fairseq's ops.
+    /// Where a beam search may keep its bookkeeping.
     fn bookkeeping(&self) -> Bookkeeping {
         Bookkeeping::Tensors
     }
@@ -143,8 +143,7 @@ pub trait StepModel {
 pub enum Bookkeeping {
     /// fairseq's tensor ops.
     Tensors,
-    /// Host vectors, each step's candidates chosen on the host (the fast compute types on the
-    /// CPU).
+    /// Host vectors, each step's candidates chosen on the host (every compute type on the CPU).
     Host,
     /// Host vectors, each step's candidates chosen on the device and only they read back (the
     /// fast compute types on a GPU).

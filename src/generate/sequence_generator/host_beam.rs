@@ -1,7 +1,7 @@
-//! `_generate` for a plain beam search with the fast compute types: the same steps as
-//! `sequence_generator.rs`, with the bookkeeping (tokens, cumulative scores, finished
-//! hypotheses, the candidates and the reorder) on host vectors instead of some seventy libtorch
-//! ops a step, as CTranslate2 keeps it. The model still runs through [`StepModel`]; the
+//! `_generate` for a plain beam search on the CPU, and with the fast compute types on a GPU: the
+//! same steps as `sequence_generator.rs`, with the bookkeeping (tokens, cumulative scores,
+//! finished hypotheses, the candidates and the reorder) on host vectors instead of some seventy
+//! libtorch ops a step, as CTranslate2 keeps it. The model still runs through [`StepModel`]; the
 //! selections are the same, so the hypotheses are fairseq's. On the CPU the candidates are
 //! chosen on the host too; on a GPU they are chosen there, and only they are read back.
 
