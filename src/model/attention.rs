@@ -22,6 +22,8 @@ pub struct MultiheadAttention {
     pub num_heads: i64,
     pub head_dim: i64,
     pub scaling: f64,
+    /// `self.scaling` as the Python float of `q *= self.scaling`, made once.
+    scaling_operand: Tensor,
     /// `torch.cat((q_proj.bias, k_proj.bias, v_proj.bias))`, as handed to
     /// `F.multi_head_attention_forward`.
     in_proj_bias: Tensor,
@@ -53,6 +55,7 @@ impl MultiheadAttention {
             num_heads,
             head_dim,
             scaling: (head_dim as f64).powf(-0.5),
+            scaling_operand: super::nn::python_float((head_dim as f64).powf(-0.5))?,
             in_proj_bias,
             fused: None,
             q_prescaled: false,
@@ -241,7 +244,7 @@ impl MultiheadAttention {
         };
         // fairseq scales q after the bias add
         if !self.q_prescaled {
-            let _ = q.f_mul_(&super::nn::python_float(self.scaling)?)?;
+            let _ = q.f_mul_(&self.scaling_operand)?;
         }
         let q = q.f_contiguous()?.f_view([tgt_len, bsz * h, d])?.f_transpose(0, 1)?;
         let mut kv_bsz = bsz;
@@ -256,6 +259,8 @@ impl MultiheadAttention {
             Some(v) => Some(v.f_contiguous()?.f_view([-1, kv_bsz * h, d])?.f_transpose(0, 1)?),
             None => None,
         };
+        // an encoder attention whose cached padding mask holds no padding: its fill is skipped
+        let mut padding_free = false;
         if let Some(state) = state {
             let appended = match (&k, &v) {
                 (Some(k), Some(v)) if self_attention => state.append_in_place(k, v)?,
@@ -295,6 +300,16 @@ impl MultiheadAttention {
             state.prev_value = Some(v.f_view([kv_bsz, h, -1, d])?);
             state.prev_key_padding_mask = key_padding_mask.as_ref().map(Tensor::shallow_clone);
             state.room_for_next_key = self_attention;
+            if static_kv {
+                // known from the step that computed the keys on; the reorders only select rows
+                if key.is_some() || state.static_padding_free.is_none() {
+                    state.static_padding_free = Some(match &key_padding_mask {
+                        Some(m) => m.f_any()?.f_int64_value(&[])? == 0,
+                        None => true,
+                    });
+                }
+                padding_free = state.static_padding_free == Some(true);
+            }
         }
         let (Some(k), Some(v)) = (k, v) else {
             return Err(ModelError::Input("encoder attention called without keys".into()));
@@ -314,7 +329,7 @@ impl MultiheadAttention {
         if let Some(m) = attn_mask {
             let _ = attn_weights.f_add_(&m.f_unsqueeze(0)?)?;
         }
-        if let Some(kpm) = &key_padding_mask {
+        if let Some(kpm) = key_padding_mask.as_ref().filter(|_| !padding_free) {
             let fill = kpm.f_unsqueeze(1)?.f_unsqueeze(2)?.f_unsqueeze(3)?.f_to_kind(Kind::Bool)?;
             // fairseq's masked_fill makes a copy; this one writes over the product's fresh output
             let mut grouped = attn_weights.f_view([bsz, h, tgt_len, src_len])?.f_view([kv_bsz, -1, h, tgt_len, src_len])?;
@@ -322,7 +337,11 @@ impl MultiheadAttention {
             attn_weights = grouped.f_view([bsz * h, tgt_len, src_len])?;
         }
         let attn_weights_float = attn_weights.f_softmax(-1, Kind::Float)?;
-        let attn_probs = attn_weights_float.f_to_kind(attn_weights.kind())?;
+        // `type_as`, which returns the tensor itself when the kinds agree
+        let attn_probs = match attn_weights.kind() {
+            Kind::Float => attn_weights_float.shallow_clone(),
+            kind => attn_weights_float.f_to_kind(kind)?,
+        };
         let attn = if beamable {
             let p5 = attn_probs.f_view([kv_bsz, -1, h, tgt_len, src_len])?;
             let v4 = v.f_view([kv_bsz, h, -1, d])?;

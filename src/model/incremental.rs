@@ -32,6 +32,9 @@ pub struct AttentionState {
     /// `prev_value` for the next step's key and value (`kv_room.rs`).
     pub(crate) room_for_next_key: bool,
     pub(crate) kv_room: Option<KvRoom>,
+    /// An encoder attention's cached padding mask holds no padding (None: not yet looked at).
+    /// Reorders keep it: they only select rows.
+    pub(crate) static_padding_free: Option<bool>,
 }
 
 impl AttentionState {
