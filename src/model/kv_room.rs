@@ -4,9 +4,11 @@
 //! `torch.cat([prev_key, k], dim=1)`. The attention then reads the cat's values in the cat's
 //! layout, a contiguous `[B·H, len + 1, D]`, and each step copies the cache once instead of twice.
 
-use tch::Tensor;
+use tch::{Device, Kind, Tensor};
 
 use super::ModelError;
+use crate::libtorch::host::{f32_view, f32_view_mut, is_host_f32};
+use crate::libtorch::parallel::parallel_for;
 
 /// Buffers `[B, H, len + 1, D]` whose first `len` positions are `prev_key` and `prev_value`.
 #[derive(Debug)]
@@ -25,10 +27,20 @@ impl KvRoom {
             return Ok(None);
         }
         let rows = new_order.size()[0];
+        // on the host, the order as host indices (read once for both caches)
+        let host_order = match is_host_f32(prev_key) && is_host_f32(prev_value) && new_order.device() == Device::Cpu {
+            true => Some(Vec::<i64>::try_from(&new_order.f_to_kind(Kind::Int64)?)?),
+            false => None,
+        };
         let select = |prev: &Tensor| -> Result<(Tensor, Tensor), ModelError> {
-            let buffer = Tensor::f_empty([rows, size[1], size[2] + 1, size[3]], (prev.kind(), prev.device()))?;
+            let mut buffer = Tensor::f_empty([rows, size[1], size[2] + 1, size[3]], (prev.kind(), prev.device()))?;
             let selected = buffer.f_narrow(2, 0, size[2])?;
-            let _ = prev.f_index_select_out(&selected, 0, new_order)?;
+            match &host_order {
+                Some(order) => select_on_host(prev, &mut buffer, order)?,
+                None => {
+                    let _ = prev.f_index_select_out(&selected, 0, new_order)?;
+                }
+            }
             Ok((buffer, selected))
         };
         let (key, prev_key) = select(prev_key)?;
@@ -65,6 +77,46 @@ impl KvRoom {
     }
 }
 
+/// `prev.index_select(0, order)` into the first `len` positions of `room` (`[B', H, len + 1, D]`,
+/// both host f32 tensors), a `[len, D]` block at a time: the bytes of libtorch's copies, without
+/// its dispatch for every row.
+fn select_on_host(prev: &Tensor, room: &mut Tensor, order: &[i64]) -> Result<(), ModelError> {
+    let (size, room_size) = (prev.size(), room.size());
+    let (&[b, h, len, d], &[rows, _, _, _]) = (size.as_slice(), room_size.as_slice()) else {
+        return Err(ModelError::Input(format!("a cache {size:?} for a room {room_size:?}")));
+    };
+    if let Some(&o) = order.iter().find(|&&o| !(0..b).contains(&o)) {
+        return Err(ModelError::Input(format!("reorder index {o} of a cache with {b} rows")));
+    }
+    if order.len() as i64 != rows || room_size != [rows, h, len + 1, d] {
+        return Err(ModelError::Input(format!("{} reorder indices for a room {room_size:?}", order.len())));
+    }
+    let (h, len, d) = (h as usize, len as usize, d as usize);
+    // SAFETY: `prev` is the state's own cache and `room` a fresh buffer; nothing else reads or
+    // writes either while the slices live.
+    let (Some(src), Some(dst)) = (unsafe { f32_view(prev) }, unsafe { f32_view_mut(room) }) else {
+        return Err(ModelError::Input("a host cache that is not contiguous f32".into()));
+    };
+    let (block, src_row, dst_row) = (len * d, h * len * d, h * (len + 1) * d);
+    let out = RowsOut(dst.as_mut_ptr());
+    parallel_for(order.len(), (1 << 15) / src_row.max(1) + 1, |start, end| {
+        let out = &out;
+        for (i, &o) in order.iter().enumerate().take(end).skip(start) {
+            for head in 0..h {
+                let from = &src[o as usize * src_row + head * block..][..block];
+                // SAFETY: row `i` of the room, `dst_row` floats from `i * dst_row`, lies inside it
+                // (its size was checked) and is written by this range alone.
+                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), out.0.add(i * dst_row + head * (len + 1) * d), block) };
+            }
+        }
+    });
+    Ok(())
+}
+
+struct RowsOut(*mut f32);
+// SAFETY: `select_on_host` hands each thread disjoint rows.
+unsafe impl Sync for RowsOut {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +140,25 @@ mod tests {
             assert!(got.equal(&want));
             assert_eq!((got.size(), got.stride()), (want.size(), want.stride()));
             assert!(got.is_contiguous());
+        }
+    }
+
+    /// The host's block copies give libtorch's `index_select`, over rows shared out among the
+    /// threads, and refuse an index outside the cache; a strided cache goes through libtorch.
+    #[test]
+    fn the_host_selection_is_index_select_and_checks_its_indices() {
+        let (b, h, len, d) = (300i64, 4, 7, 8);
+        let prev = Tensor::randn([b, h, len, d], (Kind::Float, Device::Cpu));
+        let order: Vec<i64> = (0..b).map(|i| (i * 7 + 3) % b).rev().collect();
+        let order = Tensor::from_slice(&order);
+        let (_, k, v) = KvRoom::select(&prev, &prev, &order).unwrap().unwrap();
+        let want = prev.index_select(0, &order);
+        assert!(k.equal(&want) && v.equal(&want));
+        let strided = prev.transpose(1, 2).contiguous().transpose(1, 2);
+        let (_, k, _) = KvRoom::select(&strided, &strided, &order).unwrap().unwrap();
+        assert!(k.equal(&want));
+        for bad in [-1i64, b] {
+            assert!(KvRoom::select(&prev, &prev, &Tensor::from_slice(&[0i64, bad])).is_err(), "index {bad}");
         }
     }
 
