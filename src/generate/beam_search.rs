@@ -57,7 +57,7 @@ pub(super) fn beam_step_replacing_nan(step: i64, lprobs: &Tensor, scores: &Tenso
 /// f32 tensor, NaN, ties).
 fn host_beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Option<Candidates>, GenerateError> {
     let (bsz, beam_size, vocab_size) = size3(lprobs)?;
-    let k = candidates_per_sentence(step, beam_size, vocab_size);
+    let k = candidates_per_sentence(step == 0, beam_size, vocab_size);
     if lprobs.device() != tch::Device::Cpu || lprobs.kind() != Kind::Float || scores.kind() != Kind::Float {
         return Ok(None);
     }
@@ -72,16 +72,17 @@ fn host_beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Option<
     Ok(Some(Candidates { scores, indices, beams }))
 }
 
-/// `min(2 × beam, width - 1)`, the `k` of `BeamSearch.step`'s top-k.
-fn candidates_per_sentence(step: i64, beam_size: i64, vocab_size: i64) -> i64 {
-    let width = if step == 0 { vocab_size } else { beam_size * vocab_size };
+/// `BeamSearch.step`'s `k`: `2 × beam`, or one less than the candidates there are (only the
+/// first beam's at the first step).
+pub(super) fn candidates_per_sentence(first_step: bool, beam_size: i64, vocab_size: i64) -> i64 {
+    let width = if first_step { vocab_size } else { beam_size * vocab_size };
     (beam_size * 2).min(width - 1)
 }
 
 /// `BeamSearch.step` in libtorch's ops.
 fn torch_beam_step(step: i64, lprobs: &Tensor, scores: &Tensor) -> Result<Candidates, GenerateError> {
     let (_, beam_size, vocab_size) = size3(lprobs)?;
-    let k = candidates_per_sentence(step, beam_size, vocab_size);
+    let k = candidates_per_sentence(step == 0, beam_size, vocab_size);
     let lprobs = if step == 0 {
         // at the first step all hypotheses are equally likely, so use only the first beam
         lprobs.f_slice(1, 0, None, beam_size)?.f_contiguous()?

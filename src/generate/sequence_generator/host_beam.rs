@@ -239,10 +239,9 @@ impl SequenceGenerator {
         Ok(())
     }
 
-    /// `BeamSearch.step`'s `k`: `2 × beam`, or one less than the candidates there are.
+    /// `BeamSearch.step`'s `k` for this generator.
     fn candidate_count(&self, first_step: bool) -> i64 {
-        let width = if first_step { self.vocab_size } else { self.beam_size * self.vocab_size };
-        (self.beam_size * 2).min(width - 1)
+        crate::generate::beam_search::candidates_per_sentence(first_step, self.beam_size, self.vocab_size)
     }
 
     /// `BeamSearch.step` over `lprobs` `[bsz · beam, V]` on the host, with the cumulative scores
