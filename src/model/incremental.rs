@@ -37,12 +37,26 @@ pub struct AttentionState {
     pub(crate) static_padding_free: Option<bool>,
 }
 
+/// `new_order`'s indices on the host, read once per reorder for every layer.
+fn host_indices<'a>(new_order: &Tensor, host_order: &'a mut Option<Vec<i64>>) -> Result<&'a [i64], ModelError> {
+    Ok(match host_order {
+        Some(order) => order,
+        None => host_order.insert(Vec::<i64>::try_from(&new_order.f_to_device(tch::Device::Cpu)?)?),
+    })
+}
+
 impl AttentionState {
     fn index_select(&mut self, new_order: &Tensor, host_order: &mut Option<Vec<i64>>) -> Result<(), ModelError> {
         let mut slots = vec![&mut self.prev_key_padding_mask, &mut self.attn_bias];
         self.kv_room = None;
         let room = match (&self.prev_key, &self.prev_value) {
-            (Some(k), Some(v)) if self.room_for_next_key => KvRoom::select(k, v, new_order)?,
+            (Some(k), Some(v)) if self.room_for_next_key => {
+                let order = match KvRoom::on_host(k, v, new_order) {
+                    true => Some(host_indices(new_order, host_order)?),
+                    false => None,
+                };
+                KvRoom::select(k, v, new_order, order)?
+            }
             _ => None,
         };
         match room {
@@ -57,11 +71,7 @@ impl AttentionState {
             }
         }
         if let Some(cache) = self.host_cache.as_mut() {
-            let order = match host_order {
-                Some(order) => order,
-                None => host_order.insert(Vec::<i64>::try_from(&new_order.f_to_device(tch::Device::Cpu)?)?),
-            };
-            cache.reorder(order)?;
+            cache.reorder(host_indices(new_order, host_order)?)?;
         }
         if let Some(cache) = self.fixed_cache.as_mut() {
             cache.reorder(new_order)?;

@@ -4,7 +4,7 @@
 //! `torch.cat([prev_key, k], dim=1)`. The attention then reads the cat's values in the cat's
 //! layout, a contiguous `[B·H, len + 1, D]`, and each step copies the cache once instead of twice.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use super::ModelError;
 use crate::libtorch::host::{f32_view, f32_view_mut, is_host_f32};
@@ -20,22 +20,19 @@ pub struct KvRoom {
 impl KvRoom {
     /// `prev_key.index_select(0, new_order)` and `prev_value`'s, written into buffers with room
     /// for one more position: the room and the selected keys and values `[B', H, len, D]` (views
-    /// of it). None where the caches are not `[B, H, len, D]` alike.
-    pub fn select(prev_key: &Tensor, prev_value: &Tensor, new_order: &Tensor) -> Result<Option<(Self, Tensor, Tensor)>, ModelError> {
+    /// of it). None where the caches are not `[B, H, len, D]` alike. `host_order`, `new_order`'s
+    /// indices on the host, lets host caches be copied there ([`Self::on_host`]).
+    pub fn select(prev_key: &Tensor, prev_value: &Tensor, new_order: &Tensor, host_order: Option<&[i64]>) -> Result<Option<(Self, Tensor, Tensor)>, ModelError> {
         let size = prev_key.size();
         if size.len() != 4 || prev_value.size() != size || new_order.dim() != 1 || prev_value.kind() != prev_key.kind() {
             return Ok(None);
         }
         let rows = new_order.size()[0];
-        // on the host, the order as host indices (read once for both caches)
-        let host_order = match is_host_f32(prev_key) && is_host_f32(prev_value) && new_order.device() == Device::Cpu {
-            true => Some(Vec::<i64>::try_from(&new_order.f_to_kind(Kind::Int64)?)?),
-            false => None,
-        };
+        let host_order = host_order.filter(|_| Self::on_host(prev_key, prev_value, new_order));
         let select = |prev: &Tensor| -> Result<(Tensor, Tensor), ModelError> {
             let mut buffer = Tensor::f_empty([rows, size[1], size[2] + 1, size[3]], (prev.kind(), prev.device()))?;
             let selected = buffer.f_narrow(2, 0, size[2])?;
-            match &host_order {
+            match host_order {
                 Some(order) => select_on_host(prev, &mut buffer, order)?,
                 None => {
                     let _ = prev.f_index_select_out(&selected, 0, new_order)?;
@@ -46,6 +43,11 @@ impl KvRoom {
         let (key, prev_key) = select(prev_key)?;
         let (value, prev_value) = select(prev_value)?;
         Ok(Some((Self { key, value }, prev_key, prev_value)))
+    }
+
+    /// Whether [`Self::select`] copies these caches on the host, given the order's host indices.
+    pub fn on_host(prev_key: &Tensor, prev_value: &Tensor, new_order: &Tensor) -> bool {
+        is_host_f32(prev_key) && is_host_f32(prev_value) && new_order.device() == Device::Cpu
     }
 
     /// Whether `prev_key` and `prev_value` are still this room's first positions and a step's key
@@ -131,7 +133,7 @@ mod tests {
     fn a_selected_room_filled_by_a_step_is_the_cat_of_fairseqs_path() {
         let (prev_key, prev_value) = (cache(3, 4, 0.0), cache(3, 4, 100.0));
         let order = Tensor::from_slice(&[2i64, 0, 0]);
-        let (room, k, v) = KvRoom::select(&prev_key, &prev_value, &order).unwrap().unwrap();
+        let (room, k, v) = KvRoom::select(&prev_key, &prev_value, &order, None).unwrap().unwrap();
         let (new_k, new_v) = (cache(3, 1, 500.0).view([6, 1, 3]), cache(3, 1, 700.0).view([6, 1, 3]));
         assert!(room.fits(&k, &v, &new_k, &new_v));
         let (keys, values) = room.append(&new_k, &new_v).unwrap();
@@ -149,16 +151,19 @@ mod tests {
     fn the_host_selection_is_index_select_and_checks_its_indices() {
         let (b, h, len, d) = (300i64, 4, 7, 8);
         let prev = Tensor::randn([b, h, len, d], (Kind::Float, Device::Cpu));
-        let order: Vec<i64> = (0..b).map(|i| (i * 7 + 3) % b).rev().collect();
-        let order = Tensor::from_slice(&order);
-        let (_, k, v) = KvRoom::select(&prev, &prev, &order).unwrap().unwrap();
+        let indices: Vec<i64> = (0..b).map(|i| (i * 7 + 3) % b).rev().collect();
+        let order = Tensor::from_slice(&indices);
+        assert!(KvRoom::on_host(&prev, &prev, &order));
+        let (_, k, v) = KvRoom::select(&prev, &prev, &order, Some(&indices)).unwrap().unwrap();
         let want = prev.index_select(0, &order);
         assert!(k.equal(&want) && v.equal(&want));
         let strided = prev.transpose(1, 2).contiguous().transpose(1, 2);
-        let (_, k, _) = KvRoom::select(&strided, &strided, &order).unwrap().unwrap();
+        assert!(!KvRoom::on_host(&strided, &strided, &order));
+        let (_, k, _) = KvRoom::select(&strided, &strided, &order, Some(&indices)).unwrap().unwrap();
         assert!(k.equal(&want));
         for bad in [-1i64, b] {
-            assert!(KvRoom::select(&prev, &prev, &Tensor::from_slice(&[0i64, bad])).is_err(), "index {bad}");
+            let indices = [0i64, bad];
+            assert!(KvRoom::select(&prev, &prev, &Tensor::from_slice(&indices), Some(&indices)).is_err(), "index {bad}");
         }
     }
 
@@ -166,11 +171,11 @@ mod tests {
     fn a_room_does_not_take_other_caches_or_longer_steps() {
         let (prev_key, prev_value) = (cache(2, 3, 0.0), cache(2, 3, 100.0));
         let order = Tensor::from_slice(&[1i64, 0]);
-        let (room, k, v) = KvRoom::select(&prev_key, &prev_value, &order).unwrap().unwrap();
+        let (room, k, v) = KvRoom::select(&prev_key, &prev_value, &order, None).unwrap().unwrap();
         let step = cache(2, 1, 0.0).view([4, 1, 3]);
         assert!(!room.fits(&k.copy(), &v, &step, &step));
         assert!(!room.fits(&k, &v, &cache(2, 2, 0.0).view([4, 2, 3]), &step));
         assert!(!room.fits(&k, &v, &step.to_kind(Kind::Double), &step));
-        assert!(KvRoom::select(&prev_key, &cache(2, 4, 0.0), &order).unwrap().is_none());
+        assert!(KvRoom::select(&prev_key, &cache(2, 4, 0.0), &order, None).unwrap().is_none());
     }
 }
