@@ -1,23 +1,26 @@
 //! `--compute-type int8` on the host: a linear layer in int8. The weight is quantized once per
 //! output column (symmetric, `max |w| / 127`) and packed into panels of 16 columns × 4 inputs,
-//! 64 bytes each; each input row is quantized on the fly (`round(x / s)`, `s = max |x| / 127`).
-//! A row with no negative value, as ReLU gives `fc2`, takes the unsigned range (`s = max x /
-//! 255`): one bit more than the signed range leaves it.
-//! - With AVX-512 VNNI, a signed row goes to unsigned bytes (`+ 128`), `vpdpbusd` sums four byte
-//!   products into each 32-bit lane, and the `+ 128` is taken back with each column's weight sum.
-//! - With AVX2, the row stays in 16 bits, and `vpmaddwd` sums two products of sign-extended
-//!   weights into each lane. (AVX2's byte product, `vpmaddubsw`, saturates at 16 bits, which is
-//!   why fbgemm and oneDNN give up a bit of the input or the weight there.)
+//! 64 bytes each, a column's four inputs in one 32-bit lane. Each input row is quantized on the
+//! fly into unsigned bytes, a signed row shifted up and the shift taken back with each column's
+//! weight sum; a row with no negative value, as ReLU gives `fc2`, takes the unsigned range, one
+//! bit more than the signed range leaves it.
+//! - With AVX-512 VNNI, rows take a byte's levels (`s = max |x| / 127`, `+ 128`; unsigned `max x
+//!   / 255`), and `vpdpbusd` sums four byte products into each 32-bit lane.
+//! - With AVX2, rows take seven bits (`s = max |x| / 63`, `+ 64`; unsigned `max x / 127`), as
+//!   fbgemm's AVX2 path does: `vpmaddubsw` sums two byte products into 16 bits, where `2 · 127 ·
+//!   127` fits and the byte's `2 · 255 · 127` would saturate, then `vpmaddwd` by ones widens to
+//!   32 bits. Half the multiply instructions of 16-bit products (`vpmaddwd` on sign-extended
+//!   weights), for one bit of each input row.
 //!
-//! Integer sums are exact and the scaling is the same expression, so both kernels give the same
-//! bits: int8's output does not depend on which of the two a CPU has. fbgemm's path (`int8.rs`),
+//! Either kernel's integer sums are exact, and the scaling is the same expression: the AVX2
+//! kernel on a CPU with VNNI gives what it gives on an AVX2-only CPU. fbgemm's path (`int8.rs`),
 //! for a CPU without AVX2, quantizes each weight the same way and each input as fbgemm does.
 
 use tch::{Device, Kind, Tensor};
 
 use super::panel::by_row_count;
 use super::isa::{cpu_has, Isa};
-use super::quantize_i8::{input_scale, max_abs, quantize_row, quantize_row_u8, Range};
+use super::quantize_i8::{input_scale, max_abs, quantize_row_u8, quantize_weights, Levels, Range};
 use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 use crate::libtorch::parallel::parallel_for;
@@ -60,22 +63,25 @@ impl Kernel {
         }
     }
 
-    /// Where input `i` (of 4) of column `j` (of 16) lies in a [`Block`]: VNNI reads a column's
-    /// four inputs as one 32-bit lane; AVX2 reads inputs in pairs, 8 columns × 2 inputs at a time.
-    fn slot(self, j: usize, i: usize) -> usize {
+    /// The levels of an input row (`quantize_i8.rs`).
+    fn levels(self) -> Levels {
         match self {
-            Self::Vnni => j * 4 + i,
-            Self::Avx2 => (i / 2) * 32 + (j / 8) * 16 + (j % 8) * 2 + i % 2,
+            Self::Vnni => Levels::Byte,
+            Self::Avx2 => Levels::Seven,
         }
     }
+}
 
-    /// 32-bit words of a quantized input row with `groups` groups of 4 inputs.
-    fn row_words(self, groups: usize) -> usize {
-        match self {
-            Self::Vnni => groups,
-            Self::Avx2 => 2 * groups,
-        }
-    }
+/// Where input `i` (of 4) of column `j` (of 16) lies in a [`Block`]: each kernel reads a column's
+/// four inputs as one 32-bit lane.
+fn slot(j: usize, i: usize) -> usize {
+    j * 4 + i
+}
+
+/// Whether int8's host kernel takes seven-bit input rows here (AVX2) rather than a byte's
+/// (AVX-512 VNNI), as `TCHSEQ_CPU_FEATURES_OFF` leaves the CPU; None where it has no host kernel.
+pub fn seven_bit_rows_here() -> Option<bool> {
+    Kernel::here().map(|kernel| kernel.levels() == Levels::Seven)
 }
 
 #[derive(Debug)]
@@ -87,7 +93,8 @@ pub struct PackedInt8 {
     groups: usize,
     /// `[panels][groups]`.
     blocks: Vec<Block>,
-    /// Per column (padded to whole panels): the weight's scale, `128 · Σ w_q`, and the bias.
+    /// Per column (padded to whole panels): the weight's scale, the signed rows' shift times
+    /// `Σ w_q`, and the bias.
     scale: Vec<f32>,
     offset: Vec<i32>,
     bias: Vec<f32>,
@@ -133,8 +140,8 @@ impl PackedInt8 {
             .zip(scale.chunks_mut(PANEL).zip(offset.chunks_mut(PANEL)).zip(bias.chunks_mut(PANEL)))
             .map(std::sync::Mutex::new)
             .collect();
-        // VNNI's inputs carry + 128, taken back with the column's weight sum
-        let shift = if kernel == Kernel::Vnni { 128 } else { 0 };
+        // signed rows carry a shift, taken back with the column's weight sum
+        let shift = Range::Signed.shift(kernel.levels());
         parallel_for(panels, GRAIN_QUANTIZE.div_ceil(PANEL * k), |start, end| {
             let mut values = vec![0i16; k];
             for (p, out) in outs.iter().enumerate().take(end).skip(start) {
@@ -146,8 +153,8 @@ impl PackedInt8 {
                     // SAFETY: `kernel` is one this CPU runs.
                     let s = unsafe { max_abs(row) }.max(1e-8) / 127.0;
                     // SAFETY: as above.
-                    unsafe { quantize_row(row, 1.0 / s, Range::Signed, &mut values) };
-                    let slots = [0, 1, 2, 3].map(|i| kernel.slot(j, i));
+                    unsafe { quantize_weights(row, 1.0 / s, &mut values) };
+                    let slots = [0, 1, 2, 3].map(|i| slot(j, i));
                     let mut sum = 0i32;
                     for (block, group) in blocks.iter_mut().zip(values.chunks(4)) {
                         for (&slot, &q) in slots.iter().zip(group) {
@@ -177,7 +184,7 @@ impl PackedInt8 {
     pub fn row_into(&self, o: usize, out: &mut [f32]) {
         let (p, j, s) = (o / PANEL, o % PANEL, self.scale[o]);
         for (i, v) in out.iter_mut().enumerate().take(self.in_features) {
-            *v = s * f32::from(self.blocks[p * self.groups + i / 4].0[self.kernel.slot(j, i % 4)]);
+            *v = s * f32::from(self.blocks[p * self.groups + i / 4].0[slot(j, i % 4)]);
         }
     }
 
@@ -221,30 +228,22 @@ impl PackedInt8 {
         });
     }
 
-    /// Each row quantized as its kernel reads it, in 32-bit words: unsigned bytes, four to a
-    /// word (VNNI), or 16-bit values, two to a word (AVX2); and its scale.
+    /// Each row quantized as its kernel reads it, unsigned bytes four to a 32-bit word, and its
+    /// scale.
     fn quantize_rows(&self, x: &[f32], m: usize) -> QuantizedRows {
-        let (k, words) = (self.in_features, self.kernel.row_words(self.groups));
-        // VNNI's padding reads as zeros once signed rows take their + 128 back (the padded
-        // weights are zeros either way)
-        let pad = if self.kernel == Kernel::Vnni { 0x8080_8080u32 } else { 0 };
-        let mut q = vec![pad; m * words];
+        let (k, words, levels) = (self.in_features, self.groups, self.kernel.levels());
+        // the padding's inputs meet zero weights
+        let mut q = vec![0u32; m * words];
         let mut scales = vec![0f32; m];
         let mut unsigned = vec![0; m];
         for r in 0..m {
             let row = &x[r * k..][..k];
             // SAFETY: either kernel's CPU has AVX2 (a CPU with VNNI has it too).
-            let (range, s) = unsafe { input_scale(row) };
-            let out = &mut q[r * words..][..words];
-            // SAFETY: `kernel` is one this CPU runs (it was chosen when the weight was packed).
-            unsafe {
-                match self.kernel {
-                    Kernel::Vnni => quantize_row_u8(row, 1.0 / s, range, bytemuck_u32(out)),
-                    Kernel::Avx2 => quantize_row(row, 1.0 / s, range, words_as_i16(out)),
-                }
-            }
+            let (range, s) = unsafe { input_scale(row, levels) };
+            // SAFETY: as above.
+            unsafe { quantize_row_u8(row, 1.0 / s, range, levels, bytemuck_u32(&mut q[r * words..][..words])) };
             scales[r] = s;
-            unsigned[r] = if self.kernel == Kernel::Vnni && range == Range::Unsigned { -1 } else { 0 };
+            unsigned[r] = if range == Range::Unsigned { -1 } else { 0 };
         }
         QuantizedRows { q, scales, unsigned }
     }
@@ -253,14 +252,14 @@ impl PackedInt8 {
     /// through both a pass (VNNI), or five rows through one (AVX2).
     #[cfg(target_arch = "x86_64")]
     unsafe fn panels(&self, first: usize, input: &QuantizedRows, m: usize, y: *mut f32, relu: bool) {
-        let (g, words) = (self.groups, self.kernel.row_words(self.groups));
+        let g = self.groups;
         let count = (self.out_features.div_ceil(PANEL) - first).min(2);
         let unit = |r0: usize, panel: usize, count: usize| Unit {
             a: self.blocks[panel * g..].as_ptr(),
             b: self.blocks[(panel + count - 1) * g..].as_ptr(),
             groups: g,
-            x: input.q[r0 * words..].as_ptr(),
-            row_words: words,
+            x: input.q[r0 * g..].as_ptr(),
+            row_words: g,
             row_scale: input.scales[r0..].as_ptr(),
             row_unsigned: input.unsigned[r0..].as_ptr(),
             columns: [panel * PANEL, (panel + 1) * PANEL],
@@ -307,7 +306,7 @@ struct QuantizedRows {
     /// `row_words` words a row.
     q: Vec<u32>,
     scales: Vec<f32>,
-    /// All ones for a row in the unsigned range on VNNI, else 0.
+    /// All ones for a row in the unsigned range, else 0.
     unsigned: Vec<i32>,
 }
 
@@ -320,7 +319,7 @@ struct Unit<'a> {
     x: *const u32,
     row_words: usize,
     row_scale: *const f32,
-    /// All ones for a row in the unsigned range on VNNI, else 0.
+    /// All ones for a row in the unsigned range, else 0.
     row_unsigned: *const i32,
     /// The first column of each panel.
     columns: [usize; 2],
@@ -376,9 +375,10 @@ unsafe fn vnni_rows<const R: usize>(u: &Unit) {
     }
 }
 
-/// `R` rows of one panel: 2R accumulators of 8 columns; for each pair of inputs, two weight
-/// loads (sign-extended to 16 bits) and R broadcasts; then [`vnni_rows`]'s scaling (whose
-/// offset is 0 here), so that the bits are the same.
+/// `R` rows of one panel: 2R accumulators of 8 columns, started as [`vnni_rows`] starts them;
+/// for each group of four inputs, two weight loads and R broadcasts, `vpmaddubsw` (two byte
+/// products in 16 bits, which seven-bit inputs keep from saturating) and `vpmaddwd` by ones; then
+/// [`vnni_rows`]'s scaling.
 ///
 /// # Safety
 /// `u` describes `R` readable rows, one panel and writable outputs; the CPU has AVX2 and FMA.
@@ -386,20 +386,22 @@ unsafe fn vnni_rows<const R: usize>(u: &Unit) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_rows<const R: usize>(u: &Unit) {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    let p = u.packed;
+    let offsets = [0, 8].map(|half| _mm256_loadu_si256(p.offset.as_ptr().add(u.columns[0] + half) as *const __m256i));
+    let mut acc: [[__m256i; 2]; R] = std::array::from_fn(|r| {
+        let unsigned = _mm256_set1_epi32(*u.row_unsigned.add(r));
+        offsets.map(|o| _mm256_and_si256(o, unsigned))
+    });
+    let ones = _mm256_set1_epi16(1);
     for gi in 0..u.groups {
-        let block = u.a.add(gi) as *const __m128i;
-        for pair in 0..2 {
-            let w0 = _mm256_cvtepi8_epi16(_mm_load_si128(block.add(2 * pair)));
-            let w1 = _mm256_cvtepi8_epi16(_mm_load_si128(block.add(2 * pair + 1)));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let x = _mm256_set1_epi32(*u.x.add(r * u.row_words + 2 * gi + pair) as i32);
-                acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x, w0));
-                acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x, w1));
-            }
+        let block = u.a.add(gi) as *const __m256i;
+        let (w0, w1) = (_mm256_load_si256(block), _mm256_load_si256(block.add(1)));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let x = _mm256_set1_epi32(*u.x.add(r * u.row_words + gi) as i32);
+            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones));
+            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones));
         }
     }
-    let p = u.packed;
     for half in 0..2 {
         let col0 = u.columns[0] + 8 * half;
         let Some(width) = p.out_features.checked_sub(col0).filter(|&w| w > 0).map(|w| w.min(8)) else { break };
@@ -407,8 +409,7 @@ unsafe fn avx2_rows<const R: usize>(u: &Unit) {
         let bias = _mm256_loadu_ps(p.bias.as_ptr().add(col0));
         let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (r, acc) in acc.iter().enumerate() {
-            // signed inputs: no offset to take back (`offset` is 0 for this kernel)
-            let sum = _mm256_cvtepi32_ps(acc[half]);
+            let sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[half], offsets[half]));
             let s = _mm256_mul_ps(scale, _mm256_set1_ps(*u.row_scale.add(r)));
             let mut v = _mm256_fmadd_ps(sum, s, bias);
             if u.relu {
@@ -428,12 +429,6 @@ unsafe fn avx2_rows<const R: usize>(u: &Unit) {
 fn bytemuck_u32(words: &mut [u32]) -> &mut [u8] {
     // SAFETY: u8 has no alignment or validity requirement; the length covers the same bytes.
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 4) }
-}
-
-/// The 16-bit halves of `u32`s, in memory order.
-fn words_as_i16(words: &mut [u32]) -> &mut [i16] {
-    // SAFETY: i16's alignment divides u32's, any bits are valid, and the length covers the same bytes.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut i16, words.len() * 2) }
 }
 
 struct SendPtr(*mut f32);
@@ -462,43 +457,78 @@ mod tests {
         let mut rng = TestRng::new(17);
         for &(m, k, n) in &[(1usize, 8usize, 16usize), (5, 128, 384), (13, 70, 37), (9, 512, 33), (7, 24, 9)] {
             let x = with_unsigned_rows(&rng.randn([m as i64, k as i64]));
+            let unsigned: Vec<bool> = (0..m as i64).map(|r| x.get(r).min().double_value(&[]) >= 0.0).collect();
+            assert!(unsigned.iter().enumerate().all(|(r, &u)| u == (r % 2 == 1)), "{unsigned:?}");
             let w = rng.randn([n as i64, k as i64]) * 0.1;
             let b = rng.randn([n as i64]);
             for &kernel in &kernels {
-            let packed = PackedInt8::quantize_for(kernel, &w, Some(&b)).unwrap();
-            for relu in [false, true] {
-                let got = Vec::<f32>::try_from(packed.linear(&x, relu).unwrap().unwrap().view([-1])).unwrap();
-                let (xs, ws, bs) = (Vec::<f32>::try_from(x.view([-1])).unwrap(), Vec::<f32>::try_from(w.view([-1])).unwrap(), Vec::<f32>::try_from(&b).unwrap());
-                let f = x.linear(&w, Some(&b));
-                let f = Vec::<f32>::try_from(if relu { f.relu() } else { f }.view([-1])).unwrap();
-                for r in 0..m {
-                    let row = &xs[r * k..][..k];
-                    let unsigned = row.iter().all(|&v| v >= 0.0);
-                    assert_eq!(unsigned, r % 2 == 1, "row {r}");
-                    let sx = row.iter().fold(0f32, |a, v| a.max(v.abs())) / if unsigned { 255.0 } else { 127.0 };
-                    for c in 0..n {
-                        let col = &ws[c * k..][..k];
-                        let sw = col.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
-                        let dot: i32 = row
-                            .iter()
-                            .zip(col)
-                            .map(|(a, b)| ((a * (1.0 / sx)).round_ties_even() as i32) * ((b * (1.0 / sw)).round_ties_even() as i32))
-                            .sum();
-                        let want = (dot as f32).mul_add(sw * sx, bs[c]);
-                        let want = if relu { want.max(0.0) } else { want };
-                        assert_eq!(got[r * n + c].to_bits(), want.to_bits(), "{kernel:?} m {m} k {k} n {n} [{r},{c}]: {} vs {want}", got[r * n + c]);
-                        // and within the quantization's own error of the f32 product: each
-                        // quantized input is off by at most half its step, |x − x̂| ≤ sx/2 and
-                        // |w − ŵ| ≤ sw/2, so |x·w − x̂·ŵ| ≤ |x|·sw/2 + |ŵ|·sx/2 (relu keeps
-                        // it); plus the f32 sums' own rounding, at most (k + 2)·ε of the magnitudes
-                        let quantized: f32 = row.iter().zip(col).map(|(a, b)| a.abs() * sw / 2.0 + (b.abs() + sw / 2.0) * sx / 2.0).sum();
-                        let magnitude: f32 = row.iter().zip(col).map(|(a, b)| (a * b).abs()).sum::<f32>() + bs[c].abs() + want.abs();
-                        let bound = quantized + (k as f32 + 2.0) * f32::EPSILON * magnitude;
-                        let err = (got[r * n + c] - f[r * n + c]).abs();
-                        assert!(err <= bound, "m {m} k {k} n {n} [{r},{c}]: {err} > {bound}");
-                    }
-                }
+                computes_plainly(kernel, &x, &w, &b);
             }
+        }
+    }
+
+    /// Rows and weights at the tops of their ranges, every pair of products the largest the
+    /// levels allow: AVX2's 16-bit pair sums hold them exactly (a byte's levels would saturate).
+    #[test]
+    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
+    fn the_largest_products_sum_exactly() {
+        let kernels = Kernel::all_here();
+        assert!(kernels.contains(&Kernel::Avx2), "built where AVX2 and FMA were found, run where they are not");
+        let (m, k, n) = (4i64, 64i64, 20i64);
+        let ones = Tensor::ones([k], (Kind::Float, Device::Cpu));
+        let last_negative = Tensor::ones([k], (Kind::Float, Device::Cpu));
+        let _ = last_negative.get(k - 1).fill_(-1.0);
+        // signed rows whose shifted bytes sit at the top and at the bottom; an unsigned row at its top
+        let x = Tensor::stack(&[&last_negative, &(&last_negative * -1.0), &ones, &(&ones * 0.5)], 0);
+        assert_eq!(x.size(), [m, k]);
+        let sign = Tensor::arange(n, (Kind::Float, Device::Cpu)).remainder(2) * -2.0 + 1.0;
+        let w = sign.unsqueeze(1).expand([n, k], false).contiguous();
+        for &kernel in &kernels {
+            computes_plainly(kernel, &x, &w, &Tensor::zeros([n], (Kind::Float, Device::Cpu)));
+        }
+    }
+
+    /// `kernel`'s product of `x` `[m, k]` and `w` `[n, k]` (with bias `b`, then with ReLU) is its
+    /// quantization's product in plain integer arithmetic, bit for bit, and within that
+    /// quantization's error of the float32 product.
+    fn computes_plainly(kernel: Kernel, x: &Tensor, w: &Tensor, b: &Tensor) {
+        let (m, k) = x.size2().map(|(m, k)| (m as usize, k as usize)).unwrap();
+        let n = w.size()[0] as usize;
+        let (signed_top, unsigned_top) = match kernel.levels() {
+            Levels::Byte => (127.0, 255.0),
+            Levels::Seven => (63.0, 127.0),
+        };
+        let packed = PackedInt8::quantize_for(kernel, w, Some(b)).unwrap();
+        for relu in [false, true] {
+            let got = Vec::<f32>::try_from(packed.linear(x, relu).unwrap().unwrap().view([-1])).unwrap();
+            let (xs, ws, bs) = (Vec::<f32>::try_from(x.view([-1])).unwrap(), Vec::<f32>::try_from(w.view([-1])).unwrap(), Vec::<f32>::try_from(b).unwrap());
+            let f = x.linear(w, Some(b));
+            let f = Vec::<f32>::try_from(if relu { f.relu() } else { f }.view([-1])).unwrap();
+            for r in 0..m {
+                let row = &xs[r * k..][..k];
+                let unsigned = row.iter().all(|&v| v >= 0.0);
+                let sx = row.iter().fold(0f32, |a, v| a.max(v.abs())) / if unsigned { unsigned_top } else { signed_top };
+                for c in 0..n {
+                    let col = &ws[c * k..][..k];
+                    let sw = col.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                    let dot: i32 = row
+                        .iter()
+                        .zip(col)
+                        .map(|(a, b)| ((a * (1.0 / sx)).round_ties_even() as i32) * ((b * (1.0 / sw)).round_ties_even() as i32))
+                        .sum();
+                    let want = (dot as f32).mul_add(sw * sx, bs[c]);
+                    let want = if relu { want.max(0.0) } else { want };
+                    assert_eq!(got[r * n + c].to_bits(), want.to_bits(), "{kernel:?} m {m} k {k} n {n} [{r},{c}]: {} vs {want}", got[r * n + c]);
+                    // and within the quantization's own error of the f32 product: each
+                    // quantized input is off by at most half its step, |x − x̂| ≤ sx/2 and
+                    // |w − ŵ| ≤ sw/2, so |x·w − x̂·ŵ| ≤ |x|·sw/2 + |ŵ|·sx/2 (relu keeps
+                    // it); plus the f32 sums' own rounding, at most (k + 2)·ε of the magnitudes
+                    let quantized: f32 = row.iter().zip(col).map(|(a, b)| a.abs() * sw / 2.0 + (b.abs() + sw / 2.0) * sx / 2.0).sum();
+                    let magnitude: f32 = row.iter().zip(col).map(|(a, b)| (a * b).abs()).sum::<f32>() + bs[c].abs() + want.abs();
+                    let bound = quantized + (k as f32 + 2.0) * f32::EPSILON * magnitude;
+                    let err = (got[r * n + c] - f[r * n + c]).abs();
+                    assert!(err <= bound, "{kernel:?} m {m} k {k} n {n} [{r},{c}]: {err} > {bound}");
+                }
             }
         }
     }
@@ -533,20 +563,5 @@ mod tests {
             }
         }
         assert!(!kernels.is_empty(), "built where AVX2 and FMA were found, run where they are not");
-    }
-
-    /// Where a CPU has both kernels, they give the same bits.
-    #[test]
-    #[cfg_attr(not(all(tchseq_cpu = "avx512f", tchseq_cpu = "avx512vnni")), ignore = "needs AVX-512 VNNI")]
-    fn vnni_and_avx2_give_the_same_bits() {
-        let kernels = Kernel::all_here();
-        assert_eq!(kernels, [Kernel::Vnni, Kernel::Avx2], "built where AVX-512 VNNI was found, run where it is not");
-        let mut rng = TestRng::new(5);
-        for &(m, k, n) in &[(1usize, 512usize, 70usize), (12, 100, 48), (31, 64, 130)] {
-            let x = with_unsigned_rows(&rng.randn([m as i64, k as i64]));
-            let w = rng.randn([n as i64, k as i64]);
-            let out = |kernel| PackedInt8::quantize_for(kernel, &w, None).unwrap().linear(&x, false).unwrap().unwrap();
-            assert!(out(Kernel::Vnni).equal(&out(Kernel::Avx2)), "m {m} k {k} n {n}");
-        }
     }
 }

@@ -28,6 +28,7 @@ mod quantize_i8;
 pub(crate) mod softmax;
 pub(crate) mod step_buffers;
 
+pub use gemm_i8::seven_bit_rows_here;
 pub use softmax::log_softmax_in_place;
 
 /// What a kernel refuses, in the terms of the model error it becomes.

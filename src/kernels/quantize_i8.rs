@@ -1,37 +1,52 @@
 //! Input rows quantized for the int8 kernels (`gemm_i8.rs`): a row's extremes, and each
-//! value rounded to nearest (ties to even) into the signed range (`-127..=127`, `+ 128` for VNNI's
-//! unsigned bytes) or, for a row with no negative value, the unsigned range (`0..=255`). The
-//! vector loops and the one-value [`quantize`] give the same integers.
+//! value rounded to nearest (ties to even) into the kernel's signed range or, for a row with no
+//! negative value, its unsigned range ([`Levels`]). Signed rows are stored shifted into unsigned
+//! bytes. The vector loops and the one-value [`quantize`] give the same integers.
 
-/// `round(v · inv)` for each `v` of `row` (to nearest, ties to even) within `range`, where the
-/// row's largest magnitude lands on its top; `+ 128` in the signed range.
+/// How many levels a kernel's input rows take: a byte's (VNNI's `vpdpbusd` sums in 32 bits), or
+/// one bit less (AVX2's `vpmaddubsw` sums two byte products in 16 bits, where `2 · 127 · 127`
+/// fits and `2 · 255 · 127` saturates; fbgemm's AVX2 path gives up the same bit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Levels {
+    Byte,
+    Seven,
+}
+
+/// `round(v · inv)` for each `v` of `row` (to nearest, ties to even) within `range` at `levels`,
+/// where the row's largest magnitude lands on the range's top; a signed row shifted into unsigned
+/// bytes ([`Range::shift`]).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn quantize_row_u8(row: &[f32], inv: f32, range: Range, out: &mut [u8]) {
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn quantize_row_u8(row: &[f32], inv: f32, range: Range, levels: Levels, out: &mut [u8]) {
     use std::arch::x86_64::*;
-    let scale = _mm512_set1_ps(inv);
-    let (lo, hi) = range.bounds();
-    let shift = if range == Range::Signed { 128 } else { 0 };
-    let (lo, hi, bias) = (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi), _mm512_set1_epi32(shift));
-    let chunks = row.len() / 16;
+    let scale = _mm256_set1_ps(inv);
+    let (lo, hi) = range.bounds(levels);
+    let shift = range.shift(levels);
+    let (lo, hi, bias) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi), _mm256_set1_epi32(shift));
+    // the packs interleave 128-bit halves and 32-bit words; the permute puts the words in order
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let chunks = row.len() / 32;
     for c in 0..chunks {
-        let v = _mm512_mul_ps(_mm512_loadu_ps(row.as_ptr().add(c * 16)), scale);
-        let i = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi), bias);
-        _mm_storeu_si128(out.as_mut_ptr().add(c * 16) as *mut __m128i, _mm512_cvtepi32_epi8(i));
+        let q = |at: usize| {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(row.as_ptr().add(c * 32 + at)), scale);
+            _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v), lo), hi), bias)
+        };
+        let bytes = _mm256_packus_epi16(_mm256_packs_epi32(q(0), q(8)), _mm256_packs_epi32(q(16), q(24)));
+        _mm256_storeu_si256(out.as_mut_ptr().add(c * 32) as *mut __m256i, _mm256_permutevar8x32_epi32(bytes, order));
     }
-    for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
-        *o = (quantize(v, inv, range) + shift) as u8;
+    for (o, &v) in out.iter_mut().zip(row).skip(chunks * 32) {
+        *o = (quantize(v, inv, range.bounds(levels)) + shift) as u8;
     }
 }
 
-/// `round(v · inv)` within `range` for each `v` of `row`, as [`quantize_row_u8`] rounds it (for
-/// either kernel: a CPU with VNNI has AVX2 too).
+/// A weight's column: `round(v · inv)` within `-127..=127` for each `v` of `row`, as
+/// [`quantize_row_u8`] rounds (for either kernel: a CPU with VNNI has AVX2 too).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn quantize_row(row: &[f32], inv: f32, range: Range, out: &mut [i16]) {
+pub(super) unsafe fn quantize_weights(row: &[f32], inv: f32, out: &mut [i16]) {
     use std::arch::x86_64::*;
     let scale = _mm256_set1_ps(inv);
-    let (lo, hi) = range.bounds();
+    let (lo, hi) = WEIGHT_BOUNDS;
     let (lo, hi) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
     let chunks = row.len() / 16;
     for c in 0..chunks {
@@ -44,15 +59,17 @@ pub(super) unsafe fn quantize_row(row: &[f32], inv: f32, range: Range, out: &mut
         _mm256_storeu_si256(out.as_mut_ptr().add(c * 16) as *mut __m256i, packed);
     }
     for (o, &v) in out.iter_mut().zip(row).skip(chunks * 16) {
-        *o = quantize(v, inv, range) as i16;
+        *o = quantize(v, inv, WEIGHT_BOUNDS) as i16;
     }
 }
 
+/// A weight's symmetric range: every kernel's weights take a byte's levels.
+const WEIGHT_BOUNDS: (i32, i32) = (-127, 127);
+
 /// One value as the vector loops quantize it (a NaN, which `cvtps2dq` makes -2³¹, to the
 /// range's bottom).
-fn quantize(v: f32, inv: f32, range: Range) -> i32 {
+fn quantize(v: f32, inv: f32, (lo, hi): (i32, i32)) -> i32 {
     let x = (v * inv).round_ties_even();
-    let (lo, hi) = range.bounds();
     if x.is_nan() { lo } else { x.clamp(lo as f32, hi as f32) as i32 }
 }
 
@@ -63,44 +80,56 @@ pub(super) enum Range {
 }
 
 impl Range {
-    fn bounds(self) -> (i32, i32) {
-        match self {
-            Self::Signed => (-127, 127),
-            Self::Unsigned => (0, 255),
+    fn bounds(self, levels: Levels) -> (i32, i32) {
+        match (self, levels) {
+            (Self::Signed, Levels::Byte) => (-127, 127),
+            (Self::Unsigned, Levels::Byte) => (0, 255),
+            (Self::Signed, Levels::Seven) => (-63, 63),
+            (Self::Unsigned, Levels::Seven) => (0, 127),
         }
     }
 
-    fn top(self) -> f32 {
-        self.bounds().1 as f32
+    fn top(self, levels: Levels) -> f32 {
+        self.bounds(levels).1 as f32
+    }
+
+    /// What a signed row's values carry into unsigned bytes, taken back with each column's
+    /// weight sum: `+ 128` at a byte's levels (`1..=255`), `+ 64` at seven (`1..=127`).
+    pub(super) fn shift(self, levels: Levels) -> i32 {
+        match (self, levels) {
+            (Self::Unsigned, _) => 0,
+            (Self::Signed, Levels::Byte) => 128,
+            (Self::Signed, Levels::Seven) => 64,
+        }
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn quantize_row(_row: &[f32], _inv: f32, _range: Range, _out: &mut [i16]) {
+pub(super) unsafe fn quantize_weights(_row: &[f32], _inv: f32, _out: &mut [i16]) {
     unreachable!("PackedInt8::available() is false off x86_64")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn quantize_row_u8(_row: &[f32], _inv: f32, _range: Range, _out: &mut [u8]) {
+pub(super) unsafe fn quantize_row_u8(_row: &[f32], _inv: f32, _range: Range, _levels: Levels, _out: &mut [u8]) {
     unreachable!("PackedInt8::available() is false off x86_64")
 }
 
 /// An input row's range and scale: the unsigned range for a row with no negative value (as ReLU
-/// gives `fc2`), else the signed one, with the row's largest magnitude on the range's top (1 for
-/// a row of zeros).
+/// gives `fc2`), else the signed one, with the row's largest magnitude on the range's top at
+/// `levels` (1 for a row of zeros).
 ///
 /// # Safety
 /// The CPU has AVX2 (as every int8 kernel's does).
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn input_scale(row: &[f32]) -> (Range, f32) {
+pub(super) unsafe fn input_scale(row: &[f32], levels: Levels) -> (Range, f32) {
     let (min, max) = extremes_avx2(row);
     let range = if min < 0.0 { Range::Signed } else { Range::Unsigned };
     let max = max.max(-min);
-    (range, if max > 0.0 { max / range.top() } else { 1.0 })
+    (range, if max > 0.0 { max / range.top(levels) } else { 1.0 })
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn input_scale(_row: &[f32]) -> (Range, f32) {
+pub(super) unsafe fn input_scale(_row: &[f32], _levels: Levels) -> (Range, f32) {
     unreachable!("PackedInt8::available() is false off x86_64")
 }
 
