@@ -9,8 +9,9 @@
 //! - With AVX2, rows take seven bits (`s = max |x| / 63`, `+ 64`; unsigned `max x / 127`), as
 //!   fbgemm's AVX2 path does: `vpmaddubsw` sums two byte products into 16 bits, where `2 · 127 ·
 //!   127` fits and the byte's `2 · 255 · 127` would saturate, then `vpmaddwd` by ones widens to
-//!   32 bits. Half the multiply instructions of 16-bit products (`vpmaddwd` on sign-extended
-//!   weights), for one bit of each input row.
+//!   32 bits. Against 16-bit products (`vpmaddwd` on sign-extended weights), as many multiply
+//!   instructions, but half the additions and broadcasts and no sign extensions, for one bit of
+//!   each input row (`docs/performance.md`, "On AVX2").
 //!
 //! Either kernel's integer sums are exact, and the scaling is the same expression: the AVX2
 //! kernel on a CPU with VNNI gives what it gives on an AVX2-only CPU. fbgemm's path (`int8.rs`),

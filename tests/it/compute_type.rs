@@ -160,10 +160,9 @@ fn bleu_margin(model: &str) -> f64 {
 /// The best hypothesis of each fixture input and its score under `compute_type` (beam 5,
 /// batched).
 fn fixture_best(dir: &std::path::Path, input: &std::path::Path, compute_type: &str, hidden: &Hidden) -> Vec<(String, f64)> {
-    let mut cmd = crate::util::translate_cmd(dir);
+    let args = ["--compute-type", compute_type, "--batch-size", "16", "--buffer-size", "1024", "--beam", "5"];
+    let mut cmd = crate::util::translate_fixture_cmd(dir, input, "fairseq", &args);
     hidden.apply(&mut cmd);
-    cmd.args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", "fairseq", "--input"]).arg(input);
-    cmd.args(["--compute-type", compute_type, "--batch-size", "16", "--buffer-size", "1024", "--beam", "5"]);
     let out = crate::util::stdout_ok(&cmd.output().unwrap());
     parse_fairseq(&out).values().map(|e| (e.hyps[0].h_str.clone(), e.hyps[0].h_score)).collect()
 }
@@ -208,8 +207,8 @@ fn holds_to_its_measurement(compute_type: &str, measured: &[(&str, &str, usize, 
     assert_eq!(checked, 7, "{compute_type}: the bundled model and six fixtures");
 }
 
-/// int8 through this CPU's kernel: VNNI's byte rows, or AVX2's seven-bit ones (libtorch's
-/// fbgemm, on a CPU with neither, quantizes as fbgemm does and keeps at least VNNI's share).
+/// int8 through this CPU's kernel: VNNI's byte rows, or AVX2's seven-bit ones (a CPU with neither
+/// runs libtorch's fbgemm path, held to [`MEASURED`]).
 #[test]
 fn int8_keeps_its_measured_share_of_fairseq_s_hypotheses() {
     let table: &[_] = if tchseq::kernels::seven_bit_rows_here() == Some(true) { &MEASURED_INT8_SEVEN_BITS } else { &MEASURED };

@@ -107,12 +107,14 @@ pub fn translate_bundled(input: &Path, args: &[&str]) -> std::process::Output {
 /// A fixture model (`dir`) on pre-tokenized `input` (`-s src -t tgt`, no tokenizer or BPE) in
 /// `format`, then `args`.
 pub fn translate_fixture(dir: &Path, input: &Path, format: &str, args: &[&str]) -> std::process::Output {
-    translate_cmd(dir)
-        .args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", format, "--input"])
-        .arg(input)
-        .args(args)
-        .output()
-        .unwrap()
+    translate_fixture_cmd(dir, input, format, args).output().unwrap()
+}
+
+/// [`translate_fixture`]'s command, not yet run.
+pub fn translate_fixture_cmd(dir: &Path, input: &Path, format: &str, args: &[&str]) -> assert_cmd::Command {
+    let mut cmd = translate_cmd(dir);
+    cmd.args(["-s", "src", "-t", "tgt", "--tokenizer", "none", "--bpe", "none", "--format", format, "--input"]).arg(input).args(args);
+    cmd
 }
 
 /// A JSON array of strings (an argv or option list of a manifest).
