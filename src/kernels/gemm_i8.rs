@@ -260,7 +260,6 @@ impl PackedInt8 {
             b: self.blocks[(panel + count - 1) * g..].as_ptr(),
             groups: g,
             x: input.q[r0 * g..].as_ptr(),
-            row_words: g,
             row_scale: input.scales[r0..].as_ptr(),
             row_unsigned: input.unsigned[r0..].as_ptr(),
             columns: [panel * PANEL, (panel + 1) * PANEL],
@@ -304,7 +303,7 @@ impl PackedInt8 {
 
 /// A product's input rows as [`PackedInt8::quantize_rows`] leaves them.
 struct QuantizedRows {
-    /// `row_words` words a row.
+    /// One 32-bit word (four inputs) a group, `groups` words a row.
     q: Vec<u32>,
     scales: Vec<f32>,
     /// All ones for a row in the unsigned range, else 0.
@@ -316,9 +315,8 @@ struct Unit<'a> {
     a: *const Block,
     b: *const Block,
     groups: usize,
-    /// The unit's first row of quantized inputs, `row_words` words a row, and its scales.
+    /// The unit's first row of quantized inputs, `groups` words a row, and its scales.
     x: *const u32,
-    row_words: usize,
     row_scale: *const f32,
     /// All ones for a row in the unsigned range, else 0.
     row_unsigned: *const i32,
@@ -352,7 +350,7 @@ unsafe fn vnni_rows<const R: usize>(u: &Unit) {
         let wa = _mm512_load_si512(u.a.add(gi) as *const __m512i);
         let wb = _mm512_load_si512(u.b.add(gi) as *const __m512i);
         for (r, acc) in acc.iter_mut().enumerate() {
-            let x = _mm512_set1_epi32(*u.x.add(r * u.row_words + gi) as i32);
+            let x = _mm512_set1_epi32(*u.x.add(r * u.groups + gi) as i32);
             acc[0] = _mm512_dpbusd_epi32(acc[0], x, wa);
             acc[1] = _mm512_dpbusd_epi32(acc[1], x, wb);
         }
@@ -398,7 +396,7 @@ unsafe fn avx2_rows<const R: usize>(u: &Unit) {
         let block = u.a.add(gi) as *const __m256i;
         let (w0, w1) = (_mm256_load_si256(block), _mm256_load_si256(block.add(1)));
         for (r, acc) in acc.iter_mut().enumerate() {
-            let x = _mm256_set1_epi32(*u.x.add(r * u.row_words + gi) as i32);
+            let x = _mm256_set1_epi32(*u.x.add(r * u.groups + gi) as i32);
             acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones));
             acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones));
         }
