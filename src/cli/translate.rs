@@ -100,10 +100,10 @@ pub fn run(global: &GlobalArgs, a: &TranslateArgs) -> Result<Outcome> {
             None => Ok(()),
         }
     };
-    record(skip, &out, &failures)?;
     if let Some((partial, fd)) = &file {
-        crate::cli::interrupt::arm(interrupted_note(partial, a), *fd);
+        crate::cli::interrupt::arm(interrupted_note(partial, a), *fd, progress_file.as_ref().map(ProgressFile::path));
     }
+    record(skip, &out, &failures)?;
     let shown = !a.quiet && file.is_some() && std::io::stderr().is_terminal();
     let total = if shown { a.input.as_deref().and_then(|p| count_lines(p).ok()) } else { None };
     let bar = super::progress::bar(shown, total, "lines");

@@ -87,6 +87,10 @@ impl ProgressFile {
         ProgressFile { path: progress_path(partial), settings }
     }
 
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The partial file holds `lines` complete input lines (`failed` of them not translated)
     /// in its first `bytes` bytes. Written whole or not at all (a rename).
     pub fn record(&self, lines: u64, bytes: u64, failed: u64) -> Result<()> {

@@ -111,7 +111,7 @@ pub fn run(global: &GlobalArgs, a: &GenerateArgs) -> Result<Outcome> {
                 Piece::Done,
                 Piece::Text(" sentences in batch order; run the command again for the whole split".to_string()),
             ];
-            super::interrupt::arm(note, fd);
+            super::interrupt::arm(note, fd, None);
         }
     }
     let scorer = scorer(a, &translator)?;

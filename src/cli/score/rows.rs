@@ -88,7 +88,7 @@ pub fn score_input(
         Some(OutputPath::Atomic(path)) => {
             let mut sink = FileSink::create(&path)?;
             sink.write(&header_bytes(&input, opts)?)?;
-            sink.checkpoint(&progress_at(input.reader.position(), None, sink.bytes, &summary))?;
+            // its first checkpoint is written once the handler is armed, below
             Sink::File(sink)
         }
     };
@@ -107,7 +107,12 @@ pub fn score_input(
             Piece::Text(" rows, complete; run the same command with --resume to go on".to_string()),
         ];
         crate::cli::interrupt::progress(summary.rows, f.bytes);
-        crate::cli::interrupt::arm(note, f.file.as_raw_fd());
+        crate::cli::interrupt::arm(note, f.file.as_raw_fd(), Some(&f.progress_path));
+    }
+    if let Sink::File(f) = &mut sink {
+        if !opts.resume {
+            f.checkpoint(&progress_at(input.reader.position(), None, f.bytes, &summary))?;
+        }
     }
 
     let mut chunk: Vec<ByteRecord> = Vec::with_capacity(opts.buffer_size.min(1 << 16));
