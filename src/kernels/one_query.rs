@@ -3,14 +3,14 @@
 //! long queries and costs some 180 µs a call at 1,280 heads of one query (the bundled model at
 //! batch 32, beam 5), where the arithmetic is a few dozen products per head.
 //!
-//! The softmax's exponential is `softmax::exp`; another summation order than libtorch's,
-//! like the rest of `float32`.
+//! The softmax's exponential is `softmax::exp_with`; another summation order than libtorch's,
+//! like the rest of `float32`, and fused multiply-adds where the CPU has them.
 
 use tch::{Device, Kind, Tensor};
 
 use super::kv_cache::HostKvCache;
 use super::isa::Isa;
-use super::softmax::exp;
+use super::softmax::{exp_with, madd};
 use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
 
@@ -161,24 +161,24 @@ fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Opt
         Some(Isa::Avx2) => return unsafe { rows_avx2(s, range, q, kv, bias, out) },
         None => {}
     }
-    rows_generic(s, range, q, kv, bias, out)
+    rows_generic::<false>(s, range, q, kv, bias, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn rows_avx512(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
-    rows_generic(s, range, q, kv, bias, out)
+    rows_generic::<true>(s, range, q, kv, bias, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
-    rows_generic(s, range, q, kv, bias, out)
+    rows_generic::<true>(s, range, q, kv, bias, out)
 }
 
-/// Rows `range` of the output, into `out` (those rows only).
+/// Rows `range` of the output, into `out` (those rows only); `FMA` as in [`madd`].
 #[inline(always)]
-fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
+fn rows_generic<const FMA: bool>(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     let (d, len) = (s.head_dim, s.len);
     let per_kv = s.rows / s.kv_rows;
     let head_stride = match kv {
@@ -211,14 +211,14 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
             let query = &q[row * s.q_stride + h * d..][..d];
             let head = h * head_stride;
             for (score, k) in scores.iter_mut().zip(&keys) {
-                *score = dot(query, &k[head..][..d]);
+                *score = dot::<FMA>(query, &k[head..][..d]);
             }
             if let Some(b) = bias {
                 scores.iter_mut().zip(b).for_each(|(s, b)| *s += b);
             }
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
             for score in scores.iter_mut() {
-                *score = exp(*score - max);
+                *score = exp_with::<FMA>(*score - max);
             }
             let sum: f32 = sum8(scores);
             scores.iter_mut().for_each(|p| *p /= sum);
@@ -231,21 +231,21 @@ fn rows_generic(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, b
                 let n = (width / LANES - c).min(GROUP);
                 let o = &mut o[c * LANES..][..n * LANES];
                 match n {
-                    1 => weighted_sums::<1>(o, &heads, &values, c),
-                    2 => weighted_sums::<2>(o, &heads, &values, c),
-                    3 => weighted_sums::<3>(o, &heads, &values, c),
-                    4 => weighted_sums::<4>(o, &heads, &values, c),
-                    5 => weighted_sums::<5>(o, &heads, &values, c),
-                    6 => weighted_sums::<6>(o, &heads, &values, c),
-                    7 => weighted_sums::<7>(o, &heads, &values, c),
-                    _ => weighted_sums::<GROUP>(o, &heads, &values, c),
+                    1 => weighted_sums::<1, FMA>(o, &heads, &values, c),
+                    2 => weighted_sums::<2, FMA>(o, &heads, &values, c),
+                    3 => weighted_sums::<3, FMA>(o, &heads, &values, c),
+                    4 => weighted_sums::<4, FMA>(o, &heads, &values, c),
+                    5 => weighted_sums::<5, FMA>(o, &heads, &values, c),
+                    6 => weighted_sums::<6, FMA>(o, &heads, &values, c),
+                    7 => weighted_sums::<7, FMA>(o, &heads, &values, c),
+                    _ => weighted_sums::<GROUP, FMA>(o, &heads, &values, c),
                 }
                 c += n;
             }
         } else {
             for (h, o) in o.chunks_exact_mut(d).enumerate() {
                 for (c, o) in o.chunks_mut(LANES).enumerate() {
-                    weighted_sum(o, &probs[h * len..][..len], &values, h * head_stride + c * LANES);
+                    weighted_sum::<FMA>(o, &probs[h * len..][..len], &values, h * head_stride + c * LANES);
                 }
             }
         }
@@ -267,7 +267,7 @@ struct Heads<'a> {
 /// Output chunks `first..first + N` (`o`, `N × LANES` columns): each column the sum over the
 /// positions, in position order, of its head's probability times its value.
 #[inline(always)]
-fn weighted_sums<const N: usize>(o: &mut [f32], heads: &Heads, values: &[&[f32]], first: usize) {
+fn weighted_sums<const N: usize, const FMA: bool>(o: &mut [f32], heads: &Heads, values: &[&[f32]], first: usize) {
     let mut acc = [[0f32; LANES]; N];
     let mut at = [0usize; N];
     let mut head = [0usize; N];
@@ -281,7 +281,7 @@ fn weighted_sums<const N: usize>(o: &mut [f32], heads: &Heads, values: &[&[f32]]
             let w = heads.probs[head[g] * heads.len + l];
             let x: &[f32; LANES] = v[at[g]..][..LANES].try_into().expect("a whole chunk");
             for j in 0..LANES {
-                acc[g][j] += w * x[j];
+                acc[g][j] = madd::<FMA>(w, x[j], acc[g][j]);
             }
         }
     }
@@ -295,13 +295,13 @@ const LANES: usize = 16;
 /// `o[j] = Σ_l w[l] · values[l][at + j]`, summed in position order; a whole chunk of
 /// [`LANES`] columns stays in registers across the positions.
 #[inline(always)]
-fn weighted_sum(o: &mut [f32], w: &[f32], values: &[&[f32]], at: usize) {
+fn weighted_sum<const FMA: bool>(o: &mut [f32], w: &[f32], values: &[&[f32]], at: usize) {
     if let Ok(o) = <&mut [f32; LANES]>::try_from(&mut *o) {
         let mut acc = [0f32; LANES];
         for (&w, v) in w.iter().zip(values) {
             let x: &[f32; LANES] = v[at..][..LANES].try_into().expect("a whole chunk");
             for j in 0..LANES {
-                acc[j] += w * x[j];
+                acc[j] = madd::<FMA>(w, x[j], acc[j]);
             }
         }
         *o = acc;
@@ -311,20 +311,20 @@ fn weighted_sum(o: &mut [f32], w: &[f32], values: &[&[f32]], at: usize) {
     let n = o.len();
     for (&w, v) in w.iter().zip(values) {
         for (o, &x) in o.iter_mut().zip(&v[at..][..n]) {
-            *o += w * x;
+            *o = madd::<FMA>(w, x, *o);
         }
     }
 }
 
 /// A dot product with eight partial sums, so that it vectorizes.
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
     for (x, y) in ac.zip(bc) {
         for j in 0..8 {
-            acc[j] += x[j] * y[j];
+            acc[j] = madd::<FMA>(x[j], y[j], acc[j]);
         }
     }
     acc.iter().sum::<f32>() + tail
@@ -406,3 +406,4 @@ mod tests {
         assert!(attend(&q.contiguous().transpose(1, 2), &k, &k, None).unwrap().is_none(), "strided query");
     }
 }
+
