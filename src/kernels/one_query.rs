@@ -406,4 +406,3 @@ mod tests {
         assert!(attend(&q.contiguous().transpose(1, 2), &k, &k, None).unwrap().is_none(), "strided query");
     }
 }
-

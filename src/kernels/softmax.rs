@@ -165,4 +165,3 @@ mod tests {
         assert!(!log_softmax_in_place(&mut strided));
     }
 }
-

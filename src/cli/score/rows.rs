@@ -99,7 +99,7 @@ pub fn score_input(
     let bar = crate::cli::progress::bar(progress, total, "rows");
     bar.set_position(summary.rows);
     bar.reset_eta();
-    if let Sink::File(f) = &sink {
+    if let Sink::File(f) = &mut sink {
         use std::os::fd::AsRawFd;
         let note = vec![
             Piece::Text(format!("interrupted: {} holds the first ", f.partial_path.display())),
@@ -108,8 +108,6 @@ pub fn score_input(
         ];
         crate::cli::interrupt::progress(summary.rows, f.bytes);
         crate::cli::interrupt::arm(note, f.file.as_raw_fd(), Some(&f.progress_path));
-    }
-    if let Sink::File(f) = &mut sink {
         if !opts.resume {
             f.checkpoint(&progress_at(input.reader.position(), None, f.bytes, &summary))?;
         }
