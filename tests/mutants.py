@@ -205,8 +205,8 @@ MUTANTS = [
     # the model
     ("attention-scaling", "fairseq's attention scales q by head_dim^-0.499 instead of head_dim^-0.5",
      "src/model/attention.rs",
-     "scaling: (head_dim as f64).powf(-0.5),",
-     "scaling: (head_dim as f64).powf(-0.499),",
+     "let scaling = (head_dim as f64).powf(-0.5);",
+     "let scaling = (head_dim as f64).powf(-0.499);",
      ["--test", "it", "--", "verify::every_fixture_golden_passes_verify"]),
     ("sinusoid-denominator", "sinusoidal frequencies over half_dim instead of fairseq's half_dim - 1",
      "src/config/sinusoid.rs",

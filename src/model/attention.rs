@@ -46,6 +46,7 @@ impl MultiheadAttention {
         let biases: Vec<&Tensor> = [&q_proj, &k_proj, &v_proj].iter().filter_map(|l| l.bias.as_ref()).collect();
         let in_proj_bias = Tensor::f_cat(&biases, 0)?;
         let head_dim = embed_dim / num_heads;
+        let scaling = (head_dim as f64).powf(-0.5);
         Ok(Self {
             q_proj,
             k_proj,
@@ -54,8 +55,8 @@ impl MultiheadAttention {
             embed_dim,
             num_heads,
             head_dim,
-            scaling: (head_dim as f64).powf(-0.5),
-            scaling_operand: super::nn::python_float((head_dim as f64).powf(-0.5))?,
+            scaling,
+            scaling_operand: super::nn::python_float(scaling)?,
             in_proj_bias,
             fused: None,
             q_prescaled: false,
