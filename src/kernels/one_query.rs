@@ -4,7 +4,9 @@
 //! batch 32, beam 5), where the arithmetic is a few dozen products per head.
 //!
 //! The softmax's exponential is `softmax::exp_with`; another summation order than libtorch's,
-//! like the rest of `float32`, and fused multiply-adds where the CPU has them.
+//! like the rest of `float32`, and fused multiply-adds where the CPU has them. On x86 with a
+//! head size of 8 to 64 in whole vectors, `avx2.rs` computes it in vectors written out; the
+//! plain loops below take the other sizes and CPUs.
 
 use tch::{Device, Kind, Tensor};
 
@@ -13,6 +15,9 @@ use super::isa::Isa;
 use super::softmax::{exp_with, madd};
 use super::KernelError;
 use crate::libtorch::host::{f32_view, f32_view_mut};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 /// The shapes of one call: `rows` queries (`heads × head_dim` each, `q_stride` floats apart)
 /// over `len` positions of keys and values (see [`Keys`]), query row `b` reading key row
@@ -153,6 +158,10 @@ enum Keys<'a> {
 }
 
 fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::rows(s, range.clone(), q, kv, bias, out) {
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     match Isa::here() {
         // SAFETY: the CPU has the features the function is compiled for.
