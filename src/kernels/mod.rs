@@ -7,12 +7,14 @@
 //!   `pack.rs`, computed by `gemm_f32.rs` and `gemm_bf16.rs`, handed `panel.rs`'s jobs),
 //!   `gemm_nt.rs` (a tied output projection from the embedding table as it is), `gemm_i8.rs`
 //!   (int8, with `quantize_i8.rs`'s rows) and `int8.rs` (libtorch's fbgemm int8 linear);
-//! - `norm.rs` (layer norm), `softmax.rs` (log-softmax and `exp`), `one_query.rs` (attention
-//!   of one query position over `kv_cache.rs`'s host key/value cache);
+//! - `norm.rs` (layer norm), `softmax.rs` (log-softmax and `exp`; `exp_avx2.rs` in vectors),
+//!   `one_query.rs` (attention of one query position over `kv_cache.rs`'s host key/value cache);
 //! - `step_buffers.rs`: the host decoder step's activations, kept from step to step.
 
 pub mod compute_type;
 pub(crate) mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod exp_avx2;
 mod gemm_bf16;
 mod gemm_f32;
 pub(crate) mod gemm_i8;

@@ -3,10 +3,10 @@
 //! long queries and costs some 180 µs a call at 1,280 heads of one query (the bundled model at
 //! batch 32, beam 5), where the arithmetic is a few dozen products per head.
 //!
-//! The softmax's exponential is `softmax::exp_with`; another summation order than libtorch's,
-//! like the rest of `float32`, and fused multiply-adds where the CPU has them. On x86 with a
-//! head size of 8 to 64 in whole vectors, `avx2.rs` computes it in vectors written out; the
-//! plain loops below take the other sizes and CPUs.
+//! Another summation order than libtorch's, like the rest of `float32`. On x86 with a head size
+//! of 8 to 64 in whole vectors, `avx2.rs` computes it in vectors written out, with
+//! `exp_avx2::exp`; the plain loops below take the other sizes and CPUs, with
+//! `softmax::exp_with` (its multiply-adds fused where the CPU has FMA).
 
 use tch::{Device, Kind, Tensor};
 

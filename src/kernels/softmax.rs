@@ -1,11 +1,12 @@
 //! The fast compute types' `get_normalized_probs(logits, log_probs=True)` on the host: each
 //! row's `x − max − ln Σ exp(x − max)`, written over the logits. The same three passes as
-//! libtorch's kernel, with the exponential below in place of Sleef's (its multiply-adds fused
-//! where the CPU has FMA) and another summation order, like the rest of `float32`; `exact` keeps
-//! libtorch's.
+//! libtorch's kernel, with another exponential than Sleef's (`exp_avx2.rs` on x86, the one below
+//! elsewhere) and another summation order, like the rest of `float32`; `exact` keeps libtorch's.
 
 use tch::{Device, Kind, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+use super::exp_avx2::exp;
 use super::isa::Isa;
 use crate::libtorch::host::f32_view_mut;
 use crate::libtorch::parallel::parallel_for;
@@ -43,26 +44,81 @@ unsafe impl Sync for SharedRows {}
 
 fn log_softmax_row(row: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    match Isa::here() {
-        // SAFETY: the CPU has the features the function is compiled for.
-        Some(Isa::Avx512) => return unsafe { row_avx512(row) },
-        // SAFETY: as above.
-        Some(Isa::Avx2) => return unsafe { row_avx2(row) },
-        None => {}
+    if Isa::here().is_some() {
+        // SAFETY: the CPU has AVX2 and FMA (an AVX-512 CPU has both).
+        return unsafe { row_avx2(row) };
     }
     row_generic::<false>(row)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn row_avx512(row: &mut [f32]) {
-    row_generic::<true>(row)
-}
-
+/// One row in AVX2's vectors, on every x86 CPU with a host kernel (so all of them compute the
+/// same bits): two vectors of partial maxima, then of sums of `exp_avx2::exp`, the last
+/// partial vector padded with −∞ (which adds 0); then `x − (max + ln Σ)`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn row_avx2(row: &mut [f32]) {
-    row_generic::<true>(row)
+fn row_avx2(row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    const STEP: usize = 2 * 8;
+    let whole = row.len() / 8 * 8;
+    let mut tail = [f32::NEG_INFINITY; 8];
+    tail[..row.len() - whole].copy_from_slice(&row[whole..]);
+    // SAFETY (every load and store below): whole vectors of 8 floats inside `row` or `tail`.
+    let load = |at: usize| unsafe { _mm256_loadu_ps(row.as_ptr().add(at)) };
+    let tail_vector = unsafe { _mm256_loadu_ps(tail.as_ptr()) };
+    let mut acc = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+    let mut at = 0;
+    while at + STEP <= whole {
+        for (j, acc) in acc.iter_mut().enumerate() {
+            // a NaN is passed over here and spoils the sum below
+            *acc = _mm256_max_ps(load(at + 8 * j), *acc);
+        }
+        at += STEP;
+    }
+    for (j, v) in (at..whole).step_by(8).map(load).chain([tail_vector]).enumerate() {
+        acc[j % 2] = _mm256_max_ps(v, acc[j % 2]);
+    }
+    let max = lanes_max(_mm256_max_ps(acc[0], acc[1]));
+    let max_v = _mm256_set1_ps(max);
+    let mut sums = [_mm256_setzero_ps(); 2];
+    let mut at = 0;
+    while at + STEP <= whole {
+        for (j, sum) in sums.iter_mut().enumerate() {
+            *sum = _mm256_add_ps(*sum, exp(_mm256_sub_ps(load(at + 8 * j), max_v)));
+        }
+        at += STEP;
+    }
+    for (j, v) in (at..whole).step_by(8).map(load).chain([tail_vector]).enumerate() {
+        sums[j % 2] = _mm256_add_ps(sums[j % 2], exp(_mm256_sub_ps(v, max_v)));
+    }
+    let sum = lanes_sum(_mm256_add_ps(sums[0], sums[1]));
+    let shift = max + sum.ln();
+    let shift_v = _mm256_set1_ps(shift);
+    let (vectors, rest) = row.split_at_mut(whole);
+    for chunk in vectors.chunks_exact_mut(8) {
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_sub_ps(_mm256_loadu_ps(chunk.as_ptr()), shift_v)) };
+    }
+    rest.iter_mut().for_each(|x| *x -= shift);
+}
+
+/// The largest of eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn lanes_max(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let v = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+    _mm_cvtss_f32(_mm_max_ss(v, _mm_movehdup_ps(v)))
+}
+
+/// The sum of eight lanes: halves, then pairs of pairs, then the last pair.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn lanes_sum(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
 }
 
 /// One row, with [`LANES`] partial maxima and sums so that it vectorizes. A NaN makes the whole

@@ -1,12 +1,15 @@
 //! The host attention's body with AVX2 and FMA, for a head size of 8 to 64 in whole vectors of
 //! 8: every x86 CPU with a host kernel runs it, AVX-512 ones too, so all of them compute the same
-//! bits. One row's heads a call, each scored [`GROUP`] positions at a time (a dot product each,
-//! summed across lanes by one `vhaddps` tree), its softmax over vectors, and its weighted sum
-//! of values over two positions at a time where the head is narrow enough to keep two sums.
+//! bits. A row's heads are scored [`GROUP`] positions at a time (a dot product each, summed
+//! across lanes by one `vhaddps` tree), their softmax taken over vectors, and their values
+//! summed as many heads together as eight vectors of sums hold. Each step goes over every head
+//! of the row before the next: one head's chain of dependent steps is too short to keep the
+//! CPU busy.
 
 use std::arch::x86_64::*;
 
 use super::{Keys, Shape};
+use crate::kernels::exp_avx2::exp;
 use crate::kernels::isa::Isa;
 
 /// Positions scored together, each with its own accumulator.
@@ -53,8 +56,11 @@ unsafe fn rows_nd<const ND: usize>(s: &Shape, range: std::ops::Range<usize>, q: 
     let mut values = vec![zero.as_ptr(); len];
     let mut row_bias = vec![f32::NEG_INFINITY; padded];
     row_bias[..len].fill(0.0);
-    let mut probs = vec![0f32; padded];
+    // each head's scores, then probabilities, `padded` apart
+    let mut probs = vec![0f32; s.heads * padded];
     let (first, width) = (range.start, s.heads * d);
+    // heads summed together: as many as keep eight vectors of sums in registers
+    let together = (8 / ND).max(1);
     for row in range {
         let kv_row = row / per_kv;
         for l in 0..len {
@@ -73,14 +79,31 @@ unsafe fn rows_nd<const ND: usize>(s: &Shape, range: std::ops::Range<usize>, q: 
         }
         let query = &q[row * s.q_stride..][..width];
         let o = &mut out[(row - first) * width..][..width];
-        for h in 0..s.heads {
-            let at = h * head_stride;
-            // SAFETY: every pointer in `keys` and `values` starts `span` readable floats, of
-            // which head `h` reads `at .. at + d`; `query` and `o` hold every head.
+        // each step over every head before the next, so that the heads' chains overlap
+        for (h, probs) in probs.chunks_exact_mut(padded).enumerate() {
+            // SAFETY: every pointer in `keys` starts `span` readable floats, of which head `h`
+            // reads `h · head_stride ..` `d` of them; `query` holds every head.
+            unsafe { scores::<ND>(query.as_ptr().add(h * d), &keys, h * head_stride, &row_bias, probs) };
+        }
+        softmax(&mut probs, padded);
+        let mut h = 0;
+        while h < s.heads {
+            let n = together.min(s.heads - h);
+            // SAFETY: as above for `values`; `o` holds every head.
             unsafe {
-                scores::<ND>(query.as_ptr().add(h * d), &keys, at, &row_bias, &mut probs);
-                softmax(&mut probs);
-                weighted_sum::<ND>(&probs[..len], &values, at, o.as_mut_ptr().add(h * d));
+                let o = o.as_mut_ptr().add(h * d);
+                match n {
+                    8 => weighted_sums::<ND, 8>(&probs[h * padded..], padded, len, &values, h * head_stride, head_stride, o),
+                    4..=7 => weighted_sums::<ND, 4>(&probs[h * padded..], padded, len, &values, h * head_stride, head_stride, o),
+                    2 | 3 => weighted_sums::<ND, 2>(&probs[h * padded..], padded, len, &values, h * head_stride, head_stride, o),
+                    _ => weighted_sums::<ND, 1>(&probs[h * padded..], padded, len, &values, h * head_stride, head_stride, o),
+                }
+                h += match n {
+                    8 => 8,
+                    4..=7 => 4,
+                    2 | 3 => 2,
+                    _ => 1,
+                };
             }
         }
     }
@@ -120,32 +143,46 @@ fn across_lanes(a: &[__m256; GROUP]) -> __m256 {
     _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(low, high), _mm256_permute2f128_ps::<0x31>(low, high))
 }
 
-/// The scores made probabilities in place: `exp(x − max) / Σ exp(x − max)` (the −∞ of a padded
-/// position gives 0).
+/// Each head's scores (`padded` apart) made probabilities in place: `exp(x − max) / Σ exp(x −
+/// max)` (the −∞ of a padded position gives 0). Each pass goes over every head.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn softmax(probs: &mut [f32]) {
-    let mut max = _mm256_set1_ps(f32::NEG_INFINITY);
-    for chunk in probs.chunks_exact(GROUP) {
-        // SAFETY: a whole vector of floats.
-        max = _mm256_max_ps(max, unsafe { _mm256_loadu_ps(chunk.as_ptr()) });
-    }
-    let max = _mm256_set1_ps(reduce(max, |a, b| _mm256_max_ps(a, b)));
-    let mut sum = _mm256_setzero_ps();
-    for chunk in probs.chunks_exact_mut(GROUP) {
-        // SAFETY: as above.
-        unsafe {
-            let e = exp(_mm256_sub_ps(_mm256_loadu_ps(chunk.as_ptr()), max));
-            sum = _mm256_add_ps(sum, e);
-            _mm256_storeu_ps(chunk.as_mut_ptr(), e);
+fn softmax(probs: &mut [f32], padded: usize) {
+    let mut maxima = [0f32; MAX_HEADS];
+    let mut sums = [0f32; MAX_HEADS];
+    for heads in probs.chunks_mut(MAX_HEADS * padded) {
+        for (head, max) in heads.chunks_exact(padded).zip(&mut maxima) {
+            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+            for chunk in head.chunks_exact(GROUP) {
+                // SAFETY: a whole vector of floats.
+                m = _mm256_max_ps(m, unsafe { _mm256_loadu_ps(chunk.as_ptr()) });
+            }
+            *max = reduce(m, |a, b| _mm256_max_ps(a, b));
+        }
+        for ((head, &max), sum) in heads.chunks_exact_mut(padded).zip(&maxima).zip(&mut sums) {
+            let (max, mut s) = (_mm256_set1_ps(max), _mm256_setzero_ps());
+            for chunk in head.chunks_exact_mut(GROUP) {
+                // SAFETY: as above.
+                unsafe {
+                    let e = exp(_mm256_sub_ps(_mm256_loadu_ps(chunk.as_ptr()), max));
+                    s = _mm256_add_ps(s, e);
+                    _mm256_storeu_ps(chunk.as_mut_ptr(), e);
+                }
+            }
+            *sum = reduce(s, |a, b| _mm256_add_ps(a, b));
+        }
+        for (head, &sum) in heads.chunks_exact_mut(padded).zip(&sums) {
+            let sum = _mm256_set1_ps(sum);
+            for chunk in head.chunks_exact_mut(GROUP) {
+                // SAFETY: as above.
+                unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_div_ps(_mm256_loadu_ps(chunk.as_ptr()), sum)) };
+            }
         }
     }
-    let sum = _mm256_set1_ps(reduce(sum, |a, b| _mm256_add_ps(a, b)));
-    for chunk in probs.chunks_exact_mut(GROUP) {
-        // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_div_ps(_mm256_loadu_ps(chunk.as_ptr()), sum)) };
-    }
 }
+
+/// Heads whose maxima and sums [`softmax`] keeps at once.
+const MAX_HEADS: usize = 16;
 
 /// `op` over the eight lanes: halves, then quarters, then pairs.
 #[inline]
@@ -157,81 +194,30 @@ fn reduce(v: __m256, op: impl Fn(__m256, __m256) -> __m256) -> f32 {
     _mm256_cvtss_f32(v)
 }
 
-/// `softmax::exp_with::<true>` on eight lanes, operation for operation: the same bits.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn exp(x: __m256) -> __m256 {
-    let low = _mm256_set1_ps(-87.3);
-    // `max(low, x)` and `min(high, ·)` keep a NaN, as `clamp` does
-    let clamped = _mm256_min_ps(_mm256_set1_ps(88.3), _mm256_max_ps(low, x));
-    let n = _mm256_floor_ps(_mm256_fmadd_ps(clamped, _mm256_set1_ps(std::f32::consts::LOG2_E), _mm256_set1_ps(0.5)));
-    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.121_944_4e-4), _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693_359_4), clamped));
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-    }
-    let y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0));
-    let biased = _mm256_add_ps(n, _mm256_set1_ps(127.0 + 8_388_608.0));
-    let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(biased)));
-    _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, low), _mm256_mul_ps(y, scale))
-}
-
-/// `o[j] = Σ_l probs[l] · values[l][at + j]` for `j < 8·ND`, in position order; narrow heads
-/// sum the even and the odd positions apart and then add the two, for twice the multiply-adds
-/// in flight.
+/// Heads `0..H` from the one at `at` (`head_stride` floats apart in each value, `8·ND` columns
+/// each, their probabilities `padded` apart): `o[j] = Σ_l probs[l] · values[l][at + j]` for
+/// their every column, in position order.
 ///
 /// # Safety
-/// Each `values[l].add(at)` starts `8·ND` readable floats and `o` as many writable ones; the CPU
-/// has AVX2 and FMA.
+/// Each `values[l].add(at + h · head_stride)` starts `8·ND` readable floats for every `h < H`,
+/// and `o` `8·ND·H` writable ones; the CPU has AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weighted_sum<const ND: usize>(probs: &[f32], values: &[*const f32], at: usize, o: *mut f32) {
-    let mut even = [_mm256_setzero_ps(); ND];
-    let mut odd = [_mm256_setzero_ps(); ND];
-    let mut l = 0;
-    if ND <= 4 {
-        while l + 1 < probs.len() {
-            let (w0, w1) = (_mm256_set1_ps(probs[l]), _mm256_set1_ps(probs[l + 1]));
-            let (v0, v1) = (values[l].add(at), values[l + 1].add(at));
-            for c in 0..ND {
-                even[c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(v0.add(8 * c)), even[c]);
-                odd[c] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(v1.add(8 * c)), odd[c]);
+#[allow(clippy::too_many_arguments)]
+unsafe fn weighted_sums<const ND: usize, const H: usize>(probs: &[f32], padded: usize, len: usize, values: &[*const f32], at: usize, head_stride: usize, o: *mut f32) {
+    let mut acc = [[_mm256_setzero_ps(); ND]; H];
+    for (l, v) in values.iter().enumerate().take(len) {
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let w = _mm256_set1_ps(probs[h * padded + l]);
+            let v = v.add(at + h * head_stride);
+            for (c, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(v.add(8 * c)), *acc);
             }
-            l += 2;
         }
     }
-    for (&w, v) in probs[l..].iter().zip(&values[l..]) {
-        let (w, v) = (_mm256_set1_ps(w), v.add(at));
-        for (c, even) in even.iter_mut().enumerate() {
-            *even = _mm256_fmadd_ps(w, _mm256_loadu_ps(v.add(8 * c)), *even);
-        }
-    }
-    for c in 0..ND {
-        _mm256_storeu_ps(o.add(8 * c), if ND <= 4 { _mm256_add_ps(even[c], odd[c]) } else { even[c] });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::softmax::exp_with;
-
-    /// The vector exponential gives `exp_with::<true>`'s bits on every lane, across its clamps,
-    /// its cut to 0 and the non-finite values.
-    #[test]
-    #[cfg_attr(not(all(tchseq_cpu = "avx2", tchseq_cpu = "fma")), ignore = "needs AVX2 and FMA")]
-    fn the_vector_exponential_is_the_scalar_one_bit_for_bit() {
-        let mut xs: Vec<f32> = (-2000..=2000).map(|i| i as f32 * 0.05).collect();
-        xs.extend([-87.3, -87.299_995, -87.300_01, 88.3, 88.4, -0.0, 1e-30, f32::NEG_INFINITY, f32::INFINITY, f32::NAN, f32::MIN, f32::MAX]);
-        xs.resize(xs.len().next_multiple_of(8), 0.0);
-        for chunk in xs.chunks_exact(8) {
-            let mut got = [0f32; 8];
-            // SAFETY: the test runs only where the CPU has AVX2 and FMA; eight floats each way.
-            unsafe { _mm256_storeu_ps(got.as_mut_ptr(), exp(_mm256_loadu_ps(chunk.as_ptr()))) };
-            for (&x, &g) in chunk.iter().zip(&got) {
-                let want = exp_with::<true>(x);
-                assert!(g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()), "exp({x}): {g} against {want}");
-            }
+    for (h, acc) in acc.iter().enumerate() {
+        for (c, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(o.add(8 * (h * ND + c)), *acc);
         }
     }
 }
