@@ -11,6 +11,7 @@ use tch::Tensor;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::kernels::isa::Isa;
 use crate::libtorch::host::f32_view;
 use crate::libtorch::parallel::parallel_for;
 
@@ -98,6 +99,23 @@ impl Best {
 
     /// Offers `row[i] (+ add)` at flat index `offset + i` for every `i`. `None` on NaN.
     fn scan(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
+        #[cfg(target_arch = "x86_64")]
+        if Isa::here().is_some() {
+            // SAFETY: the CPU has AVX2 (an AVX-512 CPU has it too).
+            return unsafe { self.scan_avx2(row, offset, add) };
+        }
+        self.scan_any(row, offset, add)
+    }
+
+    /// [`Best::scan`] with the chunk check in AVX2's vectors: the same comparisons.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn scan_avx2(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
+        self.scan_any(row, offset, add)
+    }
+
+    #[inline(always)]
+    fn scan_any(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
         let value = |x: f32| match add {
             Some(p) => x + p,
             None => x,
