@@ -11,8 +11,11 @@ pub struct HostStepBuffers {
     pub(crate) h: Vec<f32>,
     /// A product's output before the residual.
     pub(crate) out: Vec<f32>,
-    /// The self-attention's `[q·scaling; k; v]` `[rows, 3C]`, or the encoder attention's query.
+    /// The self-attention's `[q·scaling; k; v]` `[rows, 3C]`.
     pub(crate) projected: Vec<f32>,
+    /// The encoder attention's query `[rows, C]`: a buffer apart from `projected`, so that
+    /// neither is zero-filled anew at every step as it grows back to its size.
+    pub(crate) query: Vec<f32>,
     /// The attention's output `[rows, C]`.
     pub(crate) attn: Vec<f32>,
     /// fc1's output `[rows, F]`.

@@ -99,7 +99,7 @@ impl HostLayer<'_> {
     /// `TransformerDecoderLayerBase.forward` for one position of every row: `buffers.x` in and
     /// out, the self-attention's position appended to its host cache.
     fn step(&self, state: &mut LayerState, buffers: &mut HostStepBuffers) -> Result<(), ModelError> {
-        let HostStepBuffers { x, h, out, projected, attn, ffn, .. } = buffers;
+        let HostStepBuffers { x, h, out, projected, query, attn, ffn, .. } = buffers;
         let (pre, width) = (self.normalize_before, self.heads * self.head_dim);
         let rows = x.len() / width.max(1);
 
@@ -117,9 +117,9 @@ impl HostLayer<'_> {
         if let Some(e) = &self.encoder_attn {
             let keys = encoder_keys(&state.encoder_attn).ok_or_else(|| ModelError::Input("encoder attention has no cached keys".into()))?;
             let input = sublayer_input(x, h, e.layer_norm, pre);
-            product(&e.q, input, projected, false)?;
+            product(&e.q, input, query, false)?;
             attn.resize(rows * width, 0.0);
-            if !one_query::attend_into(projected, width, keys.k, keys.v, keys.shape, keys.bias, attn) {
+            if !one_query::attend_into(query, width, keys.k, keys.v, keys.shape, keys.bias, attn) {
                 return Err(ModelError::Input(format!("no host attention for {rows} rows over {:?}", keys.shape)));
             }
             product(&e.out, attn, out, false)?;
