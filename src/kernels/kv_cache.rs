@@ -17,7 +17,7 @@ use super::KernelError;
 
 #[derive(Debug)]
 pub struct HostKvCache {
-    /// The rows the cache was made for; a reorder never grows the batch.
+    /// The most rows the cache has held: the width of `source`.
     slots: usize,
     rows: usize,
     heads: usize,
@@ -120,22 +120,21 @@ impl HostKvCache {
         Ok(())
     }
 
-    /// `index_select(0, new_order)`: row `i` becomes the old row `new_order[i]`.
+    /// `index_select(0, new_order)`: row `i` becomes the old row `new_order[i]`. The rows may
+    /// grow: a first step computed once per sentence is repeated for each of its beams.
     pub fn reorder(&mut self, new_order: &[i64]) -> Result<(), KernelError> {
         if let Some(bad) = new_order.iter().find(|&&o| o < 0 || o as usize >= self.rows) {
             return Err(KernelError::Operand { kernel: "host key/value cache", operand: format!("reorder to row {bad} of a cache of {} rows", self.rows) });
         }
-        if new_order.len() > self.slots {
-            return Err(KernelError::Operand { kernel: "host key/value cache", operand: format!("reorder to {} rows of a cache of {}", new_order.len(), self.slots) });
-        }
-        self.spare.resize(self.source.len(), 0);
-        for (to, from) in self.spare.chunks_exact_mut(self.slots).zip(self.source.chunks_exact(self.slots)) {
+        let slots = self.slots.max(new_order.len());
+        self.spare.resize(self.len * slots, 0);
+        for (to, from) in self.spare.chunks_exact_mut(slots).zip(self.source.chunks_exact(self.slots)) {
             for (t, &o) in to.iter_mut().zip(new_order) {
                 *t = from[o as usize];
             }
         }
         std::mem::swap(&mut self.source, &mut self.spare);
-        self.rows = new_order.len();
+        (self.slots, self.rows) = (slots, new_order.len());
         Ok(())
     }
 
@@ -204,7 +203,38 @@ mod tests {
         assert!(cache.append(&[0.0; 5], 3, 0, 1).is_err());
         assert!(cache.reorder(&[0, 2]).is_err());
         assert!(cache.reorder(&[-1]).is_err());
-        assert!(cache.reorder(&[0, 1, 1]).is_err(), "more rows than the cache was made for");
         assert_eq!(cache.len(), 0);
+    }
+
+    /// A first step's rows repeated for each beam (more rows than the cache was made for), then
+    /// steps of all the rows: as `index_select` and `cat` give them.
+    #[test]
+    fn a_reorder_may_grow_the_rows() {
+        let mut rng = TestRng::new(13);
+        let (heads, d, beam) = (2usize, 4usize, 3usize);
+        let width = heads * d;
+        let mut cache = HostKvCache::new(2, heads, d);
+        let (mut want_k, mut want_v): (Option<Tensor>, Option<Tensor>) = (None, None);
+        for step in 0..(2 * BLOCK + 1) {
+            let current = cache.rows();
+            let projected = rng.randn([current as i64, 3 * width as i64]);
+            cache.append(&Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap(), 3 * width, width, 2 * width).unwrap();
+            let heads_of = |part: i64| projected.narrow(1, part * width as i64, width as i64).view([current as i64, heads as i64, 1, d as i64]);
+            let grow = |prev: Option<Tensor>, new: Tensor| prev.map_or(new.shallow_clone(), |p| Tensor::cat(&[p, new], 2));
+            want_k = Some(grow(want_k, heads_of(1)));
+            want_v = Some(grow(want_v, heads_of(2)));
+            let order: Vec<i64> = match step {
+                0 => (0..2 * beam as i64).map(|r| r / beam as i64).collect(),
+                _ => (0..current as i64).rev().collect(),
+            };
+            cache.reorder(&order).unwrap();
+            let index = Tensor::from_slice(&order);
+            want_k = want_k.map(|t| t.index_select(0, &index));
+            want_v = want_v.map(|t| t.index_select(0, &index));
+            let (k, v) = cache.to_tensors().unwrap();
+            assert_eq!(k, *want_k.as_ref().unwrap(), "keys at step {step}");
+            assert_eq!(v, *want_v.as_ref().unwrap(), "values at step {step}");
+        }
+        assert_eq!(cache.rows(), 2 * beam);
     }
 }

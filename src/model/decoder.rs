@@ -41,8 +41,9 @@ pub struct TransformerDecoder {
     /// fairseq does; false runs fairseq's own bmm path, the one incremental decoding takes
     /// (for checking the cache against a full pass with the same kernels).
     pub torch_self_attention: bool,
-    /// Incremental steps of the fast compute types on host buffers where they can
-    /// (`host_step.rs`); false keeps them on the tensor path (for checking one against the other).
+    /// Incremental steps of the fast compute types on host buffers where they can, and a beam
+    /// search's first step once per sentence (`host_step.rs`); false keeps every step on the
+    /// tensor path, on every row (for checking one against the other).
     pub host_step: bool,
     /// Steps taken on the host so far.
     host_steps: AtomicUsize,
@@ -161,6 +162,9 @@ impl TransformerDecoder {
         }
         let mut incremental_state = incremental_state;
         if let Some(state) = incremental_state.as_deref_mut().filter(|_| self.host_step && !need_attn && !return_all_hiddens) {
+            if let Some(out) = self.first_step_once_per_sentence(prev_output_tokens, encoder_out, state)? {
+                return Ok(out);
+            }
             if let Some(logits) = self.host_step(prev_output_tokens, state)? {
                 self.host_steps.fetch_add(1, Ordering::Relaxed);
                 return Ok(DecoderOut { logits, attn: None, inner_states: Vec::new() });

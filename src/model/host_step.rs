@@ -6,13 +6,15 @@
 //!
 //! An activation other than ReLU runs libtorch's kernel over the host buffer, as the tensor path
 //! does. The first step of a batch takes the tensor path: it projects the encoder attention's
-//! keys and values and starts the self-attention's host cache. So do a step with padding or
+//! keys and values and starts the self-attention's host cache, in a beam search on each
+//! sentence's first beam only (its other beams are copies). So do a step with padding or
 //! attention weights asked for, and a model with a layer the host kernels do not cover (fbgemm's
 //! int8, a CPU without AVX2).
 
 use tch::{Device, Kind, Tensor};
 
-use super::decoder::TransformerDecoder;
+use super::decoder::{DecoderOut, TransformerDecoder};
+use super::encoder::EncoderOut;
 use super::fused::FusedProjections;
 use crate::kernels::norm::HostLayerNorm;
 use super::incremental::{AttentionState, IncrementalState, LayerState};
@@ -234,6 +236,35 @@ impl<'a> HostEnds<'a> {
             project_out_dim: optional(&decoder.project_out_dim, |l| kernel(l, false))?,
             output_projection: kernel(&decoder.output_projection, false)?,
         })
+    }
+}
+
+impl TransformerDecoder {
+    /// The first step of a beam search on the host kernels, once per sentence. Its beams start
+    /// from the same token over the same encoder row (kept once per sentence: `beamable`), and
+    /// every host kernel computes each row alone, so their logits and cached keys are copies of
+    /// the first beam's: the step runs on each sentence's first row and repeats its logits and
+    /// cache rows for the other beams. None, with nothing computed, where that does not hold.
+    pub(super) fn first_step_once_per_sentence(&self, prev_output_tokens: &Tensor, encoder_out: Option<&EncoderOut>, state: &mut IncrementalState) -> Result<Option<DecoderOut>, ModelError> {
+        let beam = state.beamable;
+        let (Some(encoder_out), Ok((rows, 1))) = (encoder_out, prev_output_tokens.size2()) else { return Ok(None) };
+        let sentences = encoder_out.encoder_out.size().get(1).copied().unwrap_or(0);
+        if beam <= 1 || !state.layers.is_empty() || sentences == 0 || sentences * beam != rows || self.fixed_kv_cache {
+            return Ok(None);
+        }
+        if !self.layers.iter().all(|l| HostLayer::new(l).is_some()) || HostEnds::new(self).is_none() {
+            return Ok(None);
+        }
+        let beams = prev_output_tokens.f_view([sentences, beam])?;
+        if beams.f_eq_tensor(&beams.f_narrow(1, 0, 1)?)?.f_all()?.f_int64_value(&[])? == 0 {
+            return Ok(None);
+        }
+        let device = prev_output_tokens.device();
+        let firsts = Tensor::f_arange_start_step(0, rows, beam, (Kind::Int64, device))?;
+        let out = self.forward(&prev_output_tokens.f_index_select(0, &firsts)?, Some(encoder_out), Some(&mut *state), false, false)?;
+        let repeat = Tensor::f_arange(sentences, (Kind::Int64, device))?.f_repeat_interleave_self_int(beam, 0, None)?;
+        state.reorder(&repeat)?;
+        Ok(Some(DecoderOut { logits: out.logits.f_index_select(0, &repeat)?, attn: None, inner_states: Vec::new() }))
     }
 }
 
