@@ -107,11 +107,47 @@ impl Best {
         self.scan_any(row, offset, add)
     }
 
-    /// [`Best::scan`] with the chunk check in AVX2's vectors: the same comparisons.
+    /// [`Best::scan`] in AVX2's vectors: each chunk's comparisons with the threshold as a bit
+    /// mask, and only the elements it marks offered, in order. An element the threshold held
+    /// back cannot pass the threshold that offers before it raised, so the result is the same.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn scan_avx2(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
-        self.scan_any(row, offset, add)
+        use std::arch::x86_64::*;
+        let value = |x: f32| match add {
+            Some(p) => x + p,
+            None => x,
+        };
+        let mut start = 0;
+        while self.values.len() < self.cap && start < row.len() {
+            self.offer(value(row[start]), offset + start as i64)?;
+            start += 1;
+        }
+        // `+ 0.0` leaves every value as it is, a NaN a NaN
+        let add_v = _mm256_set1_ps(add.unwrap_or(0.0));
+        let mut chunks = row[start..].chunks_exact(CHUNK);
+        let mut base = start;
+        for chunk in &mut chunks {
+            let threshold = _mm256_set1_ps(self.values[self.cap - 1]);
+            let mut marked = 0u32;
+            for (j, eight) in chunk.chunks_exact(8).enumerate() {
+                // SAFETY: eight floats.
+                let x = _mm256_add_ps(unsafe { _mm256_loadu_ps(eight.as_ptr()) }, add_v);
+                // above the threshold, or NaN (unordered)
+                let above = _mm256_cmp_ps::<_CMP_NLE_UQ>(x, threshold);
+                marked |= (_mm256_movemask_ps(above) as u32) << (8 * j);
+            }
+            while marked != 0 {
+                let i = marked.trailing_zeros() as usize;
+                self.offer(value(chunk[i]), offset + (base + i) as i64)?;
+                marked &= marked - 1;
+            }
+            base += CHUNK;
+        }
+        for (i, &x) in chunks.remainder().iter().enumerate() {
+            self.offer(value(x), offset + (base + i) as i64)?;
+        }
+        Some(())
     }
 
     #[inline(always)]
