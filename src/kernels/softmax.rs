@@ -87,8 +87,8 @@ fn row_avx2(row: &mut [f32]) {
         }
         at += STEP;
     }
-    for (j, v) in (at..whole).step_by(8).map(load).chain([tail_vector]).enumerate() {
-        sums[j % 2] = _mm256_add_ps(sums[j % 2], exp(_mm256_sub_ps(v, max_v)));
+    for (j, x) in (at..whole).step_by(8).map(load).chain([tail_vector]).enumerate() {
+        sums[j % 2] = _mm256_add_ps(sums[j % 2], exp(_mm256_sub_ps(x, max_v)));
     }
     let sum = lanes_sum(_mm256_add_ps(sums[0], sums[1]));
     let shift = max + sum.ln();
