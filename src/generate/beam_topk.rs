@@ -287,6 +287,11 @@ mod tests {
         row[40] = f32::NAN;
         let l = Tensor::from_slice(&row).view([1, 1, 64]);
         assert!(beam_topk(&l, None, 3).is_none());
+        // a NaN inside a whole chunk of the scan (40 lies in the part after the last one)
+        (row[40], row[20]) = (-40.0, f32::NAN);
+        let l = Tensor::from_slice(&row).view([1, 1, 64]);
+        assert!(beam_topk(&l, None, 3).is_none());
+        assert!(beam_topk(&l, Some(&[0.5]), 3).is_none(), "with the hypothesis' score added");
         // one tied sentence of many, whichever thread scans it
         let (bsz, vocab) = (32usize, 4000usize);
         let mut rows = Vec::<f32>::try_from(spread((bsz * vocab) as i64, 3)).unwrap();
