@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 /// `2^(k/8)` for `k` in `0..8`, each the float nearest.
-const TABLE: [f32; 8] = [1.0, 1.090_507_7, 1.189_207_1, 1.296_839_6, 1.414_213_5, 1.542_210_8, 1.681_792_8, 1.834_008_1];
+const TABLE: [f32; 8] = [1.0, 1.090_507_7, 1.189_207_1, 1.296_839_6, std::f32::consts::SQRT_2, 1.542_210_8, 1.681_792_8, 1.834_008_1];
 
 /// `e^x` on eight lanes.
 #[inline]
@@ -25,7 +25,7 @@ pub fn exp(x: __m256) -> __m256 {
     let t = _mm256_fmadd_ps(clamped, _mm256_set1_ps(8.0 * std::f32::consts::LOG2_E), magic);
     let n = _mm256_sub_ps(t, magic);
     // `r = x − n · ln 2 / 8`, the constant in two parts, the first of 14 bits
-    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.086_647_033_691_406_25), clamped);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-11_357.0 / 131_072.0), clamped);
     let r = _mm256_fmadd_ps(n, _mm256_set1_ps(3.636_121_4e-6), r);
     let mut p = _mm256_set1_ps(1.0 / 24.0);
     for c in [1.0 / 6.0, 0.5, 1.0, 1.0] {

@@ -18,7 +18,7 @@ const GROUP: usize = 8;
 /// [`super::rows`] on this body; false (nothing written) where the head size is not 8 to 64 in
 /// whole vectors or the CPU has no host kernel.
 pub(super) fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) -> bool {
-    if Isa::here().is_none() || !s.head_dim.is_multiple_of(8) {
+    if Isa::here().is_none() || s.heads == 0 || !s.head_dim.is_multiple_of(8) {
         return false;
     }
     // SAFETY (each arm): `Isa::here()` found AVX2 and FMA, or AVX-512, which has both.
