@@ -114,15 +114,7 @@ impl Best {
     #[target_feature(enable = "avx2")]
     unsafe fn scan_avx2(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
         use std::arch::x86_64::*;
-        let value = |x: f32| match add {
-            Some(p) => x + p,
-            None => x,
-        };
-        let mut start = 0;
-        while self.values.len() < self.cap && start < row.len() {
-            self.offer(value(row[start]), offset + start as i64)?;
-            start += 1;
-        }
+        let start = self.fill(row, offset, add)?;
         // `+ 0.0` leaves every value as it is, a NaN a NaN
         let add_v = _mm256_set1_ps(add.unwrap_or(0.0));
         let mut chunks = row[start..].chunks_exact(CHUNK);
@@ -139,28 +131,34 @@ impl Best {
             }
             while marked != 0 {
                 let i = marked.trailing_zeros() as usize;
-                self.offer(value(chunk[i]), offset + (base + i) as i64)?;
+                self.offer(plus(chunk[i], add), offset + (base + i) as i64)?;
                 marked &= marked - 1;
             }
             base += CHUNK;
         }
-        for (i, &x) in chunks.remainder().iter().enumerate() {
-            self.offer(value(x), offset + (base + i) as i64)?;
+        self.offer_each(chunks.remainder(), offset + base as i64, add)
+    }
+
+    /// Offers the first elements until `cap` are held; the index of the next one.
+    #[inline(always)]
+    fn fill(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<usize> {
+        let start = (self.cap - self.values.len()).min(row.len());
+        self.offer_each(&row[..start], offset, add)?;
+        Some(start)
+    }
+
+    /// Offers every element of `xs`, `xs[i]` at flat index `offset + i`.
+    #[inline(always)]
+    fn offer_each(&mut self, xs: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
+        for (i, &x) in xs.iter().enumerate() {
+            self.offer(plus(x, add), offset + i as i64)?;
         }
         Some(())
     }
 
     #[inline(always)]
     fn scan_any(&mut self, row: &[f32], offset: i64, add: Option<f32>) -> Option<()> {
-        let value = |x: f32| match add {
-            Some(p) => x + p,
-            None => x,
-        };
-        let mut start = 0;
-        while self.values.len() < self.cap && start < row.len() {
-            self.offer(value(row[start]), offset + start as i64)?;
-            start += 1;
-        }
+        let start = self.fill(row, offset, add)?;
         let mut chunks = row[start..].chunks_exact(CHUNK);
         let mut base = start;
         for chunk in &mut chunks {
@@ -171,16 +169,11 @@ impl Best {
                 None => chunk.iter().fold(false, |any, &x| any | (x > threshold) | x.is_nan()),
             };
             if any {
-                for (i, &x) in chunk.iter().enumerate() {
-                    self.offer(value(x), offset + (base + i) as i64)?;
-                }
+                self.offer_each(chunk, offset + base as i64, add)?;
             }
             base += CHUNK;
         }
-        for (i, &x) in chunks.remainder().iter().enumerate() {
-            self.offer(value(x), offset + (base + i) as i64)?;
-        }
-        Some(())
+        self.offer_each(chunks.remainder(), offset + base as i64, add)
     }
 
     /// Inserts `v` if it belongs to the largest `cap` (equal values keep the earlier index first).
@@ -201,6 +194,15 @@ impl Best {
             self.indices.pop();
         }
         Some(())
+    }
+}
+
+/// `x + add`, or `x` without one.
+#[inline(always)]
+fn plus(x: f32, add: Option<f32>) -> f32 {
+    match add {
+        Some(p) => x + p,
+        None => x,
     }
 }
 

@@ -162,37 +162,60 @@ mod tests {
     use super::*;
     use crate::testing::TestRng;
 
+    /// fairseq's cache beside ours: `cat` along the positions, `index_select` over the rows.
+    #[derive(Default)]
+    struct Fairseq {
+        keys: Option<Tensor>,
+        values: Option<Tensor>,
+    }
+
+    impl Fairseq {
+        /// A step of random projections `[q; k; v]` for every row, into both caches.
+        fn append(&mut self, cache: &mut HostKvCache, rng: &mut TestRng) {
+            let (rows, heads, d) = (cache.rows() as i64, cache.heads() as i64, cache.head_dim() as i64);
+            let width = heads * d;
+            let projected = rng.randn([rows, 3 * width]);
+            let data = Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap();
+            cache.append(&data, 3 * width as usize, width as usize, 2 * width as usize).unwrap();
+            let heads_of = |part: i64| projected.narrow(1, part * width, width).view([rows, heads, 1, d]);
+            let grow = |prev: Option<Tensor>, new: Tensor| Some(prev.map_or(new.shallow_clone(), |p| Tensor::cat(&[p, new], 2)));
+            self.keys = grow(self.keys.take(), heads_of(1));
+            self.values = grow(self.values.take(), heads_of(2));
+        }
+
+        fn reorder(&mut self, cache: &mut HostKvCache, order: &[i64]) {
+            cache.reorder(order).unwrap();
+            let index = Tensor::from_slice(order);
+            self.keys = self.keys.take().map(|t| t.index_select(0, &index));
+            self.values = self.values.take().map(|t| t.index_select(0, &index));
+        }
+
+        fn holds_what(&self, cache: &HostKvCache, step: usize) {
+            let (k, v) = cache.to_tensors().unwrap();
+            assert_eq!(k, *self.keys.as_ref().unwrap(), "keys at step {step}");
+            assert_eq!(v, *self.values.as_ref().unwrap(), "values at step {step}");
+        }
+    }
+
     /// The cache against fairseq's: `cat` along the positions, `index_select` over the rows.
     #[test]
     fn appends_grows_and_reorders_as_cat_and_index_select_do() {
         let mut rng = TestRng::new(11);
         let (rows, heads, d) = (3usize, 2usize, 4usize);
-        let width = heads * d;
         let mut cache = HostKvCache::new(rows, heads, d);
-        let (mut want_k, mut want_v): (Option<Tensor>, Option<Tensor>) = (None, None);
+        let mut fairseq = Fairseq::default();
         // the rows stay, shrink (the blocks after are smaller), and grow again within a block
         let orders: [&[i64]; 4] = [&[2, 0, 1], &[0, 2], &[1, 0, 1], &[1, 1, 2]];
         for step in 0..(7 * BLOCK + 2) {
             let current = cache.rows();
-            let projected = rng.randn([current as i64, 3 * width as i64]);
-            let data = Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap();
-            cache.append(&data, 3 * width, width, 2 * width).unwrap();
-            let heads_of = |part: i64| projected.narrow(1, part * width as i64, width as i64).view([current as i64, heads as i64, 1, d as i64]);
-            let grow = |prev: Option<Tensor>, new: Tensor| prev.map_or(new.shallow_clone(), |p| Tensor::cat(&[p, new], 2));
-            want_k = Some(grow(want_k, heads_of(1)));
-            want_v = Some(grow(want_v, heads_of(2)));
+            fairseq.append(&mut cache, &mut rng);
             if step % 7 == 6 {
                 let order = orders[step / 7 % orders.len()].iter().copied().filter(|&o| (o as usize) < current).collect::<Vec<_>>();
-                cache.reorder(&order).unwrap();
-                let index = Tensor::from_slice(&order);
-                want_k = want_k.map(|t| t.index_select(0, &index));
-                want_v = want_v.map(|t| t.index_select(0, &index));
+                fairseq.reorder(&mut cache, &order);
             }
-            let (k, v) = cache.to_tensors().unwrap();
-            assert_eq!(k, *want_k.as_ref().unwrap(), "keys at step {step}");
-            assert_eq!(v, *want_v.as_ref().unwrap(), "values at step {step}");
+            fairseq.holds_what(&cache, step);
         }
-        assert_eq!(cache.keys.iter().map(|b| b.len() / (width * BLOCK)).collect::<Vec<_>>(), [3, 3, 3, 3, 2, 3, 3, 3], "rows each block holds");
+        assert_eq!(cache.keys.iter().map(|b| b.len() / (heads * d * BLOCK)).collect::<Vec<_>>(), [3, 3, 3, 3, 2, 3, 3, 3], "rows each block holds");
         assert!(cache.capacity() > BLOCK);
         assert_eq!(cache.capacity(), cache.len().div_ceil(BLOCK) * BLOCK, "grown by {BLOCK} positions at a time");
     }
@@ -211,29 +234,18 @@ mod tests {
     #[test]
     fn a_reorder_may_grow_the_rows() {
         let mut rng = TestRng::new(13);
-        let (heads, d, beam) = (2usize, 4usize, 3usize);
-        let width = heads * d;
-        let mut cache = HostKvCache::new(2, heads, d);
-        let (mut want_k, mut want_v): (Option<Tensor>, Option<Tensor>) = (None, None);
+        let beam = 3usize;
+        let mut cache = HostKvCache::new(2, 2, 4);
+        let mut fairseq = Fairseq::default();
         for step in 0..(2 * BLOCK + 1) {
             let current = cache.rows();
-            let projected = rng.randn([current as i64, 3 * width as i64]);
-            cache.append(&Vec::<f32>::try_from(projected.flatten(0, -1)).unwrap(), 3 * width, width, 2 * width).unwrap();
-            let heads_of = |part: i64| projected.narrow(1, part * width as i64, width as i64).view([current as i64, heads as i64, 1, d as i64]);
-            let grow = |prev: Option<Tensor>, new: Tensor| prev.map_or(new.shallow_clone(), |p| Tensor::cat(&[p, new], 2));
-            want_k = Some(grow(want_k, heads_of(1)));
-            want_v = Some(grow(want_v, heads_of(2)));
+            fairseq.append(&mut cache, &mut rng);
             let order: Vec<i64> = match step {
                 0 => (0..2 * beam as i64).map(|r| r / beam as i64).collect(),
                 _ => (0..current as i64).rev().collect(),
             };
-            cache.reorder(&order).unwrap();
-            let index = Tensor::from_slice(&order);
-            want_k = want_k.map(|t| t.index_select(0, &index));
-            want_v = want_v.map(|t| t.index_select(0, &index));
-            let (k, v) = cache.to_tensors().unwrap();
-            assert_eq!(k, *want_k.as_ref().unwrap(), "keys at step {step}");
-            assert_eq!(v, *want_v.as_ref().unwrap(), "values at step {step}");
+            fairseq.reorder(&mut cache, &order);
+            fairseq.holds_what(&cache, step);
         }
         assert_eq!(cache.rows(), 2 * beam);
     }

@@ -157,6 +157,28 @@ enum Keys<'a> {
     Cache(&'a HostKvCache),
 }
 
+impl<'a> Keys<'a> {
+    /// Query row `row`'s key and value at position `l`, from head 0 on.
+    #[inline(always)]
+    fn position(self, s: &Shape, row: usize, l: usize) -> (&'a [f32], &'a [f32]) {
+        match self {
+            Keys::Dense { k, v } => {
+                let at = ((row / (s.rows / s.kv_rows) * s.heads) * s.len + l) * s.head_dim;
+                (&k[at..], &v[at..])
+            }
+            Keys::Cache(cache) => cache.position(row, l),
+        }
+    }
+
+    /// Floats from one head's key (or value) to the next head's at the same position.
+    fn head_stride(self, s: &Shape) -> usize {
+        match self {
+            Keys::Dense { .. } => s.len * s.head_dim,
+            Keys::Cache(cache) => cache.head_stride(),
+        }
+    }
+}
+
 fn rows(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx2::rows(s, range.clone(), q, kv, bias, out) {
@@ -190,10 +212,7 @@ unsafe fn rows_avx2(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Key
 fn rows_generic<const FMA: bool>(s: &Shape, range: std::ops::Range<usize>, q: &[f32], kv: Keys, bias: Option<&[f32]>, out: &mut [f32]) {
     let (d, len) = (s.head_dim, s.len);
     let per_kv = s.rows / s.kv_rows;
-    let head_stride = match kv {
-        Keys::Dense { .. } => len * d,
-        Keys::Cache(cache) => cache.head_stride(),
-    };
+    let head_stride = kv.head_stride(s);
     // each head's attention probabilities over the positions, `[heads, len]`
     let mut probs = vec![0f32; s.heads * len];
     // each position's key and value from head 0 on
@@ -206,13 +225,7 @@ fn rows_generic<const FMA: bool>(s: &Shape, range: std::ops::Range<usize>, q: &[
         keys.clear();
         values.clear();
         for l in 0..len {
-            let (k, v) = match kv {
-                Keys::Dense { k, v } => {
-                    let at = (kv_row * s.heads * len + l) * d;
-                    (&k[at..], &v[at..])
-                }
-                Keys::Cache(cache) => cache.position(row, l),
-            };
+            let (k, v) = kv.position(s, row, l);
             keys.push(k);
             values.push(v);
         }

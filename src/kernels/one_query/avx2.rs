@@ -44,10 +44,7 @@ unsafe fn rows_nd<const ND: usize>(s: &Shape, range: std::ops::Range<usize>, q: 
     let (d, len) = (ND * 8, s.len);
     let padded = len.next_multiple_of(GROUP);
     let per_kv = s.rows / s.kv_rows;
-    let head_stride = match kv {
-        Keys::Dense { .. } => len * d,
-        Keys::Cache(cache) => cache.head_stride(),
-    };
+    let head_stride = kv.head_stride(s);
     // what each position's key and value span, from head 0 to the end of the last head
     let span = (s.heads - 1) * head_stride + d;
     // the positions that pad the last group score a zero key, which their −∞ bias drops
@@ -64,13 +61,7 @@ unsafe fn rows_nd<const ND: usize>(s: &Shape, range: std::ops::Range<usize>, q: 
     for row in range {
         let kv_row = row / per_kv;
         for l in 0..len {
-            let (k, v) = match kv {
-                Keys::Dense { k, v } => {
-                    let at = (kv_row * s.heads * len + l) * d;
-                    (&k[at..], &v[at..])
-                }
-                Keys::Cache(cache) => cache.position(row, l),
-            };
+            let (k, v) = kv.position(s, row, l);
             keys[l] = k[..span].as_ptr();
             values[l] = v[..span].as_ptr();
         }
