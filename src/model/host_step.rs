@@ -266,9 +266,7 @@ impl TransformerDecoder {
         state.reorder(&repeat)?;
         Ok(Some(DecoderOut { logits: out.logits.f_index_select(0, &repeat)?, attn: None, inner_states: Vec::new() }))
     }
-}
 
-impl TransformerDecoder {
     /// The logits `[B, 1, V]` of the step after `prev_output_tokens` `[B, step + 1]`, computed
     /// on the host; None, with nothing computed or changed, where the step is not for the host
     /// (see the module docs).
