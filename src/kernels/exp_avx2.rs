@@ -1,5 +1,6 @@
 //! The fast compute types' exponential in AVX2 vectors, for the softmaxes (`softmax.rs`,
-//! `one_query/avx2.rs`): `2^(n/8) · e^r` with `n = round(8x / ln 2)`, `2^(n/8)` from an
+//! `one_query/avx2.rs`), and the reduction across lanes both take their maxima and sums with:
+//! `2^(n/8) · e^r` with `n = round(8x / ln 2)`, `2^(n/8)` from an
 //! eight-entry table (`vpermps`) and the exponent's bits, `e^r` (`|r| ≤ ln 2 / 16`) from a
 //! polynomial of degree 4. Within 2 ulp of libm; 0 below −87.3 (and for −∞), a NaN kept.
 //!
@@ -40,6 +41,16 @@ pub fn exp(x: __m256) -> __m256 {
     let exponent = _mm256_and_si256(_mm256_slli_epi32::<20>(bits), _mm256_set1_epi32(0xff80_0000u32 as i32));
     let y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(s), exponent));
     _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, low), y)
+}
+
+/// `op` over the eight lanes: halves, then quarters, then pairs.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub fn reduce(v: __m256, op: impl Fn(__m256, __m256) -> __m256) -> f32 {
+    let v = op(v, _mm256_permute2f128_ps::<0x01>(v, v));
+    let v = op(v, _mm256_permute_ps::<0b01_00_11_10>(v));
+    let v = op(v, _mm256_permute_ps::<0b10_11_00_01>(v));
+    _mm256_cvtss_f32(v)
 }
 
 #[cfg(test)]

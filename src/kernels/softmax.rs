@@ -6,7 +6,7 @@
 use tch::{Device, Kind, Tensor};
 
 #[cfg(target_arch = "x86_64")]
-use super::exp_avx2::exp;
+use super::exp_avx2::{exp, reduce};
 use super::isa::Isa;
 use crate::libtorch::host::f32_view_mut;
 use crate::libtorch::parallel::parallel_for;
@@ -48,7 +48,7 @@ fn log_softmax_row(row: &mut [f32]) {
         // SAFETY: the CPU has AVX2 and FMA (an AVX-512 CPU has both).
         return unsafe { row_avx2(row) };
     }
-    row_generic::<false>(row)
+    row_generic(row)
 }
 
 /// One row in AVX2's vectors, on every x86 CPU with a host kernel (so all of them compute the
@@ -77,7 +77,7 @@ fn row_avx2(row: &mut [f32]) {
     for (j, v) in (at..whole).step_by(8).map(load).chain([tail_vector]).enumerate() {
         acc[j % 2] = _mm256_max_ps(v, acc[j % 2]);
     }
-    let max = lanes_max(_mm256_max_ps(acc[0], acc[1]));
+    let max = reduce(_mm256_max_ps(acc[0], acc[1]), |a, b| _mm256_max_ps(a, b));
     let max_v = _mm256_set1_ps(max);
     let mut sums = [_mm256_setzero_ps(); 2];
     let mut at = 0;
@@ -90,7 +90,7 @@ fn row_avx2(row: &mut [f32]) {
     for (j, x) in (at..whole).step_by(8).map(load).chain([tail_vector]).enumerate() {
         sums[j % 2] = _mm256_add_ps(sums[j % 2], exp(_mm256_sub_ps(x, max_v)));
     }
-    let sum = lanes_sum(_mm256_add_ps(sums[0], sums[1]));
+    let sum = reduce(_mm256_add_ps(sums[0], sums[1]), |a, b| _mm256_add_ps(a, b));
     let shift = max + sum.ln();
     let shift_v = _mm256_set1_ps(shift);
     let (vectors, rest) = row.split_at_mut(whole);
@@ -101,30 +101,10 @@ fn row_avx2(row: &mut [f32]) {
     rest.iter_mut().for_each(|x| *x -= shift);
 }
 
-/// The largest of eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn lanes_max(v: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let v = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let v = _mm_max_ps(v, _mm_movehl_ps(v, v));
-    _mm_cvtss_f32(_mm_max_ss(v, _mm_movehdup_ps(v)))
-}
-
-/// The sum of eight lanes: halves, then pairs of pairs, then the last pair.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn lanes_sum(v: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
-}
-
 /// One row, with [`LANES`] partial maxima and sums so that it vectorizes. A NaN makes the whole
-/// row NaN, as in libtorch. `FMA`: the caller is compiled for FMA (see [`exp_with`]).
+/// row NaN, as in libtorch.
 #[inline(always)]
-fn row_generic<const FMA: bool>(row: &mut [f32]) {
+fn row_generic(row: &mut [f32]) {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = row.chunks_exact(LANES);
     let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
@@ -136,10 +116,10 @@ fn row_generic<const FMA: bool>(row: &mut [f32]) {
     let max = lanes.iter().fold(tail, |m, &x| if x > m { x } else { m });
     let mut sums = [0f32; LANES];
     let chunks = row.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().map(|&x| exp_with::<FMA>(x - max)).sum();
+    let tail: f32 = chunks.remainder().iter().map(|&x| exp_with::<false>(x - max)).sum();
     for chunk in chunks {
         for j in 0..LANES {
-            sums[j] += exp_with::<FMA>(chunk[j] - max);
+            sums[j] += exp_with::<false>(chunk[j] - max);
         }
     }
     let shift = max + (sums.iter().sum::<f32>() + tail).ln();

@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::{Keys, Shape};
-use crate::kernels::exp_avx2::exp;
+use crate::kernels::exp_avx2::{exp, reduce};
 use crate::kernels::isa::Isa;
 
 /// Positions scored together, each with its own accumulator.
@@ -174,16 +174,6 @@ fn softmax(probs: &mut [f32], padded: usize) {
 
 /// Heads whose maxima and sums [`softmax`] keeps at once.
 const MAX_HEADS: usize = 16;
-
-/// `op` over the eight lanes: halves, then quarters, then pairs.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn reduce(v: __m256, op: impl Fn(__m256, __m256) -> __m256) -> f32 {
-    let v = op(v, _mm256_permute2f128_ps::<0x01>(v, v));
-    let v = op(v, _mm256_permute_ps::<0b01_00_11_10>(v));
-    let v = op(v, _mm256_permute_ps::<0b10_11_00_01>(v));
-    _mm256_cvtss_f32(v)
-}
 
 /// Heads `0..H` from the one at `at` (`head_stride` floats apart in each value, `8·ND` columns
 /// each, their probabilities `padded` apart): `o[j] = Σ_l probs[l] · values[l][at + j]` for
