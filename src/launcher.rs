@@ -91,7 +91,7 @@ fn launch() -> Result<Never, String> {
             }
         }
         match wait {
-            omp_wait::Wait::Spin(n) => cmd.env("GOMP_SPINCOUNT", n.to_string()),
+            omp_wait::Wait::Spin => cmd.env("GOMP_SPINCOUNT", omp_wait::quiet_spins(omp_wait::ns_per_spin()).to_string()),
             omp_wait::Wait::Passive => cmd.env("OMP_WAIT_POLICY", "PASSIVE"),
         };
     }

@@ -8,7 +8,11 @@
 //! never collapses under load but is slow quiet, and the fast tier's host kernels, many short
 //! parallel regions a step, need the waiting thread awake: 1,000 spins made a batch-1 sentence
 //! 25% slower than 3,000, and more spins buy nothing quiet but cost more under a load that starts
-//! later. So the launcher looks once, at start, at how many other tasks are runnable right then.
+//! later. A spin is one `pause`, whose length differs between CPUs: 3,000 of them were enough on
+//! an AMD Zen 5, but took 33 µs on an Intel Xeon whose `pause` is 11 ns, where a batch-1 step's
+//! threads then fell asleep between its regions (exact mode 14–16 ms a sentence against 12–13 at
+//! 50,000 spins). So the quiet wait is a time, [`QUIET_WAIT`], counted in spins of the CPU at hand.
+//! The launcher looks once, at start, at how many other tasks are runnable right then.
 //! Where `/proc/loadavg` counts more than the cores take, it counts again task by task, leaving
 //! out its own process group: a pipeline's other commands (`tchseq … | python3 score.py`) start
 //! beside it and are runnable for their start-up, then wait on tchseq's output; read as load,
@@ -17,14 +21,42 @@
 /// What the launcher puts into the program's environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
-    /// `GOMP_SPINCOUNT=n`: the cores are ours.
-    Spin(u32),
+    /// `GOMP_SPINCOUNT`, [`quiet_spins`]: the cores are ours.
+    Spin,
     /// `OMP_WAIT_POLICY=PASSIVE`: other runnable tasks would share the cores with our threads.
     Passive,
 }
 
-/// The spin count on a quiet machine.
-pub const QUIET_SPINS: u32 = 3_000;
+/// How long a thread spins before it sleeps on a quiet machine.
+pub const QUIET_WAIT: std::time::Duration = std::time::Duration::from_micros(400);
+/// The fewest spins, whatever a spin takes (what served the CPUs whose `pause` is long).
+pub const MIN_SPINS: u32 = 3_000;
+/// The most: libgomp's own count.
+pub const MAX_SPINS: u32 = 300_000;
+
+/// The spins that last [`QUIET_WAIT`] where one takes `ns_per_spin`.
+pub fn quiet_spins(ns_per_spin: f64) -> u32 {
+    let spins = QUIET_WAIT.as_nanos() as f64 / ns_per_spin;
+    if spins.is_nan() {
+        return MIN_SPINS;
+    }
+    spins.clamp(f64::from(MIN_SPINS), f64::from(MAX_SPINS)) as u32
+}
+
+/// What one spin of libgomp's waiting loop (a `pause`) takes on this CPU: the least of a few
+/// short timings, so that a preempted one does not count.
+pub fn ns_per_spin() -> f64 {
+    const SPINS: u32 = 1_000;
+    (0..3)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..SPINS {
+                std::hint::spin_loop();
+            }
+            start.elapsed().as_nanos() as f64 / f64::from(SPINS)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
 
 /// How often the launcher reads `/proc/loadavg` (1 ms apart) before it takes the least count.
 pub const LOOKS: usize = 3;
@@ -39,7 +71,7 @@ pub fn runnable(loadavg: &str) -> Option<usize> {
 pub fn choose(loadavg: &str, threads: usize, cores: usize) -> Wait {
     match runnable(loadavg) {
         Some(n) => choose_beside(n.saturating_sub(1), threads, cores),
-        None => Wait::Spin(QUIET_SPINS),
+        None => Wait::Spin,
     }
 }
 
@@ -48,7 +80,7 @@ pub fn choose_beside(others: usize, threads: usize, cores: usize) -> Wait {
     if others + threads > cores {
         Wait::Passive
     } else {
-        Wait::Spin(QUIET_SPINS)
+        Wait::Spin
     }
 }
 
@@ -98,13 +130,27 @@ mod tests {
         assert_eq!(runnable("0.52 0.58 0.59 3/245 12345"), Some(3));
         assert_eq!(runnable("garbage"), None);
         // the reader alone: quiet
-        assert_eq!(choose("0.00 0.01 0.05 1/245 1", 2, 2), Wait::Spin(QUIET_SPINS));
+        assert_eq!(choose("0.00 0.01 0.05 1/245 1", 2, 2), Wait::Spin);
         // one other task beside two threads on two cores
         assert_eq!(choose("1.00 1.00 1.00 2/245 1", 2, 2), Wait::Passive);
         // ... but not beside one thread, nor on a machine with a core to spare
-        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 1, 2), Wait::Spin(QUIET_SPINS));
-        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 2, 4), Wait::Spin(QUIET_SPINS));
-        assert_eq!(choose("unreadable", 64, 2), Wait::Spin(QUIET_SPINS));
+        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 1, 2), Wait::Spin);
+        assert_eq!(choose("1.00 1.00 1.00 2/245 1", 2, 4), Wait::Spin);
+        assert_eq!(choose("unreadable", 64, 2), Wait::Spin);
+    }
+
+    #[test]
+    fn the_quiet_wait_is_a_time_counted_in_this_cpu_s_spins() {
+        // an 11 ns pause: 400 µs is 36,363 spins
+        assert_eq!(quiet_spins(11.0), 36_363);
+        // a long pause keeps the floor, a very short one libgomp's own count
+        assert_eq!(quiet_spins(1_000.0), MIN_SPINS);
+        assert_eq!(quiet_spins(0.5), MAX_SPINS);
+        assert_eq!(quiet_spins(0.0), MAX_SPINS);
+        assert_eq!(quiet_spins(f64::NAN), MIN_SPINS);
+        let measured = ns_per_spin();
+        assert!(measured.is_finite() && measured >= 0.0, "{measured}");
+        assert!((MIN_SPINS..=MAX_SPINS).contains(&quiet_spins(measured)));
     }
 
     #[test]
@@ -121,7 +167,7 @@ mod tests {
         assert_eq!(runnable_outside(stats, 100), 1);
         assert_eq!(runnable_outside(stats, 200), 2);
         assert_eq!(choose_beside(1, 2, 2), Wait::Passive);
-        assert_eq!(choose_beside(0, 2, 2), Wait::Spin(QUIET_SPINS));
+        assert_eq!(choose_beside(0, 2, 2), Wait::Spin);
     }
 
     #[test]
