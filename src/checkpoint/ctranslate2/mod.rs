@@ -165,7 +165,8 @@ pub struct Ct2Model {
 const GLOBAL_INT16_SCALE: f32 = 1000.0;
 
 /// The stored table differs from fairseq's sinusoidal one by at most this (sin/cos of the
-/// same float32 arguments, from two math libraries) when it is that table.
+/// same float32 arguments, from two math libraries) when it is that table, beyond what its
+/// arguments may differ by (`sinusoid::argument_rounding`).
 const SINUSOIDAL_TOLERANCE: f64 = 1e-6;
 
 struct Ctx<'a> {
@@ -494,8 +495,8 @@ impl Ct2Model {
 
     /// Max |stored table - fairseq's sinusoidal table| for `encoder.embed_positions` or
     /// `decoder.embed_positions` (rows `padding_idx + 1 ..` of
-    /// `SinusoidalPositionalEmbedding.get_embedding`), beyond the rounding of a 16-bit table;
-    /// None when none is stored.
+    /// `SinusoidalPositionalEmbedding.get_embedding`), beyond what the table's CPU may give the
+    /// same arguments and the rounding of a 16-bit table; None when none is stored.
     pub fn sinusoidal_max_abs_diff(&self, module: &str) -> Result<Option<f64>, Ct2Error> {
         let Some(table) = self.position_encodings.get(module) else { return Ok(None) };
         let torch = |source| Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source };
@@ -510,7 +511,12 @@ impl Ct2Model {
             return Ok(Some(f64::INFINITY));
         };
         let reference = reference.f_narrow(0, pad + 1, rows).map_err(torch)?;
-        let mut diff = reference.f_sub(table).and_then(|d| d.f_abs()).map_err(torch)?;
+        // what the table's CPU may have given the same arguments (its `exp`'s last bit) counts
+        // for nothing, as a float16 or bfloat16 table's rounding does below
+        let arguments = crate::config::sinusoid::argument_rounding(rows + pad + 1, dim)
+            .map_err(|e| Ct2Error::Variable { path: self.dir.clone(), name: module.to_string(), msg: e.to_string() })?;
+        let arguments = arguments.f_narrow(0, pad + 1, rows).map_err(torch)?;
+        let mut diff = reference.f_sub(table).and_then(|d| d.f_abs()).and_then(|d| d.f_sub(&arguments)).and_then(|d| d.f_clamp_min(0.0)).map_err(torch)?;
         // a table stored in float16 or bfloat16 (CTranslate2's `--quantization float16`) is the
         // sinusoids rounded to it: what exceeds that rounding (half a unit in the last place) counts
         for (kind, u, subnormal) in [(Kind::Half, 2f64.powi(-11), 2f64.powi(-25)), (Kind::BFloat16, 2f64.powi(-8), 2f64.powi(-134))] {
