@@ -28,11 +28,12 @@ pub fn get_embedding(num_embeddings: i64, embedding_dim: i64, padding_idx: i64) 
     Ok(emb)
 }
 
-/// How far each entry of [`get_embedding`]'s table may lie from the same table made on another
-/// CPU, before sin and cos differ: libtorch's `exp` is MKL's, whose last bit differs between
-/// CPUs, so a frequency may round to a neighbouring float and move its arguments by up to
-/// 2^-23 of themselves, and each side rounds an argument once more. sin and cos change by at
-/// most what their argument does. `2^-21 |argument|` bounds it, with room.
+/// How far each entry of [`get_embedding`]'s table may move on another CPU through its
+/// argument alone (sin and cos of one argument differ far less): libtorch's `exp` is MKL's,
+/// whose last bit differs between CPUs, so a frequency may round to a neighbouring float and
+/// move its arguments by up to 2^-23 of themselves, and each side rounds an argument once more.
+/// sin and cos change by at most what their argument does. `2^-21 |argument|` bounds it, with
+/// room.
 pub fn argument_rounding(num_embeddings: i64, embedding_dim: i64) -> Result<Tensor, SinusoidError> {
     let args = arguments(num_embeddings, embedding_dim)?.f_abs()?.f_mul_scalar(2f64.powi(-21))?;
     let mut bound = Tensor::f_cat(&[&args, &args], 1)?;

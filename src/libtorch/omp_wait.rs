@@ -29,7 +29,7 @@ pub enum Wait {
 
 /// How long a thread spins before it sleeps on a quiet machine.
 pub const QUIET_WAIT: std::time::Duration = std::time::Duration::from_micros(400);
-/// The fewest spins, whatever a spin takes (what served the CPUs whose `pause` is long).
+/// The fewest spins, however short a spin: the count measured best on the AMD CPUs before.
 pub const MIN_SPINS: u32 = 3_000;
 /// The most: libgomp's own count.
 pub const MAX_SPINS: u32 = 300_000;
