@@ -20,6 +20,9 @@ use super::ModelError;
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// `weight.t()`, made once: `F.linear` makes it on every call (with its autograd view
+    /// metadata, the weight being a parameter) before it reaches the same `addmm`.
+    weight_t: Option<Tensor>,
     int8: Option<Int8Weight>,
     packed: Option<Arc<PackedWeight>>,
     table: Option<TableProjection>,
@@ -29,11 +32,12 @@ impl Linear {
     pub fn load(w: &Weights, in_features: i64, out_features: i64, bias: bool) -> Result<Self, ModelError> {
         let weight = w.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(w.get("bias", &[out_features])?) } else { None };
-        Ok(Self { weight, bias, int8: None, packed: None, table: None })
+        Ok(Self::from_tensors(weight, bias))
     }
 
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias, int8: None, packed: None, table: None }
+        let weight_t = if weight.dim() == 2 { tch::no_grad(|| weight.f_tr().ok()) } else { None };
+        Self { weight, bias, weight_t, int8: None, packed: None, table: None }
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, ModelError> {
@@ -49,8 +53,30 @@ impl Linear {
             // the bias was packed with the weight; the only other bias handed in is the
             // in_proj slice of the same layer's own bias
             Some(q) => Ok(q.linear(x)?),
-            None => Ok(x.f_linear(&self.weight, bias)?),
+            None => self.addmm_or_linear(x, bias),
         }
+    }
+
+    /// `F.linear(x, weight, bias)` as ATen computes it: where it reaches `addmm(bias,
+    /// x.flatten(0, -2), weight.t())` (a 2-D input, or a contiguous one with a contiguous 1-D
+    /// bias), that `addmm` on the kept `weight.t()`; elsewhere `linear` itself.
+    fn addmm_or_linear(&self, x: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        let (Some(bias), Some(weight_t)) = (bias, &self.weight_t) else {
+            return Ok(x.f_linear(&self.weight, bias)?);
+        };
+        let size = x.size();
+        let fused = size.len() == 2 || (size.len() > 2 && x.is_contiguous() && bias.dim() == 1 && bias.is_contiguous());
+        let (Some((&in_features, outer)), true) = (size.split_last(), fused) else {
+            return Ok(x.f_linear(&self.weight, Some(bias))?);
+        };
+        if size.len() == 2 {
+            return Ok(bias.f_addmm(x, weight_t)?);
+        }
+        let rows: i64 = outer.iter().product();
+        let y = bias.f_addmm(&x.f_view([rows, in_features])?, weight_t)?;
+        let mut out = outer.to_vec();
+        out.push(y.size()[1]);
+        Ok(y.f_view(out.as_slice())?)
     }
 
     /// `relu(F.linear(x, weight, bias))`, in one pass on the host when the weight was packed.
@@ -166,6 +192,7 @@ impl Linear {
     pub fn release_weight(&mut self) {
         if self.packed.is_some() || self.int8.is_some() {
             self.weight = Tensor::new();
+            self.weight_t = None;
         }
     }
 
