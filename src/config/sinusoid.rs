@@ -9,6 +9,8 @@ use tch::{Device, Kind, Tensor};
 pub enum SinusoidError {
     #[error("sinusoidal positions need an embedding dim of at least 4, not {0}")]
     TooNarrow(i64),
+    #[error("a position table is a matrix, not of shape {0:?}")]
+    NotATable(Vec<i64>),
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
 }
@@ -45,6 +47,73 @@ pub fn argument_rounding(num_embeddings: i64, embedding_dim: i64) -> Result<Tens
 
 const OPTIONS: (Kind, Device) = (Kind::Float, Device::Cpu);
 
+/// How a 16-bit float rounds what it stores: half a unit in its last place, relative (`u`), and
+/// half its smallest subnormal step below the normal numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SixteenBit {
+    pub kind: Kind,
+    pub u: f64,
+    pub subnormal: f64,
+}
+
+/// bfloat16 before float16: every bfloat16 sinusoid is a float16 as well.
+const SIXTEEN_BIT: [SixteenBit; 2] = [
+    SixteenBit { kind: Kind::BFloat16, u: 1.0 / 256.0, subnormal: 1.0 / (1u128 << 127) as f64 / 128.0 },
+    SixteenBit { kind: Kind::Half, u: 1.0 / 2048.0, subnormal: 1.0 / (1u64 << 25) as f64 },
+];
+
+/// A table stored as positions `first ..` of fairseq's sinusoids (a conversion's copy of them),
+/// beside [`get_embedding`]'s rows for the same positions, from the one after `padding_idx` on
+/// (the padding row and those before it are not compared).
+#[derive(Debug)]
+pub struct StoredTable {
+    /// `get_embedding`'s rows, on this CPU.
+    pub fairseq: Tensor,
+    /// `|fairseq - stored|`, entry by entry.
+    pub abs_diff: Tensor,
+    /// [`argument_rounding`] of each entry: what the CPU that made the table may have moved it by.
+    pub argument_rounding: Tensor,
+    /// The 16-bit float every stored entry is, where one is: the table is the sinusoids rounded to it.
+    pub stored_as: Option<SixteenBit>,
+}
+
+impl StoredTable {
+    /// `table` `[rows, dim]`, f32.
+    pub fn compare(table: &Tensor, first: i64, padding_idx: i64) -> Result<Self, SinusoidError> {
+        let (rows, dim) = match table.size().as_slice() {
+            &[rows, dim] => (rows, dim),
+            _ => return Err(SinusoidError::NotATable(table.size())),
+        };
+        let from = (padding_idx + 1 - first).clamp(0, rows);
+        let ours = |t: Tensor| t.f_narrow(0, first + from, rows - from);
+        let fairseq = ours(get_embedding(first + rows, dim, padding_idx)?)?;
+        let argument_rounding = ours(argument_rounding(first + rows, dim)?)?;
+        let table = table.f_narrow(0, from, rows - from)?;
+        let abs_diff = fairseq.f_sub(&table)?.f_abs()?;
+        let mut stored_as = None;
+        for sixteen in SIXTEEN_BIT {
+            if table.numel() > 0 && table.f_to_kind(sixteen.kind)?.f_to_kind(Kind::Float)?.f_equal(&table)? {
+                stored_as = Some(sixteen);
+                break;
+            }
+        }
+        Ok(Self { fairseq, abs_diff, argument_rounding, stored_as })
+    }
+
+    /// `abs_diff` less the argument rounding, and less the 16-bit rounding of each entry where
+    /// the table was stored so, clamped at 0: what the table differs by beyond what a
+    /// conversion of fairseq's sinusoids may.
+    pub fn excess(&self) -> Result<Tensor, SinusoidError> {
+        let mut excess = self.abs_diff.f_sub(&self.argument_rounding)?.f_clamp_min(0.0)?;
+        if let Some(s) = self.stored_as {
+            let rounding = self.fairseq.f_abs()?.f_mul_scalar(s.u)?.f_add_scalar(s.subnormal)?;
+            excess = excess.f_sub(&rounding)?.f_clamp_min(0.0)?;
+        }
+        Ok(excess)
+    }
+}
+
+
 /// Position `p`'s arguments, `p · e^(-i ln(10000) / (half_dim - 1))`, `[num_embeddings, half_dim]`.
 fn arguments(num_embeddings: i64, embedding_dim: i64) -> Result<Tensor, SinusoidError> {
     let half_dim = embedding_dim / 2;
@@ -79,5 +148,36 @@ mod tests {
         let odd = argument_rounding(5, 9).unwrap();
         assert_eq!(odd.size(), [5, 9]);
         assert_eq!(odd.select(1, 8).abs().sum(Kind::Float).double_value(&[]), 0.0);
+    }
+
+    /// A stored table is compared from the position after the padding row on, and a 16-bit one
+    /// is taken as the float it fits first: bfloat16 before float16, as every bfloat16 sinusoid
+    /// is a float16 too.
+    #[test]
+    fn stored_tables_are_fairseq_s_rows_within_their_rounding() {
+        let (rows, dim, pad) = (300, 32, 1);
+        let full = get_embedding(rows, dim, pad).unwrap();
+        let exact = StoredTable::compare(&full.narrow(0, pad + 1, rows - pad - 1), pad + 1, pad).unwrap();
+        assert_eq!((exact.stored_as, exact.excess().unwrap().max().double_value(&[])), (None, 0.0));
+        // from position 0, the padding row and the one before it are left out
+        let padded = full.copy();
+        let _ = padded.narrow(0, 0, pad + 1).fill_(7.0);
+        let from_zero = StoredTable::compare(&padded, 0, pad).unwrap();
+        assert_eq!((from_zero.fairseq.size(), from_zero.excess().unwrap().max().double_value(&[])), (vec![rows - pad - 1, dim], 0.0));
+        for sixteen in SIXTEEN_BIT {
+            let rounded = full.to_kind(sixteen.kind).to_kind(Kind::Float);
+            let stored = StoredTable::compare(&rounded, 0, pad).unwrap();
+            assert_eq!(stored.stored_as.map(|s| s.kind), Some(sixteen.kind));
+            assert_eq!(stored.excess().unwrap().max().double_value(&[]), 0.0, "{:?}", sixteen.kind);
+            let unrounded = StoredTable { stored_as: None, ..stored };
+            assert!(unrounded.excess().unwrap().max().double_value(&[]) > 1e-5, "{:?}'s rounding counts", sixteen.kind);
+        }
+        let bf16 = full.to_kind(Kind::BFloat16).to_kind(Kind::Float);
+        let as_half = StoredTable { stored_as: Some(SIXTEEN_BIT[1]), ..StoredTable::compare(&bf16, 0, pad).unwrap() };
+        assert!(as_half.excess().unwrap().max().double_value(&[]) > 1e-4, "float16's rounding is too small for a bfloat16 table");
+        let shifted = StoredTable::compare(&full.roll([1], [0]), 0, pad).unwrap();
+        assert!(shifted.excess().unwrap().max().double_value(&[]) > 1e-2);
+        assert!(matches!(StoredTable::compare(&full.flatten(0, -1), 0, pad), Err(SinusoidError::NotATable(_))));
+        assert!(matches!(StoredTable::compare(&Tensor::zeros([4, 3], OPTIONS), 0, pad), Err(SinusoidError::TooNarrow(3))));
     }
 }

@@ -498,36 +498,21 @@ impl Ct2Model {
     /// `SinusoidalPositionalEmbedding.get_embedding`), beyond what the table's CPU may give the
     /// same arguments and the rounding of a 16-bit table; None when none is stored.
     pub fn sinusoidal_max_abs_diff(&self, module: &str) -> Result<Option<f64>, Ct2Error> {
+        use crate::config::sinusoid::{SinusoidError, StoredTable};
         let Some(table) = self.position_encodings.get(module) else { return Ok(None) };
-        let torch = |source| Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source };
         let side = module.split('.').next().unwrap_or_default();
         let pad = self.padding_idx(side);
-        let (rows, dim) = match table.size().as_slice() {
-            &[rows, dim] => (rows, dim),
-            other => return Err(Ct2Error::Variable { path: self.dir.clone(), name: module.to_string(), msg: format!("shape {other:?}") }),
+        let error = |e: SinusoidError| match e {
+            SinusoidError::Torch(source) => Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source },
+            e => Ct2Error::Variable { path: self.dir.clone(), name: module.to_string(), msg: e.to_string() },
         };
-        let Ok(reference) = crate::config::sinusoid::get_embedding(rows + pad + 1, dim, pad) else {
+        let excess = match StoredTable::compare(table, pad + 1, pad).and_then(|t| t.excess()) {
             // no sinusoidal table of this width exists (fewer than 4 columns)
-            return Ok(Some(f64::INFINITY));
+            Err(SinusoidError::TooNarrow(_)) => return Ok(Some(f64::INFINITY)),
+            excess => excess.map_err(error)?,
         };
-        let reference = reference.f_narrow(0, pad + 1, rows).map_err(torch)?;
-        // what the table's CPU may have given the same arguments (its `exp`'s last bit) counts
-        // for nothing, as a float16 or bfloat16 table's rounding does below
-        let arguments = crate::config::sinusoid::argument_rounding(rows + pad + 1, dim)
-            .map_err(|e| Ct2Error::Variable { path: self.dir.clone(), name: module.to_string(), msg: e.to_string() })?;
-        let arguments = arguments.f_narrow(0, pad + 1, rows).map_err(torch)?;
-        let mut diff = reference.f_sub(table).and_then(|d| d.f_abs()).and_then(|d| d.f_sub(&arguments)).and_then(|d| d.f_clamp_min(0.0)).map_err(torch)?;
-        // a table stored in float16 or bfloat16 (CTranslate2's `--quantization float16`) is the
-        // sinusoids rounded to it: what exceeds that rounding (half a unit in the last place) counts
-        for (kind, u, subnormal) in [(Kind::Half, 2f64.powi(-11), 2f64.powi(-25)), (Kind::BFloat16, 2f64.powi(-8), 2f64.powi(-134))] {
-            let stored_as = table.f_to_kind(kind).and_then(|t| t.f_to_kind(Kind::Float)).and_then(|t| t.f_equal(table)).map_err(torch)?;
-            if stored_as {
-                let rounding = reference.f_abs().and_then(|r| r.f_mul_scalar(u)).and_then(|r| r.f_add_scalar(subnormal)).map_err(torch)?;
-                diff = diff.f_sub(&rounding).and_then(|d| d.f_clamp_min(0.0)).map_err(torch)?;
-                break;
-            }
-        }
-        Ok(Some(diff.f_max().and_then(|d| d.f_double_value(&[])).map_err(torch)?))
+        let torch = |source| Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source };
+        Ok(Some(if excess.numel() == 0 { 0.0 } else { excess.f_max().and_then(|d| d.f_double_value(&[])).map_err(torch)? }))
     }
 
     /// The fairseq model options this conversion implies (`--arch transformer` and every

@@ -462,3 +462,36 @@ fn names_map_both_ways_in_fairseq_order() {
     keys.sort_by_key(|k| names::fairseq_order(k));
     assert_eq!(keys, ["encoder.embed_tokens.weight", "encoder.layer_norm.weight", "decoder.layers.0.self_attn.k_proj.weight", "decoder.layers.0.self_attn.out_proj.weight", "decoder.layers.0.encoder_attn.q_proj.weight", "decoder.layers.0.fc1.bias", "decoder.output_projection.weight"]);
 }
+
+/// A position table stored in bfloat16 or float16 (`--quantization bfloat16` or `float16`
+/// stores every float variable so) is still read as fairseq's sinusoids; one moved by a row is
+/// not. A bfloat16 table is a float16 table as well, and float16's rounding is too small for it.
+#[test]
+fn sixteen_bit_position_tables_read_as_sinusoids() {
+    let positions = |kind: Kind, shift: bool| {
+        rewrite("postnorm-float32", move |n, s, d, b| {
+            // (`rewrite` also asks about aliases, with no shape)
+            if !n.ends_with("/position_encodings/encodings") || s.len() != 2 {
+                return keep(n, s, d, b);
+            }
+            let table = Tensor::f_from_data_size(b, &[i64::from(s[0]), i64::from(s[1])], Kind::Float).unwrap();
+            let table = if shift { table.roll([1], [0]) } else { table };
+            let dtype = if kind == Kind::BFloat16 { DataType::BFloat16 } else { DataType::Float16 };
+            let bits = table.to_kind(kind).view_dtype(Kind::Int16);
+            let bytes: Vec<u8> = Vec::<i16>::try_from(bits.flatten(0, -1)).unwrap().iter().flat_map(|x| x.to_le_bytes()).collect();
+            keep(n, s, dtype, &bytes)
+        })
+    };
+    for kind in [Kind::BFloat16, Kind::Half] {
+        let dir = dir_with("postnorm-float32", &positions(kind, false));
+        let m = load(dir.path()).unwrap();
+        for module in ["encoder.embed_positions", "decoder.embed_positions"] {
+            let d = m.sinusoidal_max_abs_diff(module).unwrap().unwrap();
+            assert!(d <= SINUSOIDAL_TOLERANCE, "{kind:?} {module}: {d}");
+        }
+        let args = m.fairseq_args().unwrap();
+        assert_eq!((&args["encoder_learned_pos"], &args["decoder_learned_pos"]), (&Json::Bool(false), &Json::Bool(false)), "{kind:?}");
+        let shifted = load(dir_with("postnorm-float32", &positions(kind, true)).path()).unwrap();
+        assert!(shifted.sinusoidal_max_abs_diff("decoder.embed_positions").unwrap().unwrap() > 1e-2, "{kind:?}");
+    }
+}

@@ -15,7 +15,8 @@ use tchseq::hub::HubError;
 use tchseq::checkpoint::{ctranslate2, hf, hf_fields, load_checkpoint, upgrade, Checkpoint, CheckpointError};
 use tchseq::config::TransformerConfig;
 use tchseq::text::dictionary::Dictionary;
-use tchseq::model::{ModelError, SinusoidalPositionalEmbedding, PADDING_IDX};
+use tchseq::config::sinusoid::{SinusoidError, StoredTable};
+use tchseq::model::{ModelError, PADDING_IDX};
 
 /// The formats a conversion may be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -329,48 +330,33 @@ fn weight_row(name: &str, ours: &Tensor, w: &StoredWeight) -> Result<WeightRow, 
 /// A stored position table against fairseq's sinusoids (the formats here store only those).
 fn positions_row(p: &StoredPositions, config: &TransformerConfig) -> Result<WeightRow, tch::TchError> {
     let size = p.table.size();
-    let (rows, dim) = (size.first().copied().unwrap_or(0), size.get(1).copied().unwrap_or(0));
+    let rows = size.first().copied().unwrap_or(0);
     let mut row = WeightRow { fairseq: p.module.clone(), stored_as: Some(p.stored_as.clone()), shape: size.clone(), max_abs_diff: None, max_rel_diff: None, bound: 1e-6, status: Status::Fail, note: None };
     let learned = if p.module.starts_with("encoder") { config.encoder_learned_pos } else { config.decoder_learned_pos };
     if learned || size.len() != 2 || rows == 0 {
         row.note = Some("not a sinusoidal table".into());
         return Ok(row);
     }
-    let fairseq = match SinusoidalPositionalEmbedding::get_embedding(p.first + rows, dim, PADDING_IDX) {
-        Ok(t) => t.f_narrow(0, p.first, rows)?,
+    let stored = match StoredTable::compare(&p.table, p.first, PADDING_IDX) {
+        Ok(stored) => stored,
+        Err(SinusoidError::Torch(e)) => return Err(e),
         Err(e) => {
             row.note = Some(e.to_string());
             return Ok(row);
         }
     };
-    // positions before the first real one (the padding row) are not compared
-    let from = (PADDING_IDX + 1 - p.first).clamp(0, rows);
-    let (fairseq, table) = (fairseq.f_narrow(0, from, rows - from)?, p.table.f_narrow(0, from, rows - from)?);
-    // the CPU that made the table may have given an entry's argument another last bit (its
-    // `exp`'s): what that moves an entry by counts for nothing
-    let arguments = match tchseq::config::sinusoid::argument_rounding(p.first + rows, dim) {
-        Ok(t) => t.f_narrow(0, p.first, rows)?.f_narrow(0, from, rows - from)?,
-        Err(e) => {
-            row.note = Some(e.to_string());
-            return Ok(row);
-        }
-    };
-    let diff = fairseq.f_sub(&table)?.f_abs()?;
     let largest = |t: &Tensor| -> Result<f64, tch::TchError> { Ok(if t.numel() == 0 { 0.0 } else { t.f_max()?.double_value(&[]) }) };
-    let max_abs = largest(&diff)?;
-    let beyond_arguments = largest(&diff.f_sub(&arguments)?.f_clamp_min(0.0)?)?;
+    let max_abs = largest(&stored.abs_diff)?;
+    let beyond_arguments = largest(&stored.abs_diff.f_sub(&stored.argument_rounding)?.f_clamp_min(0.0)?)?;
     // a table stored in float16 or bfloat16 is the sinusoids rounded to it: half a unit in its
     // last place more
-    for (kind, u) in [(Kind::Half, 2f64.powi(-11)), (Kind::BFloat16, 2f64.powi(-8))] {
-        if diff.numel() > 0 && table.f_to_kind(kind)?.f_to_kind(Kind::Float)?.f_equal(&table)? {
-            row.bound += u * fairseq.f_abs()?.f_max()?.double_value(&[]);
-            break;
-        }
+    if let Some(sixteen) = stored.stored_as {
+        row.bound += sixteen.u * largest(&stored.fairseq.f_abs()?)?;
     }
     row.max_abs_diff = Some(max_abs);
     // sin and cos of the same float32 arguments from two math libraries
     let within = beyond_arguments <= row.bound;
-    row.bound += largest(&arguments)?;
+    row.bound += largest(&stored.argument_rounding)?;
     if within {
         row.status = Status::Ok;
     } else {
