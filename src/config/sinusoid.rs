@@ -57,10 +57,12 @@ pub struct SixteenBit {
 }
 
 /// bfloat16 before float16: every bfloat16 sinusoid is a float16 as well.
-const SIXTEEN_BIT: [SixteenBit; 2] = [
-    SixteenBit { kind: Kind::BFloat16, u: 1.0 / 256.0, subnormal: 1.0 / (1u128 << 127) as f64 / 128.0 },
-    SixteenBit { kind: Kind::Half, u: 1.0 / 2048.0, subnormal: 1.0 / (1u64 << 25) as f64 },
-];
+fn sixteen_bit() -> [SixteenBit; 2] {
+    [
+        SixteenBit { kind: Kind::BFloat16, u: 2f64.powi(-8), subnormal: 2f64.powi(-134) },
+        SixteenBit { kind: Kind::Half, u: 2f64.powi(-11), subnormal: 2f64.powi(-25) },
+    ]
+}
 
 /// A table stored as positions `first ..` of fairseq's sinusoids (a conversion's copy of them),
 /// beside [`get_embedding`]'s rows for the same positions, from the one after `padding_idx` on
@@ -91,7 +93,7 @@ impl StoredTable {
         let table = table.f_narrow(0, from, rows - from)?;
         let abs_diff = fairseq.f_sub(&table)?.f_abs()?;
         let mut stored_as = None;
-        for sixteen in SIXTEEN_BIT {
+        for sixteen in sixteen_bit() {
             if table.numel() > 0 && table.f_to_kind(sixteen.kind)?.f_to_kind(Kind::Float)?.f_equal(&table)? {
                 stored_as = Some(sixteen);
                 break;
@@ -112,7 +114,6 @@ impl StoredTable {
         Ok(excess)
     }
 }
-
 
 /// Position `p`'s arguments, `p · e^(-i ln(10000) / (half_dim - 1))`, `[num_embeddings, half_dim]`.
 fn arguments(num_embeddings: i64, embedding_dim: i64) -> Result<Tensor, SinusoidError> {
@@ -164,7 +165,7 @@ mod tests {
         let _ = padded.narrow(0, 0, pad + 1).fill_(7.0);
         let from_zero = StoredTable::compare(&padded, 0, pad).unwrap();
         assert_eq!((from_zero.fairseq.size(), from_zero.excess().unwrap().max().double_value(&[])), (vec![rows - pad - 1, dim], 0.0));
-        for sixteen in SIXTEEN_BIT {
+        for sixteen in sixteen_bit() {
             let rounded = full.to_kind(sixteen.kind).to_kind(Kind::Float);
             let stored = StoredTable::compare(&rounded, 0, pad).unwrap();
             assert_eq!(stored.stored_as.map(|s| s.kind), Some(sixteen.kind));
@@ -173,7 +174,7 @@ mod tests {
             assert!(unrounded.excess().unwrap().max().double_value(&[]) > 1e-5, "{:?}'s rounding counts", sixteen.kind);
         }
         let bf16 = full.to_kind(Kind::BFloat16).to_kind(Kind::Float);
-        let as_half = StoredTable { stored_as: Some(SIXTEEN_BIT[1]), ..StoredTable::compare(&bf16, 0, pad).unwrap() };
+        let as_half = StoredTable { stored_as: Some(sixteen_bit()[1]), ..StoredTable::compare(&bf16, 0, pad).unwrap() };
         assert!(as_half.excess().unwrap().max().double_value(&[]) > 1e-4, "float16's rounding is too small for a bfloat16 table");
         let shifted = StoredTable::compare(&full.roll([1], [0]), 0, pad).unwrap();
         assert!(shifted.excess().unwrap().max().double_value(&[]) > 1e-2);
