@@ -102,11 +102,16 @@ impl StoredTable {
         Ok(Self { fairseq, abs_diff, argument_rounding, stored_as })
     }
 
-    /// `abs_diff` less the argument rounding, and less the 16-bit rounding of each entry where
-    /// the table was stored so, clamped at 0: what the table differs by beyond what a
-    /// conversion of fairseq's sinusoids may.
+    /// `abs_diff` less the argument rounding, clamped at 0.
+    pub fn beyond_arguments(&self) -> Result<Tensor, tch::TchError> {
+        self.abs_diff.f_sub(&self.argument_rounding)?.f_clamp_min(0.0)
+    }
+
+    /// [`Self::beyond_arguments`] less the 16-bit rounding of each entry where the table was
+    /// stored so, clamped at 0: what the table differs by beyond what a conversion of fairseq's
+    /// sinusoids may.
     pub fn excess(&self) -> Result<Tensor, SinusoidError> {
-        let mut excess = self.abs_diff.f_sub(&self.argument_rounding)?.f_clamp_min(0.0)?;
+        let mut excess = self.beyond_arguments()?;
         if let Some(s) = self.stored_as {
             let rounding = self.fairseq.f_abs()?.f_mul_scalar(s.u)?.f_add_scalar(s.subnormal)?;
             excess = excess.f_sub(&rounding)?.f_clamp_min(0.0)?;

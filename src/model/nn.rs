@@ -65,18 +65,16 @@ impl Linear {
             return Ok(x.f_linear(&self.weight, bias)?);
         };
         let size = x.size();
-        let fused = size.len() == 2 || (size.len() > 2 && x.is_contiguous() && bias.dim() == 1 && bias.is_contiguous());
-        let (Some((&in_features, outer)), true) = (size.split_last(), fused) else {
-            return Ok(x.f_linear(&self.weight, Some(bias))?);
-        };
-        if size.len() == 2 {
-            return Ok(bias.f_addmm(x, weight_t)?);
+        match size.split_last() {
+            Some((_, outer)) if outer.len() == 1 => Ok(bias.f_addmm(x, weight_t)?),
+            Some((&in_features, outer)) if outer.len() > 1 && x.is_contiguous() && bias.dim() == 1 && bias.is_contiguous() => {
+                let rows: i64 = outer.iter().product();
+                let y = bias.f_addmm(&x.f_view([rows, in_features])?, weight_t)?;
+                let out: Vec<i64> = outer.iter().copied().chain(y.size().get(1).copied()).collect();
+                Ok(y.f_view(out.as_slice())?)
+            }
+            _ => Ok(x.f_linear(&self.weight, Some(bias))?),
         }
-        let rows: i64 = outer.iter().product();
-        let y = bias.f_addmm(&x.f_view([rows, in_features])?, weight_t)?;
-        let mut out = outer.to_vec();
-        out.push(y.size()[1]);
-        Ok(y.f_view(out.as_slice())?)
     }
 
     /// `relu(F.linear(x, weight, bias))`, in one pass on the host when the weight was packed.

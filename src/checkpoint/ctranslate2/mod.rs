@@ -511,8 +511,8 @@ impl Ct2Model {
             Err(SinusoidError::TooNarrow(_)) => return Ok(Some(f64::INFINITY)),
             excess => excess.map_err(error)?,
         };
-        let torch = |source| Ct2Error::Torch { path: self.dir.clone(), name: module.to_string(), source };
-        Ok(Some(if excess.numel() == 0 { 0.0 } else { excess.f_max().and_then(|d| d.f_double_value(&[])).map_err(torch)? }))
+        let largest = if excess.numel() == 0 { 0.0 } else { excess.f_max().and_then(|d| d.f_double_value(&[])).map_err(|e| error(e.into()))? };
+        Ok(Some(largest))
     }
 
     /// The fairseq model options this conversion implies (`--arch transformer` and every

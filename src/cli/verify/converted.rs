@@ -347,7 +347,7 @@ fn positions_row(p: &StoredPositions, config: &TransformerConfig) -> Result<Weig
     };
     let largest = |t: &Tensor| -> Result<f64, tch::TchError> { Ok(if t.numel() == 0 { 0.0 } else { t.f_max()?.double_value(&[]) }) };
     let max_abs = largest(&stored.abs_diff)?;
-    let beyond_arguments = largest(&stored.abs_diff.f_sub(&stored.argument_rounding)?.f_clamp_min(0.0)?)?;
+    let beyond_arguments = largest(&stored.beyond_arguments()?)?;
     // a table stored in float16 or bfloat16 is the sinusoids rounded to it: half a unit in its
     // last place more
     if let Some(sixteen) = stored.stored_as {
