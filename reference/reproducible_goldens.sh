@@ -5,9 +5,12 @@
 # an AMD Zen differ, and so does a Zen 3 from a Zen 1, 4 or 5 (which agree). Each vendor has a set,
 # tests/fixtures/reproducible/<vendor>/, and a CPU class whose bits differ from it a set of its
 # own, <vendor>-<class>/; tests/it/reproducible.rs holds tchseq --reproducible bit for bit to one
-# of its vendor's sets.
+# of its vendor's sets. The pins leave oneDNN, which runs ATen's CPU gelu, at the CPU's own ISA:
+# an Intel CPU without AVX-512 computes the set intel-avx2, which an Intel CPU with AVX-512 makes
+# with oneDNN held to AVX2 (the manifest records ONEDNN_MAX_CPU_ISA when it is set).
 #   bash reference/reproducible_goldens.sh          (writes the set <vendor> of this machine)
 #   bash reference/reproducible_goldens.sh zen3     (writes the set <vendor>-zen3)
+#   ONEDNN_MAX_CPU_ISA=AVX2 bash reference/reproducible_goldens.sh avx2     (on Intel: intel-avx2)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source reference/env.sh
@@ -63,7 +66,8 @@ with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(jobs, f)
 subprocess.run([sys.executable, "reference/run_cli.py", f.name], check=True)
 os.unlink(f.name)
-env = {k: os.environ[k] for k in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+env = {k: os.environ[k] for k in ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "ONEDNN_MAX_CPU_ISA")
+       if k in os.environ}
 info = dict(l.split(":", 1) for l in open("/proc/cpuinfo").read().split("\n\n")[0].splitlines() if ":" in l)
 info = {k.strip(): v.strip() for k, v in info.items()}
 cpu = {"vendor_id": info.get("vendor_id"), "model_name": info.get("model name"), "cpu_family": info.get("cpu family"),

@@ -408,11 +408,19 @@ fn an_unreadable_reference_is_exit_2() {
     assert!(String::from_utf8(out.stderr).unwrap().contains("error:"));
 }
 
+/// The CPU kinds fairseq made pinned references on: tests/fixtures/reproducible/<kind>.
+fn reference_cpu_kinds() -> Vec<String> {
+    let mut kinds: Vec<String> =
+        std::fs::read_dir(fixture("reproducible")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    kinds.sort();
+    kinds
+}
+
 /// Every verify reference fairseq made under the pinned AVX2 kernels on another CPU kind
 /// (tests/fixtures/reproducible/<kind>/manifest.json): (kind, fixture, side, file).
 fn other_cpu_references() -> Vec<(String, String, String, PathBuf)> {
     let mut all = Vec::new();
-    for kind in ["amd", "amd-zen3", "intel"] {
+    for kind in reference_cpu_kinds() {
         let manifest = crate::util::json_at(&fixture(&format!("reproducible/{kind}/manifest.json")));
         for (name, files) in manifest["fixtures"].as_object().unwrap() {
             for side in ["left", "right"] {
@@ -426,8 +434,10 @@ fn other_cpu_references() -> Vec<(String, String, String, PathBuf)> {
 
 #[test]
 fn references_fairseq_saved_on_other_cpu_kinds_pass_the_derived_tolerance() {
+    let kinds = reference_cpu_kinds();
+    assert_eq!(kinds, ["amd", "amd-zen3", "intel", "intel-avx2"]);
     let references = other_cpu_references();
-    assert_eq!(references.len(), 36, "3 CPU kinds x 6 fixtures x 2 sides");
+    assert_eq!(references.len(), kinds.len() * 6 * 2, "{} CPU kinds x 6 fixtures x 2 sides", kinds.len());
     let mut worst: (f64, String) = (0.0, String::new());
     let mut rescaled: (f64, String) = (0.0, String::new());
     for (kind, name, side, reference) in references {
