@@ -111,7 +111,7 @@ impl PackedInt8 {
     /// `weight` `[out, in]` and `bias` `[out]`, any float kind on the CPU; only where
     /// [`PackedInt8::available`].
     pub fn quantize(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self, KernelError> {
-        let kernel = Kernel::here().ok_or_else(|| KernelError::NoKernel { kernel: "int8", needs: "AVX2" })?;
+        let kernel = Kernel::here().ok_or(KernelError::NoKernel { kernel: "int8", needs: "AVX2" })?;
         Self::quantize_for(kernel, weight, bias)
     }
 

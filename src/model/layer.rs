@@ -101,7 +101,7 @@ impl TransformerEncoderLayer {
     /// `mask_type=1` with a 2-D mask (torch 2.13 refuses the call without one).
     pub fn forward_fastpath(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor, ModelError> {
         let bias = |l: &Linear| {
-            l.bias.as_ref().map(Tensor::shallow_clone).ok_or_else(|| ModelError::LinearWithoutBias)
+            l.bias.as_ref().map(Tensor::shallow_clone).ok_or(ModelError::LinearWithoutBias)
         };
         let mask_type = mask.filter(|m| m.dim() == 2).map(|_| 1i64);
         let embed_dim = self.self_attn.embed_dim;

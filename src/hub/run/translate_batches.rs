@@ -119,9 +119,7 @@ impl Translator {
         // an option that no batch can take is the caller's error, not a batch's
         let mut translated = translated;
         if let Some(k) = translated.iter().position(|r| matches!(r, Err(GenerateError::InvalidOption(_)))) {
-            if let Err(e) = translated.swap_remove(k) {
-                return Err(e);
-            }
+            translated.swap_remove(k)?;
         }
         let mut tokens = tokens;
         for (batch, outcome) in members.iter().zip(translated) {
