@@ -1,7 +1,13 @@
 //! A contiguous float32 CPU tensor's elements as a Rust slice, for the kernels that run on the
-//! host (`kernels/one_query.rs`, `kernels/gemm.rs`, `generate/beam_topk.rs`).
+//! host (`kernels/one_query.rs`, `kernels/gemm.rs`, `generate/beam_topk.rs`); and a tensor's
+//! largest element as a number, for the reports that compare tensors.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, TchError, Tensor};
+
+/// `t`'s largest element; 0 for an empty tensor.
+pub fn largest(t: &Tensor) -> Result<f64, TchError> {
+    if t.numel() == 0 { Ok(0.0) } else { t.f_max()?.f_double_value(&[]) }
+}
 
 /// Whether `t` can be read through [`f32_view`].
 pub fn is_host_f32(t: &Tensor) -> bool {

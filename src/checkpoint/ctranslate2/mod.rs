@@ -32,6 +32,8 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value as Json};
 use tch::{Kind, Tensor};
 
+use crate::libtorch::host::largest;
+
 pub use flags::{Activation, Ct2Flags, SideFlags};
 pub use model_bin::{DataType, ModelBin, ModelBinError, Variable};
 
@@ -511,8 +513,7 @@ impl Ct2Model {
             Err(SinusoidError::TooNarrow(_)) => return Ok(Some(f64::INFINITY)),
             excess => excess.map_err(error)?,
         };
-        let largest = if excess.numel() == 0 { 0.0 } else { excess.f_max().and_then(|d| d.f_double_value(&[])).map_err(|e| error(e.into()))? };
-        Ok(Some(largest))
+        Ok(Some(largest(&excess).map_err(|e| error(e.into()))?))
     }
 
     /// The fairseq model options this conversion implies (`--arch transformer` and every

@@ -15,6 +15,7 @@ use crate::cli::common;
 use crate::cli::Outcome;
 use super::converted::{compare_config, compare_fields, compare_weights, read_converted, ConfigRow, Format, Status, WeightRow};
 use tchseq::hub::{Batching, TextMode, TranslateOptions, Translation, Translator};
+use tchseq::libtorch::host::largest;
 use tchseq::model::{get_normalized_probs, TransformerModel, PADDING_IDX};
 
 /// Sentences whose activations are compared (all of `--input` are translated).
@@ -173,7 +174,7 @@ fn activations(translator: &Translator, theirs: &TransformerModel, lines: &[&str
                 let diff = x.f_sub(y)?.f_abs()?.f_to_kind(Kind::Float)?;
                 let mask = keep.f_view([keep.size()[0], keep.size()[1], 1])?.f_expand_as(&diff)?;
                 let kept = diff.f_masked_select(&mask)?;
-                if kept.numel() == 0 { 0.0 } else { kept.f_max()?.double_value(&[]) }
+                largest(&kept)?
             } else {
                 f64::INFINITY
             };

@@ -16,6 +16,7 @@ use tchseq::checkpoint::{ctranslate2, hf, hf_fields, load_checkpoint, upgrade, C
 use tchseq::config::TransformerConfig;
 use tchseq::text::dictionary::Dictionary;
 use tchseq::config::sinusoid::{SinusoidError, StoredTable};
+use tchseq::libtorch::host::largest;
 use tchseq::model::{ModelError, PADDING_IDX};
 
 /// The formats a conversion may be in.
@@ -310,13 +311,13 @@ fn weight_row(name: &str, ours: &Tensor, w: &StoredWeight) -> Result<WeightRow, 
         return Ok(row);
     }
     let diff = ours.f_sub(&w.tensor)?.f_abs()?;
-    let max_abs = if diff.numel() == 0 { 0.0 } else { diff.f_max()?.double_value(&[]) };
+    let max_abs = largest(&diff)?;
     let rel = diff.f_div(&ours.f_abs()?.f_clamp_min(f64::MIN_POSITIVE)?)?;
     row.max_abs_diff = Some(max_abs);
-    row.max_rel_diff = Some(if rel.numel() == 0 { 0.0 } else { rel.f_max()?.double_value(&[]) });
+    row.max_rel_diff = Some(largest(&rel)?);
     let within = match &w.bound {
         Some(bound) => {
-            row.bound = if bound.numel() == 0 { 0.0 } else { bound.f_max()?.double_value(&[]) };
+            row.bound = largest(bound)?;
             diff.f_le_tensor(&bound.f_expand_as(&diff)?)?.f_all()?.int64_value(&[]) == 1
         }
         None => max_abs == 0.0,
@@ -345,7 +346,6 @@ fn positions_row(p: &StoredPositions, config: &TransformerConfig) -> Result<Weig
             return Ok(row);
         }
     };
-    let largest = |t: &Tensor| -> Result<f64, tch::TchError> { Ok(if t.numel() == 0 { 0.0 } else { t.f_max()?.double_value(&[]) }) };
     let max_abs = largest(&stored.abs_diff)?;
     let beyond_arguments = largest(&stored.beyond_arguments()?)?;
     // a table stored in float16 or bfloat16 is the sinusoids rounded to it: half a unit in its
